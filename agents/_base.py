@@ -1,0 +1,42 @@
+"""The agent contract. Agents propose source variants of a target; the sweep verifies and
+measures them like any other candidate. Rule-based experts and LLM agents both implement it.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+
+from cluster.config import Target
+from cluster.types import KernelResources
+
+
+@dataclass(frozen=True)
+class AnalysisContext:
+    """What an agent may look at: the target, and what is known of its baseline."""
+
+    target: Target
+    arch: str
+    baseline_median: float | None = None
+    kernels: tuple[KernelResources, ...] = ()
+    metrics: dict[str, float] = field(default_factory=dict)  # profiler metrics, when profiled
+
+
+@dataclass(frozen=True)
+class Proposal:
+    """A source variant: replaced files (paths as in the target), and why."""
+
+    agent: str
+    description: str
+    files: tuple[tuple[str, str], ...]
+    search_params: dict[str, tuple[int | float | str, ...]] = field(default_factory=dict)
+
+
+class Agent(ABC):
+    """One step of the optimization workflow that proposes variants of a target."""
+
+    name: str
+
+    @abstractmethod
+    def propose(self, context: AnalysisContext) -> list[Proposal]:
+        """Zero or more proposals; an agent with nothing to say returns an empty list."""

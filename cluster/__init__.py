@@ -1,0 +1,1 @@
+"""warpfleet's sweep engine: config, toolchains, Ray driver and workers, results, selection."""

@@ -1,0 +1,149 @@
+"""The ``warpfleet`` command line: sweep, show, export, validate."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+from functools import wraps
+from pathlib import Path
+from typing import Any
+
+import click
+from rich.console import Console
+from rich.table import Table
+
+from cluster.config import RunPlan, load_run
+from cluster.errors import ConfigError
+
+EXPORT_FORMATS = ["flags", "json", "yaml", "header"]
+
+
+def _one_line_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """Bad input ends in one line on stderr and exit status 2, never a traceback."""
+
+    @wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return fn(*args, **kwargs)
+        except ConfigError as exc:
+            click.echo(f"error: {exc}", err=True)
+            sys.exit(2)
+
+    return wrapper
+
+
+@click.group()
+@click.version_option(package_name="warpfleet")
+def main() -> None:
+    """Profile-guided tuning of CUDA (and C) programs, swept over a Ray cluster."""
+
+
+@main.command()
+@click.argument("config", type=click.Path(dir_okay=False))
+@click.option("--address", help="Ray cluster to join (auto, HOST:PORT, ray://...); default: a local instance.")
+@click.option("--resume", "resume", type=click.Path(file_okay=False), help="Continue this run directory.")
+@click.option("--trials", type=click.IntRange(min=1), help="Evaluated candidates per study (overrides the config).")
+@click.option("--time-budget", type=click.FloatRange(min=0, min_open=True), help="Seconds of search (overrides).")
+@click.option("--output-dir", type=click.Path(file_okay=False), help="Where run directories go (overrides).")
+@click.option("--progress/--no-progress", default=None, help="Progress bars (default: when stderr is a terminal).")
+@_one_line_errors
+def sweep(config: str, address: str | None, resume: str | None, trials: int | None,
+          time_budget: float | None, output_dir: str | None, progress: bool | None) -> None:
+    """Sweep the targets of CONFIG, then print the best configurations."""
+    from cluster.driver import Sweep
+    from cluster.rundir import RunDir
+
+    plan = _override(load_run(config), trials, time_budget, output_dir)
+    run_dir = RunDir.open(resume) if resume else RunDir.create(plan)
+    click.echo(f"run directory: {run_dir.path}", err=True)
+    show_progress = sys.stderr.isatty() if progress is None else progress
+    summary = Sweep(plan, run_dir, log=lambda m: click.echo(m, err=True)).run(address, show_progress)
+    click.echo(f"{summary.evaluated} rows written to {run_dir.path / 'results'}", err=True)
+    _show(run_dir.path)
+
+
+def _override(plan: RunPlan, trials: int | None, time_budget: float | None, output_dir: str | None) -> RunPlan:
+    search = plan.config.search.model_copy(update={
+        k: v for k, v in {"trials": trials, "time_budget_s": time_budget}.items() if v is not None})
+    update: dict[str, Any] = {"search": search}
+    if output_dir:
+        update["output_dir"] = output_dir
+    return RunPlan(plan.config.model_copy(update=update), plan.file, plan.targets)
+
+
+@main.command()
+@click.argument("config", type=click.Path(dir_okay=False))
+@_one_line_errors
+def validate(config: str) -> None:
+    """Check CONFIG and its targets without running anything."""
+    plan = load_run(config)
+    for target in plan.targets:
+        click.echo(f"{target.name}: {target.spec.toolchain}, space {target.space.name}, "
+                   f"{target.space_size()} configurations")
+
+
+@main.command()
+@click.argument("run", type=click.Path(file_okay=False))
+@_one_line_errors
+def show(run: str) -> None:
+    """Best configuration per target and GPU, with its speedup over the baseline."""
+    _show(Path(run))
+
+
+def _show(path: Path) -> None:
+    from cluster.results import read_results
+    from cluster.rundir import RunDir
+    from cluster.select import select_best
+
+    run_dir = RunDir.open(path)
+    rows = read_results(run_dir.path)
+    best = {(b.target, b.device_type): b for b in select_best(rows)}
+    table = Table(title=f"warpfleet run {run_dir.run_id}")
+    for column in ("target", "device", "evaluated", "failed", "baseline", "best", "speedup", "configuration"):
+        table.add_column(column, justify="right" if column in {"evaluated", "failed", "speedup"} else "left")
+    if rows.empty:
+        Console().print("no results yet")
+        return
+    for (target, device), group in rows.groupby(["target", "device_type"], sort=True):
+        search = group[group["phase"] == "search"]
+        failed = search[search["status"] != "ok"]
+        b = best.get((str(target), str(device)))
+        if b is None:
+            status = ", ".join(f"{s} {n}" for s, n in group["status"].value_counts().items())
+            table.add_row(str(target), str(device), str(len(search)), str(len(failed)), "-", "-", "-",
+                          f"no correct candidate ({status})")
+            continue
+        config = " ".join([*b.flag_argv, *b.defines]) or "(baseline)"
+        table.add_row(b.target, b.device_type, str(len(search)), str(len(failed)),
+                      f"{b.baseline_median:.4g} {b.unit}", f"{b.median:.4g} ± {b.iqr:.2g} {b.unit}",
+                      f"{b.speedup:.2f}x", config)
+    Console().print(table)
+
+
+@main.command()
+@click.argument("run", type=click.Path(file_okay=False))
+@click.option("--format", "fmt", type=click.Choice(EXPORT_FORMATS), default="flags", show_default=True)
+@click.option("--output", type=click.Path(dir_okay=False), help="Write here instead of stdout.")
+@click.option("--target", help="Only this target.")
+@_one_line_errors
+def export(run: str, fmt: str, output: str | None, target: str | None) -> None:
+    """Export the best configurations of RUN for a build."""
+    from cluster.export import export as render
+    from cluster.results import read_results
+    from cluster.rundir import RunDir
+    from cluster.select import select_best
+
+    run_dir = RunDir.open(run)
+    best = select_best(read_results(run_dir.path))
+    if target:
+        best = [b for b in best if b.target == target]
+        if not best:
+            raise ConfigError(run, "--target", f"no selected configuration for target {target!r}")
+    if not best:
+        raise ConfigError(run, "results", "no correct candidate to export")
+    text = render(best, fmt)
+    if output:
+        Path(output).write_text(text)
+        click.echo(f"wrote {output}", err=True)
+    else:
+        click.echo(text, nl=not text.endswith("\n"))

@@ -1,0 +1,223 @@
+"""The sweep driver: baselines first, then the Optuna-guided search, then the final re-measure.
+
+    RunPlan ─► studies (target x device type) ─► Pipeline (compile ─► measure) ─► ResultWriter
+"""
+
+from __future__ import annotations
+
+import time
+from collections import defaultdict
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import optuna
+import ray
+
+from cluster.config import RunPlan
+from cluster.measure import Reference
+from cluster.pipeline import Done, Job, Pipeline
+from cluster.progress import SweepProgress
+from cluster.results import ResultWriter, make_row, read_results, results_schema
+from cluster.rundir import RunDir
+from cluster.studies import Evaluated, StudyState, load_reference, make_sampler, open_storage, save_reference
+from cluster.toolchains import get_toolchain
+from cluster.types import BuildArtifact, Measurement, Phase, Status
+from cluster.workers import start_workers
+
+optuna.logging.set_verbosity(optuna.logging.WARNING)
+POLL_S = 0.2
+
+
+@dataclass(frozen=True)
+class SweepSummary:
+    run_dir: Path
+    evaluated: int  # rows written by this invocation
+    skipped: tuple[str, ...]  # why targets or studies were left out
+
+
+def init_ray(address: str | None) -> None:
+    """Join the cluster at ``address``, or start a local instance. Worker nodes get this
+    project's packages through the runtime environment."""
+    if ray.is_initialized():
+        return
+    import agents
+    import cluster
+    import search_spaces
+
+    runtime_env = {"py_modules": [cluster, agents, search_spaces]} if address else None
+    ray.init(address=address, runtime_env=runtime_env, include_dashboard=False,
+             log_to_driver=False, configure_logging=False)
+
+
+class Sweep:
+    def __init__(self, plan: RunPlan, run_dir: RunDir, log: Callable[[str], None] = print) -> None:
+        self.plan, self.run_dir, self.log = plan, run_dir, log
+        self.config = plan.config
+        self.skipped: list[str] = []
+        self.written = 0
+
+    def run(self, address: str | None = None, show_progress: bool = True) -> SweepSummary:
+        init_ray(address or self.config.cluster.address)
+        studies, workers = self._start()
+        existing = read_results(self.run_dir.path)
+        for study in studies:
+            study.restore(existing[existing["study"] == study.name] if len(existing) else existing)
+        pipeline = Pipeline(workers, self.config.cluster.inflight_per_worker, reuse=self._reuse(studies))
+        schema = results_schema(self.plan.targets)
+        with ResultWriter(self.run_dir.path, schema, self.config.flush_interval_s) as writer, \
+                SweepProgress(studies, self.config.search.trials, enabled=show_progress) as progress:
+            self.writer, self.progress = writer, progress
+            self._baselines(studies, pipeline)
+            self._search([s for s in studies if not s.disabled], pipeline)
+            self._final([s for s in studies if not s.disabled], pipeline)
+        return SweepSummary(self.run_dir.path, self.written, tuple(self.skipped))
+
+    # -- setup -------------------------------------------------------------------------------
+    def _start(self) -> tuple[list[StudyState], list[ray.actor.ActorHandle]]:
+        kinds = {get_toolchain(t.spec.toolchain).device_kind for t in self.plan.targets}
+        workers = start_workers("gpu" in kinds, "cpu" in kinds, self.config.cluster.cpu_workers)
+        devices = ray.get([w.device_info.remote() for w in workers])
+        groups: dict[str, list[int]] = defaultdict(list)
+        for i, device in enumerate(devices):
+            groups[device.device_type].append(i)
+        storage = open_storage(self.config.search, self.run_dir.path)
+        studies = []
+        for target in self.plan.targets:
+            toolchain = get_toolchain(target.spec.toolchain)
+            target_ref = ray.put(target)
+            matching = [(t, idx) for t, idx in groups.items() if devices[idx[0]].kind == toolchain.device_kind]
+            if not matching:
+                self.skipped.append(f"{target.name}: no {toolchain.device_kind.upper()} worker in the cluster")
+                continue
+            for device_type, indices in matching:
+                device = devices[indices[0]]
+                name = f"{target.name}@{device_type}"
+                direction = "minimize" if target.spec.metric.goal == "minimize" else "maximize"
+                study = optuna.create_study(study_name=name, storage=storage, direction=direction,
+                                            sampler=make_sampler(self.config.search, target),
+                                            load_if_exists=True)
+                studies.append(StudyState(target, target_ref, device, indices, study,
+                                          toolchain.arch_for(device), space_size=target.space_size()))
+        for reason in self.skipped:
+            self.log(f"skipped {reason}")
+        return studies, workers
+
+    def _reuse(self, studies: list[StudyState]) -> Callable[[Job, BuildArtifact], Measurement | None]:
+        by_name = {s.name: s for s in studies}
+
+        def reuse(job: Job, artifact: BuildArtifact) -> Measurement | None:
+            previous = by_name[job.candidate.study].binaries.get(artifact.binary_hash)
+            if previous is None:
+                return None
+            return Measurement(job.candidate.key, previous.status, previous.device, previous.samples,
+                               error_tail=f"same binary as {previous.candidate_key}; measured once",
+                               started_at=time.time(), finished_at=time.time())
+
+        return reuse
+
+    # -- phases ------------------------------------------------------------------------------
+    def _job(self, study: StudyState, candidate, runs: int, reusable: bool = True) -> Job:
+        return Job(study.target_ref, study.target, candidate, study.workers, study.device, runs,
+                   study.reference, reusable)
+
+    def _baselines(self, studies: list[StudyState], pipeline: Pipeline) -> None:
+        for study in studies:
+            baseline = study.baseline_candidate()
+            study.candidates[baseline.key] = baseline
+            reference = load_reference(self.run_dir.path, baseline.key)
+            previous = study.results.get(baseline.key)
+            if reference is not None and previous is not None and previous.status is Status.OK:
+                study.reference = ray.put(reference)
+                continue
+            runs = max(self.config.measure.runs, self.config.measure.final_runs)
+            pipeline.submit(self._job(study, baseline, runs, reusable=False))
+        self._drain(pipeline, studies)
+        for study in studies:
+            if study.reference is None and not study.disabled:
+                study.disabled = "its baseline did not run"
+        for study in studies:
+            if study.disabled:
+                self.skipped.append(f"{study.name}: {study.disabled}")
+                self.log(f"skipped {study.name}: {study.disabled}")
+
+    def _search(self, studies: list[StudyState], pipeline: Pipeline) -> None:
+        budget = self.config.search
+        deadline = time.monotonic() + budget.time_budget_s if budget.time_budget_s else float("inf")
+        cap = {s.name: len(s.workers) * pipeline.per_worker + self._compile_slots() for s in studies}
+
+        def wants_more(s: StudyState) -> bool:
+            trials_left = budget.trials is None or s.n_search + len(s.pending) < budget.trials
+            return trials_left and not s.exhausted and time.monotonic() < deadline
+
+        while True:
+            asking = True
+            while asking:  # one ask per study per pass, so that studies sharing workers take turns
+                asking = False
+                for study in studies:
+                    if wants_more(study) and pipeline.in_flight(study.workers) < cap[study.name]:
+                        asking = True
+                        asked = study.ask()
+                        if asked is not None:
+                            study.pending.add(asked[1].key)
+                            pipeline.submit(self._job(study, asked[1], self.config.measure.runs))
+            if pipeline.idle():
+                break
+            self._collect(pipeline.poll(POLL_S), studies)
+
+    def _final(self, studies: list[StudyState], pipeline: Pipeline) -> None:
+        """Re-measure the few best (and the baseline) with more repetitions for the selection."""
+        k = self.config.measure.final_top_k
+        if k == 0:
+            return
+        done = read_results(self.run_dir.path)
+        finals = set(done.loc[done["phase"] == Phase.FINAL.value, "candidate_key"]) if len(done) else set()
+        for study in studies:
+            chosen = {c.key: c for c in [*study.top(k), study.baseline_candidate()]}
+            for candidate in chosen.values():
+                if candidate.key not in finals:
+                    final = candidate.with_phase(Phase.FINAL)
+                    pipeline.submit(self._job(study, final, self.config.measure.final_runs, reusable=False))
+        self._drain(pipeline, studies)
+
+    def _drain(self, pipeline: Pipeline, studies: list[StudyState]) -> None:
+        while not pipeline.idle():
+            self._collect(pipeline.poll(POLL_S), studies)
+
+    def _compile_slots(self) -> int:
+        return self.config.cluster.compile_workers or max(1, int(ray.cluster_resources().get("CPU", 1)))
+
+    # -- results -----------------------------------------------------------------------------
+    def _collect(self, finished: list[Done], studies: list[StudyState]) -> None:
+        by_name = {s.name: s for s in studies}
+        for done in finished:
+            study = by_name[done.job.candidate.study]
+            candidate, measurement = done.job.candidate, done.measurement
+            if candidate.phase is Phase.BASELINE:
+                self._baseline_done(study, done)
+            row = make_row(self.run_dir.run_id, candidate, done.artifact, measurement,
+                           study.baseline_median, study.goal, unit=study.target.spec.metric.unit)
+            self.writer.append(row)
+            self.written += 1
+            stats = measurement.stats if measurement else None
+            status = measurement.status if measurement else done.artifact.status
+            ok = status is Status.OK and stats is not None
+            study.record(candidate, Evaluated(status, stats.median if ok and stats else None))
+            if ok and measurement is not None and done.artifact.binary_hash and candidate.phase is Phase.SEARCH:
+                study.binaries.setdefault(done.artifact.binary_hash, measurement)
+            self.progress.update(study)
+        self.writer.maybe_flush()
+
+    def _baseline_done(self, study: StudyState, done: Done) -> None:
+        measurement = done.measurement
+        stats = measurement.stats if measurement else None
+        if measurement is None or measurement.status is not Status.OK or stats is None:
+            status = measurement.status if measurement else done.artifact.status
+            error = (measurement.error_tail if measurement else done.artifact.error_tail) or ""
+            lines = [line for line in error.splitlines() if line.strip()]
+            study.disabled = f"its baseline failed ({status.value}" + (f": {lines[-1][:200]})" if lines else ")")
+            return
+        reference = Reference(measurement.outputs, measurement.stdout_values)
+        save_reference(self.run_dir.path, measurement.candidate_key, reference)
+        study.reference = ray.put(reference)
+        study.baseline_median = stats.median

@@ -1,0 +1,88 @@
+"""Selection: the best configuration per (target, device type), from the rows alone.
+
+The winner is chosen by median over the final re-measurements (the search rows when there are
+none). A faster candidate must beat a simpler one by more than the measured noise (the larger
+of the two interquartile ranges); within the noise, the configuration that changes fewer flags
+and params from the baseline wins. The baseline itself takes part, so a sweep that found
+nothing real selects the baseline.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from cluster.types import BestConfig, Phase, Stats, Status
+
+
+def _settings(row: pd.Series, prefix: str) -> dict[str, Any]:
+    out = {}
+    for column, value in row.items():
+        if str(column).startswith(prefix) and value is not None and not pd.isna(value):
+            out[str(column)[len(prefix):]] = value.item() if hasattr(value, "item") else value
+    return out
+
+
+def _pooled(rows: pd.DataFrame) -> dict[str, tuple[Stats, pd.Series]]:
+    pooled = {}
+    for key, group in rows.groupby("candidate_key", sort=False):
+        samples = [float(s) for arr in group["samples"] if arr is not None for s in arr]
+        stats = Stats.of(samples)
+        if stats is not None:
+            pooled[str(key)] = (stats, group.iloc[0])
+    return pooled
+
+
+def select_study(rows: pd.DataFrame) -> BestConfig | None:
+    """The winner of one study's rows, or None when nothing ran correctly."""
+    goal = str(rows["goal"].iloc[0])
+    sign = 1.0 if goal == "minimize" else -1.0
+    ok = rows[rows["status"] == Status.OK.value]
+    final = ok[ok["phase"] == Phase.FINAL.value]
+    pool = _pooled(final if len(final) else ok[ok["phase"] != Phase.FINAL.value])
+    if not pool:
+        return None
+    baseline_rows = rows[rows["phase"] == Phase.BASELINE.value]
+    baseline = baseline_rows.iloc[0] if len(baseline_rows) else None
+    base_flags = _settings(baseline, "f_") if baseline is not None else {}
+    base_params = _settings(baseline, "p_") if baseline is not None else {}
+
+    def complexity(row: pd.Series) -> int:
+        flags, params = _settings(row, "f_"), _settings(row, "p_")
+        return sum(flags[k] != base_flags.get(k) for k in flags) + \
+            sum(params[k] != base_params.get(k) for k in params)
+
+    fastest_key = min(pool, key=lambda k: sign * pool[k][0].median)
+    fastest = pool[fastest_key][0]
+    tied = [k for k, (s, _) in pool.items()
+            if abs(s.median - fastest.median) <= max(fastest.iqr, s.iqr)]
+    winner_key = min(tied, key=lambda k: (complexity(pool[k][1]), sign * pool[k][0].median))
+    stats, row = pool[winner_key]
+    reason = "fastest" if winner_key == fastest_key else \
+        f"simplest within noise of the fastest ({fastest_key}: {fastest.median:.4g})"
+    baseline_key = baseline["candidate_key"] if baseline is not None else None
+    base_median = pool[baseline_key][0].median if baseline_key in pool else \
+        (float(baseline["median"]) if baseline is not None and not pd.isna(baseline["median"]) else np.nan)
+    speedup = (base_median / stats.median if goal == "minimize" else stats.median / base_median) \
+        if base_median and not np.isnan(base_median) and stats.median else np.nan
+    return BestConfig(
+        target=str(row["target"]), device_type=str(row["device_type"]), arch=str(row["arch"]),
+        toolchain=str(row["toolchain"]), candidate_key=winner_key,
+        flags={k: str(v) for k, v in _settings(row, "f_").items()}, params=_settings(row, "p_"),
+        median=stats.median, baseline_median=float(base_median), speedup=float(speedup),
+        unit=str(row["unit"]), iqr=stats.iqr, reason=reason,
+    )
+
+
+def select_best(rows: pd.DataFrame) -> list[BestConfig]:
+    """One BestConfig per (target, device type) that has a correct candidate."""
+    if rows.empty:
+        return []
+    best = []
+    for _, group in rows.groupby(["target", "device_type"], sort=True):
+        choice = select_study(group)
+        if choice is not None:
+            best.append(choice)
+    return best

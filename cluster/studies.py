@@ -1,0 +1,212 @@
+"""One study per (target, device type): its Optuna study and what the sweep knows of it.
+
+Optuna chooses (ask); the driver evaluates; results come back (tell). The same candidate key is
+never evaluated twice: a trial that asks for a known key is told the known result, and a trial
+that asks for a key in flight waits for it.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import defaultdict
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import optuna
+import pandas as pd
+import ray
+
+from cluster.config import SearchSpec, Target
+from cluster.measure import Reference
+from cluster.types import Candidate, DeviceInfo, Phase, Scalar, Status
+
+# Consecutive asks that propose nothing new before a study counts as exhausted.
+MAX_REJECTIONS = 200
+
+
+def make_sampler(search: SearchSpec, target: Target) -> optuna.samplers.BaseSampler:
+    if search.sampler == "random":
+        return optuna.samplers.RandomSampler(seed=search.seed)
+    if search.sampler == "grid":
+        grid: dict[str, list[Any]] = {f"flag:{k}": list(v) for k, v in target.space.flags.items()}
+        grid |= {f"param:{k}": list(v) for k, v in target.spec.params.items()}
+        return optuna.samplers.GridSampler(grid, seed=search.seed)
+    return optuna.samplers.TPESampler(seed=search.seed, constant_liar=True, multivariate=True)
+
+
+def open_storage(search: SearchSpec, run_dir: Path) -> optuna.storages.BaseStorage | str:
+    if search.storage:
+        return search.storage
+    backend = optuna.storages.journal.JournalFileBackend(str(run_dir / "optuna.journal"))
+    return optuna.storages.JournalStorage(backend)
+
+
+@dataclass
+class Evaluated:
+    status: Status
+    median: float | None
+
+
+@dataclass
+class StudyState:
+    target: Target
+    target_ref: ray.ObjectRef
+    device: DeviceInfo
+    workers: list[int]
+    study: optuna.Study
+    arch: str
+    reference: ray.ObjectRef | None = None
+    baseline_median: float | None = None
+    disabled: str = ""  # why the study stopped (its baseline failed)
+    results: dict[str, Evaluated] = field(default_factory=dict)
+    candidates: dict[str, Candidate] = field(default_factory=dict)
+    pending: set[str] = field(default_factory=set)
+    waiting: dict[str, list[int]] = field(default_factory=lambda: defaultdict(list))
+    binaries: dict[str, Any] = field(default_factory=dict)  # binary hash -> Measurement
+    n_search: int = 0
+    n_failed: int = 0
+    rejections: int = 0
+    space_size: int = 0
+
+    @property
+    def name(self) -> str:
+        return f"{self.target.name}@{self.device.device_type}"
+
+    @property
+    def goal(self) -> str:
+        return self.target.spec.metric.goal
+
+    def better(self, a: float, b: float) -> bool:
+        return a < b if self.goal == "minimize" else a > b
+
+    @property
+    def best(self) -> float | None:
+        values = [r.median for r in self.results.values() if r.status is Status.OK and r.median is not None]
+        if not values:
+            return None
+        return min(values) if self.goal == "minimize" else max(values)
+
+    @property
+    def exhausted(self) -> bool:
+        return self.rejections >= MAX_REJECTIONS or len(self.results) >= self.space_size + 1
+
+    def candidate(self, flags: dict[str, str], params: dict[str, Scalar], phase: Phase,
+                  trial_number: int | None = None) -> Candidate:
+        return Candidate(
+            target=self.target.name, toolchain=self.target.spec.toolchain,
+            device_type=self.device.device_type, arch=self.arch, source_hash=self.target.bundle.hash,
+            flags=tuple(flags.items()), params=tuple(params.items()), phase=phase, trial_number=trial_number,
+        )
+
+    def baseline_candidate(self) -> Candidate:
+        return self.candidate(self.target.space.baseline, self.target.baseline_params, Phase.BASELINE)
+
+    def ask(self) -> tuple[optuna.trial.Trial, Candidate] | None:
+        """A new trial and its candidate, or None when the trial proposed nothing new."""
+        trial = self.study.ask()
+        flags = {k: trial.suggest_categorical(f"flag:{k}", list(v)) for k, v in self.target.space.flags.items()}
+        params = {k: trial.suggest_categorical(f"param:{k}", list(v)) for k, v in self.target.spec.params.items()}
+        if not self.target.satisfies(params):
+            self.study.tell(trial, state=optuna.trial.TrialState.FAIL)
+            self.rejections += 1
+            return None
+        candidate = self.candidate(flags, params, Phase.SEARCH, trial.number)
+        trial.set_user_attr("key", candidate.key)
+        if candidate.key in self.results:
+            self.tell(trial.number, self.results[candidate.key])
+            self.rejections += 1
+            return None
+        if candidate.key in self.pending:
+            self.waiting[candidate.key].append(trial.number)
+            self.rejections += 1
+            return None
+        self.rejections = 0
+        return trial, candidate
+
+    def tell(self, trial_number: int, result: Evaluated) -> None:
+        if result.status is Status.OK and result.median is not None:
+            self.study.tell(trial_number, result.median)
+        else:
+            self.study.tell(trial_number, state=optuna.trial.TrialState.FAIL)
+
+    def record(self, candidate: Candidate, result: Evaluated) -> None:
+        """A candidate's result is in: remember it and answer every trial that asked for it."""
+        self.pending.discard(candidate.key)
+        self.candidates.setdefault(candidate.key, candidate)
+        if candidate.phase is Phase.FINAL:
+            return
+        self.results[candidate.key] = result
+        if candidate.phase is Phase.SEARCH:
+            self.n_search += 1
+            self.n_failed += result.status is not Status.OK
+        numbers = self.waiting.pop(candidate.key, [])
+        if candidate.trial_number is not None:
+            numbers.append(candidate.trial_number)
+        for number in numbers:
+            self.tell(number, result)
+
+    def top(self, k: int) -> list[Candidate]:
+        ok = [(r.median, key) for key, r in self.results.items()
+              if r.status is Status.OK and r.median is not None]
+        ok.sort(reverse=self.goal == "maximize")
+        return [self.candidates[key] for _, key in ok[:k]]
+
+    def restore(self, rows: pd.DataFrame) -> None:
+        """Rebuild the state from this study's rows (resume), then settle the journal."""
+        for row in rows.itertuples(index=False):
+            row_dict = row._asdict()
+            flags = {k: str(row_dict.get(f"f_{k}") or "") for k in self.target.space.flags}
+            params = {k: _native(row_dict.get(f"p_{k}")) for k in self.target.spec.params}
+            phase = Phase(row_dict["phase"])
+            candidate = self.candidate(flags, params, phase)
+            if candidate.key != row_dict["candidate_key"]:
+                continue  # written from other sources or flags than the current target's
+            median = row_dict.get("median")
+            result = Evaluated(Status(row_dict["status"]), None if pd.isna(median) else float(median))
+            if phase is Phase.BASELINE:
+                self.baseline_median = result.median
+            self.record(candidate, result)
+        self._settle_trials()
+
+    def _settle_trials(self) -> None:
+        """Trials left running by an interrupted driver: told their result if their candidate has a
+        row, else failed and enqueued again so that the candidate is evaluated exactly once."""
+        for trial in self.study.get_trials(deepcopy=False):
+            key = trial.user_attrs.get("key")
+            if trial.state is optuna.trial.TrialState.RUNNING:
+                if key in self.results:
+                    self.tell(trial.number, self.results[key])
+                    continue
+                self.study.tell(trial.number, state=optuna.trial.TrialState.FAIL)
+                if key:
+                    self.study.enqueue_trial(trial.params, skip_if_exists=False)
+            elif trial.state is optuna.trial.TrialState.COMPLETE and key and key not in self.results:
+                self.study.enqueue_trial(trial.params, skip_if_exists=False)  # its row was never flushed
+
+
+def _native(value: Any) -> Scalar:
+    if hasattr(value, "item"):
+        value = value.item()
+    return value
+
+
+def save_reference(run_dir: Path, key: str, reference: Reference) -> None:
+    folder = run_dir / "references" / key
+    folder.mkdir(parents=True, exist_ok=True)
+    for path, content in reference.outputs:
+        (folder / Path(path).name).write_bytes(content)
+    manifest = {"outputs": [p for p, _ in reference.outputs], "stdout_values": list(reference.stdout_values)}
+    tmp = folder / "manifest.json.tmp"
+    tmp.write_text(json.dumps(manifest))
+    tmp.replace(folder / "manifest.json")  # written last: its presence means the folder is whole
+
+
+def load_reference(run_dir: Path, key: str) -> Reference | None:
+    folder = run_dir / "references" / key
+    manifest_path = folder / "manifest.json"
+    if not manifest_path.is_file():
+        return None
+    manifest = json.loads(manifest_path.read_text())
+    outputs = tuple((p, (folder / Path(p).name).read_bytes()) for p in manifest["outputs"])
+    return Reference(outputs, tuple(manifest["stdout_values"]))

@@ -1,0 +1,28 @@
+"""The toolchain contract: how a target's sources become a binary, and what the compiler said."""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from typing import ClassVar
+
+from cluster.types import DeviceInfo, KernelResources
+
+
+class Toolchain(ABC):
+    """One compiler family. Implementations register themselves in ``cluster.toolchains``."""
+
+    name: ClassVar[str]
+    #: "gpu": candidates are measured by GPU workers; "cpu": by CPU workers.
+    device_kind: ClassVar[str]
+    #: Build command used when a target declares none (placeholders: see cluster.placeholders).
+    default_build: ClassVar[tuple[str, ...]]
+    #: Flags always added to ``{flags}`` so that the compiler reports resource usage.
+    report_flags: ClassVar[tuple[str, ...]] = ()
+
+    @abstractmethod
+    def arch_for(self, device: DeviceInfo) -> str:
+        """The ``{arch}`` a candidate is built for to run on ``device`` (``sm_90``, ``host``)."""
+
+    @abstractmethod
+    def parse_resources(self, compiler_output: str) -> tuple[KernelResources, ...]:
+        """Per-kernel resource usage from the compiler's output; empty if it reports none."""

@@ -1,0 +1,10 @@
+#!/usr/bin/env bash
+# Sets up a virtual environment (once) and runs the test suite. GPU tests skip without a GPU.
+#   scripts/test.sh [pytest args]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+python3 -m venv .venv
+.venv/bin/python -m pip install -q --upgrade pip
+.venv/bin/python -m pip install -q -e ".[test]"
+.venv/bin/ruff check .
+exec .venv/bin/python -m pytest "$@"

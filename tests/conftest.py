@@ -1,0 +1,64 @@
+"""Shared fixtures: a tiny C target written on the fly, and one Ray instance per test session."""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+REPO = Path(__file__).resolve().parent.parent
+
+TINY_C = r"""
+#include <stdio.h>
+#ifndef N
+#define N 1000
+#endif
+int main(void) {
+    FILE *f = fopen("out.bin", "wb");
+    float v[4] = {1.0f, 2.0f, 3.0f, (float)N};
+    fwrite(v, sizeof v, 1, f);
+    fclose(f);
+    for (int i = 0; i < 3; i++) printf("@warpfleet time_ms=%d.5\n", i + 1);
+    return 0;
+}
+"""
+
+
+def write_target(folder: Path, **fields: Any) -> Path:
+    """A valid cc target in ``folder``; ``fields`` replace or add top-level fields."""
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "tiny.c").write_text(TINY_C)
+    spec: dict[str, Any] = {
+        "name": "tiny", "toolchain": "cc", "sources": ["tiny.c"], "run": ["{binary}"],
+        "verify": {"outputs": ["out.bin"]}, "params": {"N": [1000, 2000]},
+    }
+    spec.update(fields)
+    path = folder / "target.yaml"
+    path.write_text(yaml.safe_dump(spec, sort_keys=False))
+    return path
+
+
+def write_config(folder: Path, target_files: list[str], **fields: Any) -> Path:
+    spec: dict[str, Any] = {"name": "t", "targets": target_files, "output_dir": str(folder / "runs")}
+    spec.update(fields)
+    path = folder / "run.yaml"
+    path.write_text(yaml.safe_dump(spec, sort_keys=False))
+    return path
+
+
+@pytest.fixture(scope="session")
+def ray_local() -> Iterator[None]:
+    """One local Ray instance for every test that needs it (a start costs seconds)."""
+    import ray
+
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False)
+    yield
+    ray.shutdown()
+
+
+def needs(tool: str) -> pytest.MarkDecorator:
+    return pytest.mark.skipif(shutil.which(tool) is None, reason=f"{tool} not on PATH")

@@ -100,9 +100,11 @@ def _show(path: Path) -> None:
     best = {(b.target, b.device_type): b for b in select_best(rows)}
     table = Table(title=f"warpfleet run {run_dir.run_id}")
     for column in ("target", "device", "evaluated", "failed", "baseline", "best", "speedup", "configuration"):
-        table.add_column(column, justify="right" if column in {"evaluated", "failed", "speedup"} else "left")
+        table.add_column(column, justify="right" if column in {"evaluated", "failed", "speedup"} else "left",
+                         overflow="fold")
+    console = Console() if sys.stdout.isatty() else Console(width=200)  # files and pipes get whole lines
     if rows.empty:
-        Console().print("no results yet")
+        console.print("no results yet")
         return
     for (target, device), group in rows.groupby(["target", "device_type"], sort=True):
         search = group[group["phase"] == "search"]
@@ -117,7 +119,7 @@ def _show(path: Path) -> None:
         table.add_row(b.target, b.device_type, str(len(search)), str(len(failed)),
                       f"{b.baseline_median:.4g} {b.unit}", f"{b.median:.4g} ± {b.iqr:.2g} {b.unit}",
                       f"{b.speedup:.2f}x", config)
-    Console().print(table)
+    console.print(table)
 
 
 @main.command()
@@ -147,3 +149,7 @@ def export(run: str, fmt: str, output: str | None, target: str | None) -> None:
         click.echo(f"wrote {output}", err=True)
     else:
         click.echo(text, nl=not text.endswith("\n"))
+
+
+if __name__ == "__main__":
+    main()

@@ -15,12 +15,21 @@ import optuna
 import ray
 
 from cluster.config import RunPlan
+from cluster.errors import ConfigError
 from cluster.measure import Reference
 from cluster.pipeline import Done, Job, Pipeline
 from cluster.progress import SweepProgress
 from cluster.results import ResultWriter, make_row, read_results, results_schema
 from cluster.rundir import RunDir
-from cluster.studies import Evaluated, StudyState, load_reference, make_sampler, open_storage, save_reference
+from cluster.studies import (
+    Evaluated,
+    StudyState,
+    enqueue_grid,
+    load_reference,
+    make_sampler,
+    open_storage,
+    save_reference,
+)
 from cluster.toolchains import get_toolchain
 from cluster.types import BuildArtifact, Measurement, Phase, Status
 from cluster.workers import start_workers
@@ -34,6 +43,8 @@ class SweepSummary:
     run_dir: Path
     evaluated: int  # rows written by this invocation
     skipped: tuple[str, ...]  # why targets or studies were left out
+    wall_s: float = 0.0
+    bookkeeping_s: float = 0.0  # driver time spent asking, submitting and recording
 
 
 def init_ray(address: str | None) -> None:
@@ -56,8 +67,10 @@ class Sweep:
         self.config = plan.config
         self.skipped: list[str] = []
         self.written = 0
+        self.bookkeeping_s = 0.0
 
     def run(self, address: str | None = None, show_progress: bool = True) -> SweepSummary:
+        start = time.monotonic()
         init_ray(address or self.config.cluster.address)
         studies, workers = self._start()
         existing = read_results(self.run_dir.path)
@@ -71,11 +84,18 @@ class Sweep:
             self._baselines(studies, pipeline)
             self._search([s for s in studies if not s.disabled], pipeline)
             self._final([s for s in studies if not s.disabled], pipeline)
-        return SweepSummary(self.run_dir.path, self.written, tuple(self.skipped))
+        return SweepSummary(self.run_dir.path, self.written, tuple(self.skipped), time.monotonic() - start,
+                            self.bookkeeping_s)
 
     # -- setup -------------------------------------------------------------------------------
     def _start(self) -> tuple[list[StudyState], list[ray.actor.ActorHandle]]:
         kinds = {get_toolchain(t.spec.toolchain).device_kind for t in self.plan.targets}
+        resources = ray.cluster_resources()
+        cpus, gpus = int(resources.get("CPU", 0)), int(resources.get("GPU", 0))
+        actors = ("gpu" in kinds) * gpus + ("cpu" in kinds) * self.config.cluster.cpu_workers
+        if cpus <= actors:  # every measuring actor holds a CPU; compile tasks need one more
+            raise ConfigError(self.plan.file, "cluster.cpu_workers",
+                              f"{actors} measuring workers leave none of the cluster's {cpus} CPUs for compiling")
         workers = start_workers("gpu" in kinds, "cpu" in kinds, self.config.cluster.cpu_workers)
         devices = ray.get([w.device_info.remote() for w in workers])
         groups: dict[str, list[int]] = defaultdict(list)
@@ -95,8 +115,9 @@ class Sweep:
                 name = f"{target.name}@{device_type}"
                 direction = "minimize" if target.spec.metric.goal == "minimize" else "maximize"
                 study = optuna.create_study(study_name=name, storage=storage, direction=direction,
-                                            sampler=make_sampler(self.config.search, target),
-                                            load_if_exists=True)
+                                            sampler=make_sampler(self.config.search), load_if_exists=True)
+                if self.config.search.sampler == "grid":
+                    enqueue_grid(study, target, self.config.search.seed)
                 studies.append(StudyState(target, target_ref, device, indices, study,
                                           toolchain.arch_for(device), space_size=target.space_size()))
         for reason in self.skipped:
@@ -151,6 +172,7 @@ class Sweep:
             return trials_left and not s.exhausted and time.monotonic() < deadline
 
         while True:
+            t0 = time.perf_counter()
             asking = True
             while asking:  # one ask per study per pass, so that studies sharing workers take turns
                 asking = False
@@ -161,6 +183,7 @@ class Sweep:
                         if asked is not None:
                             study.pending.add(asked[1].key)
                             pipeline.submit(self._job(study, asked[1], self.config.measure.runs))
+            self.bookkeeping_s += time.perf_counter() - t0
             if pipeline.idle():
                 break
             self._collect(pipeline.poll(POLL_S), studies)
@@ -189,6 +212,7 @@ class Sweep:
 
     # -- results -----------------------------------------------------------------------------
     def _collect(self, finished: list[Done], studies: list[StudyState]) -> None:
+        t0 = time.perf_counter()
         by_name = {s.name: s for s in studies}
         for done in finished:
             study = by_name[done.job.candidate.study]
@@ -207,6 +231,7 @@ class Sweep:
                 study.binaries.setdefault(done.artifact.binary_hash, measurement)
             self.progress.update(study)
         self.writer.maybe_flush()
+        self.bookkeeping_s += time.perf_counter() - t0
 
     def _baseline_done(self, study: StudyState, done: Done) -> None:
         measurement = done.measurement

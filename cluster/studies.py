@@ -7,7 +7,9 @@ that asks for a key in flight waits for it.
 
 from __future__ import annotations
 
+import itertools
 import json
+import random
 from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -18,6 +20,7 @@ import pandas as pd
 import ray
 
 from cluster.config import SearchSpec, Target
+from cluster.errors import ConfigError
 from cluster.measure import Reference
 from cluster.types import Candidate, DeviceInfo, Phase, Scalar, Status
 
@@ -25,14 +28,35 @@ from cluster.types import Candidate, DeviceInfo, Phase, Scalar, Status
 MAX_REJECTIONS = 200
 
 
-def make_sampler(search: SearchSpec, target: Target) -> optuna.samplers.BaseSampler:
-    if search.sampler == "random":
-        return optuna.samplers.RandomSampler(seed=search.seed)
-    if search.sampler == "grid":
-        grid: dict[str, list[Any]] = {f"flag:{k}": list(v) for k, v in target.space.flags.items()}
-        grid |= {f"param:{k}": list(v) for k, v in target.spec.params.items()}
-        return optuna.samplers.GridSampler(grid, seed=search.seed)
-    return optuna.samplers.TPESampler(seed=search.seed, constant_liar=True, multivariate=True)
+GRID_LIMIT = 100_000
+
+
+def make_sampler(search: SearchSpec) -> optuna.samplers.BaseSampler:
+    if search.sampler == "tpe":
+        return optuna.samplers.TPESampler(seed=search.seed, constant_liar=True, multivariate=True)
+    # Grid: the points are enqueued up front (see enqueue_grid); Optuna's GridSampler calls
+    # Study.stop() when exhausted, which ask/tell outside optimize() does not allow.
+    return optuna.samplers.RandomSampler(seed=search.seed)
+
+
+def enqueue_grid(study: optuna.Study, target: Target, seed: int) -> None:
+    """Enqueue every valid point of the space once, in a seeded random order."""
+    if study.trials:
+        return  # resumed: the journal holds the rest of the grid
+    if target.space_size() > GRID_LIMIT:
+        raise ConfigError(target.file, "search.sampler",
+                          f"grid over {target.space_size()} points (more than {GRID_LIMIT}); use tpe or random")
+    flag_names, param_names = list(target.space.flags), list(target.spec.params)
+    points = []
+    for flags in itertools.product(*target.space.flags.values()):
+        for values in itertools.product(*target.spec.params.values()):
+            params = dict(zip(param_names, values, strict=True))
+            if target.satisfies(params):
+                point = {f"flag:{k}": v for k, v in zip(flag_names, flags, strict=True)}
+                points.append(point | {f"param:{k}": v for k, v in params.items()})
+    random.Random(seed).shuffle(points)
+    for point in points:
+        study.enqueue_trial(point, skip_if_exists=False)
 
 
 def open_storage(search: SearchSpec, run_dir: Path) -> optuna.storages.BaseStorage | str:
@@ -89,7 +113,8 @@ class StudyState:
 
     @property
     def exhausted(self) -> bool:
-        return self.rejections >= MAX_REJECTIONS or len(self.results) >= self.space_size + 1
+        # Every key in results (the baseline included) is a point of the space.
+        return self.rejections >= MAX_REJECTIONS or len(self.results) >= self.space_size
 
     def candidate(self, flags: dict[str, str], params: dict[str, Scalar], phase: Phase,
                   trial_number: int | None = None) -> Candidate:

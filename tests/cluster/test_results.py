@@ -7,7 +7,6 @@ import os
 from datetime import UTC, datetime
 from pathlib import Path
 
-import duckdb
 import pandas as pd
 import pyarrow as pa
 import pyarrow.dataset as ds
@@ -123,7 +122,7 @@ def test_rows_of_two_targets_read_back_with_pandas_pyarrow_and_duckdb(tmp_path, 
     table = ds.dataset(tmp_path / "results", format="parquet").to_table()
     assert table.num_rows == 3 and table.schema.field("p_UNROLL").type == pa.int64()
 
-    rows = duckdb.connect().execute(
+    rows = pytest.importorskip("duckdb").connect().execute(
         f"SELECT target, f_vectorize, p_UNROLL, p_BLOCK FROM read_parquet('{tmp_path}/results/*.parquet') "
         "WHERE target = 'stencil'").fetchall()
     assert rows == [("stencil", "-ftree-vectorize", 4, 1.5)]
@@ -178,7 +177,7 @@ def test_a_temp_file_left_by_a_killed_flush_is_ignored_by_readers_and_removed_on
 
     assert len(pd.read_parquet(tmp_path / "results")) == 1
     assert ds.dataset(tmp_path / "results", format="parquet").count_rows() == 1
-    assert duckdb.connect().execute(
+    assert pytest.importorskip("duckdb").connect().execute(
         f"SELECT count(*) FROM read_parquet('{tmp_path}/results/*.parquet')").fetchall() == [(1,)]
     assert len(read_results(tmp_path)) == 1
 

@@ -45,7 +45,7 @@ ptxas info    : Function properties for _Z9transposePKfPfi
     0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads
 ptxas info    : Used 10 registers, used 1 barriers, 4224 bytes smem, 372 bytes cmem[0]
 ptxas info    : Compile time = 1.238 ms
-"""  # noqa: E501
+"""
 
 # nvcc --resource-usage -gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,code=sm_90
 SM80_AND_SM90 = """\
@@ -85,7 +85,7 @@ ptxas info    : Function properties for _Z9transposePKfPfi
     0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads
 ptxas info    : Used 12 registers, used 1 barriers, 4224 bytes smem
 ptxas info    : Compile time = 1.760 ms
-"""  # noqa: E501
+"""
 
 # nvcc -Xptxas -v -rdc=true -arch=sm_90: the device function now has a frame of its own.
 SM90_RDC_PTXAS = """\

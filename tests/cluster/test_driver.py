@@ -1,0 +1,145 @@
+"""The sweep end to end on the CPU: real Ray, real Optuna journal, real Parquet, real gcc."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from cluster.cli import main
+from cluster.config import load_run
+from cluster.driver import Sweep
+from cluster.results import read_results
+from cluster.rundir import RunDir
+from cluster.select import select_best
+from tests.conftest import REPO
+
+pytestmark = pytest.mark.usefixtures("ray_local")
+FIXTURES = REPO / "tests" / "fixtures"
+
+
+def sweep(config: Path, tmp_path: Path, **search) -> tuple[RunDir, object]:
+    plan = load_run(config)
+    if search:
+        plan = type(plan)(plan.config.model_copy(update={
+            "search": plan.config.search.model_copy(update=search), "output_dir": str(tmp_path)}),
+            plan.file, plan.targets)
+    else:
+        plan = type(plan)(plan.config.model_copy(update={"output_dir": str(tmp_path)}), plan.file, plan.targets)
+    run_dir = RunDir.create(plan)
+    summary = Sweep(plan, run_dir, log=lambda m: None).run(show_progress=False)
+    return run_dir, summary
+
+
+def test_cpu_demo_end_to_end(tmp_path):
+    run_dir, summary = sweep(FIXTURES / "demo_cpu.yaml", tmp_path)
+    rows = read_results(run_dir.path)
+    search = rows[rows["phase"] == "search"]
+    assert len(search) == 8 and search["candidate_key"].is_unique
+    baseline = rows[rows["phase"] == "baseline"]
+    assert len(baseline) == 1 and baseline["status"].iloc[0] == "ok"
+    assert baseline["flags"].iloc[0] == "" and baseline["speedup"].iloc[0] == pytest.approx(1.0)
+    assert set(rows["phase"]) == {"baseline", "search", "final"}
+    assert (rows["status"] == "ok").all()
+    ok = search[search["status"] == "ok"]
+    assert (ok["speedup"] > 0).all() and ok["n_samples"].ge(5).all()
+    assert rows["gpu_name"].notna().all() and (rows["arch"] == "host").all()
+    # every row carries its own flags and params as columns
+    assert {"f_opt_level", "f_march", "p_TILE", "p_UNROLL"} <= set(rows.columns)
+    assert ((rows["p_TILE"] * rows["p_UNROLL"]) <= 256).all()
+    assert summary.evaluated == len(rows)
+    assert (run_dir.path / "optuna.journal").stat().st_size > 0
+    # the dataset is readable by DuckDB as it is
+    n = pytest.importorskip("duckdb").connect().execute(
+        f"select count(*) from read_parquet('{run_dir.path}/results/*.parquet')").fetchone()[0]
+    assert n == len(rows)
+    best = select_best(rows)
+    assert len(best) == 1 and best[0].target == "stencil_c" and best[0].speedup > 0
+
+
+def test_failures_are_rows_and_the_sweep_goes_on(tmp_path):
+    run_dir, _ = sweep(FIXTURES / "faulty.yaml", tmp_path)
+    rows = read_results(run_dir.path)
+    by_mode = rows[rows["phase"] != "final"].set_index("p_MODE")["status"].to_dict()
+    assert by_mode == {0: "ok", 1: "crashed", 2: "timeout", 3: "verify_failed", 4: "metric_missing",
+                       5: "compile_error", 6: "crashed", 7: "crashed"}
+    tails = rows[rows["phase"] != "final"].set_index("p_MODE")["error_tail"].to_dict()
+    assert "SIGSEGV" in tails[1] and "timed out" in tails[2] and "SIGABRT" in tails[6]
+    assert "exit status 3" in tails[7] and "values differ" in tails[3] and "#error" in tails[5]
+    # MODE 0 is the baseline: the grid's trial for it was answered without running it again
+    assert rows.loc[rows["phase"] != "final", "candidate_key"].is_unique
+    best = select_best(rows)
+    assert best[0].params == {"MODE": 0}
+
+
+def test_resume_finishes_the_budget_without_evaluating_twice(tmp_path):
+    run_dir, _ = sweep(FIXTURES / "demo_cpu.yaml", tmp_path, trials=3)
+    first = read_results(run_dir.path)
+    assert (first["phase"] == "search").sum() == 3
+    plan = load_run(FIXTURES / "demo_cpu.yaml")
+    plan = type(plan)(plan.config.model_copy(update={
+        "search": plan.config.search.model_copy(update={"trials": 7})}), plan.file, plan.targets)
+    Sweep(plan, RunDir.open(run_dir.path), log=lambda m: None).run(show_progress=False)
+    rows = read_results(run_dir.path)
+    search = rows[rows["phase"] == "search"]
+    assert len(search) == 7 and search["candidate_key"].is_unique
+    assert (rows["phase"] == "baseline").sum() == 1  # the baseline's reference was kept, not re-run
+    # the resumed part files follow the first run's and nothing earlier was rewritten
+    assert set(first["candidate_key"]) <= set(rows["candidate_key"])
+
+
+def test_cli_sweep_show_export(tmp_path):
+    runner = CliRunner()
+    result = runner.invoke(main, ["sweep", str(FIXTURES / "demo_cpu.yaml"), "--trials", "3",
+                                  "--output-dir", str(tmp_path), "--no-progress"])
+    assert result.exit_code == 0, result.output
+    run = next(tmp_path.iterdir())
+    shown = runner.invoke(main, ["show", str(run)])
+    assert shown.exit_code == 0 and "stencil_c" in shown.output and "x" in shown.output
+    flags = runner.invoke(main, ["export", str(run), "--format", "flags"])
+    assert flags.exit_code == 0 and "-DTILE=" in flags.output
+    out = tmp_path / "best.h"
+    header = runner.invoke(main, ["export", str(run), "--format", "header", "--output", str(out)])
+    assert header.exit_code == 0 and "#define TILE" in out.read_text()
+    missing = runner.invoke(main, ["export", str(run), "--target", "nope"])
+    assert missing.exit_code == 2 and "--target" in missing.output
+
+
+def test_driver_killed_mid_sweep_then_resumed(tmp_path):
+    """SIGKILL the driver once some rows are on disk; --resume completes the budget with every
+    candidate exactly once, and no earlier row lost."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    config = tmp_path / "run.yaml"
+    config.write_text((FIXTURES / "demo_cpu.yaml").read_text().replace(
+        "../../configs", str(REPO / "configs")).replace("trials: 8", "trials: 10")
+        + "flush_interval_s: 0.1\n")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "cluster.cli", "sweep", str(config), "--output-dir", str(tmp_path / "runs"),
+         "--no-progress"], cwd=REPO, start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    deadline = time.monotonic() + 120
+    run = None
+    while time.monotonic() < deadline:
+        runs = list((tmp_path / "runs").glob("*/results/*.parquet"))
+        if runs:
+            run = runs[0].parent.parent
+            if (read_results(run)["phase"] == "search").sum() >= 3:
+                break
+        time.sleep(0.1)
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+    assert run is not None, proc.stderr.read().decode()[-2000:]
+    before = read_results(run)
+    assert 3 <= (before["phase"] == "search").sum() < 10
+    plan = load_run(config)
+    Sweep(plan, RunDir.open(run), log=lambda m: None).run(show_progress=False)
+    rows = read_results(run)
+    search = rows[rows["phase"] == "search"]
+    assert len(search) == 10 and search["candidate_key"].is_unique
+    assert set(before["candidate_key"]) <= set(rows["candidate_key"])
+    assert (rows["phase"] == "baseline").sum() == 1

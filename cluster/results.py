@@ -403,9 +403,12 @@ def read_results(run_dir: Path, schema: pa.Schema | None = None) -> pd.DataFrame
     """Every row of the run, part by part. With no parts, an empty frame with the columns of
     ``schema`` (default: the fixed columns, without ``f_``/``p_``)."""
     dataset = _dataset(run_dir)
-    if dataset is None:
-        return (schema or _base_schema()).empty_table().to_pandas()
-    return dataset.to_table().to_pandas()
+    table = (schema or _base_schema()).empty_table() if dataset is None else dataset.to_table()
+    # Nullable integers: an int param that another target lacks must stay 16, not become 16.0.
+    return table.to_pandas(types_mapper=_NULLABLE.get)
+
+
+_NULLABLE = {pa.int32(): pd.Int32Dtype(), pa.int64(): pd.Int64Dtype()}
 
 
 def read_keys(run_dir: Path) -> set[str]:

@@ -143,3 +143,37 @@ def test_driver_killed_mid_sweep_then_resumed(tmp_path):
     assert len(search) == 10 and search["candidate_key"].is_unique
     assert set(before["candidate_key"]) <= set(rows["candidate_key"])
     assert (rows["phase"] == "baseline").sum() == 1
+
+
+def test_two_targets_keep_integer_params_in_exports(tmp_path):
+    """A param column that another target lacks holds nulls; its values must still export as 16,
+    not 16.0 (a -D define of 16.0 is a different program)."""
+    from tests.conftest import write_config, write_target
+
+    write_target(tmp_path / "tiny")
+    config = write_config(tmp_path, ["tiny/target.yaml", str(REPO / "configs/targets/stencil_c/target.yaml")],
+                          search={"trials": 3, "sampler": "random"}, measure={"final_top_k": 1, "final_runs": 1})
+    run_dir, _ = sweep(config, tmp_path)
+    rows = read_results(run_dir.path)
+    assert set(rows["target"]) == {"tiny", "stencil_c"}
+    assert rows.loc[rows["target"] == "tiny", "p_TILE"].isna().all()
+    runner = CliRunner()
+    flags = runner.invoke(main, ["export", str(run_dir.path), "--format", "flags"])
+    assert flags.exit_code == 0, flags.output
+    assert "-DTILE=" in flags.output and ".0" not in flags.output
+    assert "# tiny on" in flags.output and "# stencil_c on" in flags.output
+
+
+def test_time_budget_and_an_rdb_storage(tmp_path):
+    import optuna
+
+    url = f"sqlite:///{tmp_path}/optuna.db"
+    run_dir, _ = sweep(FIXTURES / "demo_cpu.yaml", tmp_path, trials=None, time_budget_s=3.0, storage=url)
+    rows = read_results(run_dir.path)
+    search = rows[rows["phase"] == "search"]
+    assert 1 <= len(search) < 96 and search["candidate_key"].is_unique  # stopped by time, not by the space
+    [summary] = optuna.get_all_study_summaries(url)
+    study = optuna.load_study(study_name=summary.study_name, storage=url)
+    told = [t for t in study.trials if t.state.is_finished() and "key" in t.user_attrs]
+    assert set(search["candidate_key"]) <= {t.user_attrs["key"] for t in told}
+    assert not (run_dir.path / "optuna.journal").exists()

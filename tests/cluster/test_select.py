@@ -1,0 +1,60 @@
+"""Selection: the fastest wins only by more than the noise; else the simpler configuration."""
+
+from __future__ import annotations
+
+import pandas as pd
+
+from cluster.select import select_best
+
+
+def _row(key, phase, samples, flags, params, status="ok", target="t"):
+    return {"target": target, "device_type": "gpu (sm_90)", "arch": "sm_90", "toolchain": "nvcc",
+            "candidate_key": key, "phase": phase, "status": status, "samples": samples,
+            "median": pd.Series(samples).median() if samples else None, "goal": "minimize", "unit": "ms",
+            **{f"f_{k}": v for k, v in flags.items()}, **{f"p_{k}": v for k, v in params.items()}}
+
+
+BASE = ({"fast_math": ""}, {"BLOCK": 128})
+
+
+def test_simpler_configuration_wins_within_noise():
+    rows = pd.DataFrame([
+        _row("base", "baseline", [2.0] * 5, *BASE),
+        _row("base", "final", [2.0, 2.1, 1.9, 2.0, 2.0], *BASE),
+        _row("fancy", "final", [1.50, 1.60, 1.40, 1.55, 1.45], {"fast_math": "--use_fast_math"}, {"BLOCK": 64}),
+        _row("simple", "final", [1.52, 1.62, 1.42, 1.57, 1.47], {"fast_math": ""}, {"BLOCK": 64}),
+    ])
+    [best] = select_best(rows)
+    assert best.candidate_key == "simple" and "simplest within noise" in best.reason
+    assert best.params == {"BLOCK": 64} and best.flags == {"fast_math": ""}
+    assert best.speedup == 2.0 / best.median
+
+
+def test_clear_winner_beats_noise():
+    rows = pd.DataFrame([
+        _row("base", "baseline", [2.0] * 5, *BASE),
+        _row("fancy", "final", [1.00, 1.01, 0.99, 1.0, 1.0], {"fast_math": "--use_fast_math"}, {"BLOCK": 64}),
+        _row("simple", "final", [1.50, 1.51, 1.49, 1.5, 1.5], {"fast_math": ""}, {"BLOCK": 64}),
+    ])
+    [best] = select_best(rows)
+    assert best.candidate_key == "fancy" and best.reason == "fastest"
+    assert best.flag_argv == ["--use_fast_math"] and best.defines == ["-DBLOCK=64"]
+
+
+def test_baseline_kept_when_nothing_beats_it_and_failures_ignored():
+    rows = pd.DataFrame([
+        _row("base", "baseline", [1.0, 1.1, 0.9, 1.05, 0.95], *BASE),
+        _row("same", "search", [0.98, 1.08, 0.88, 1.03, 0.93], {"fast_math": "--use_fast_math"}, {"BLOCK": 64}),
+        _row("wrong", "search", [0.1] * 5, {"fast_math": ""}, {"BLOCK": 32}, status="verify_failed"),
+    ])
+    [best] = select_best(rows)
+    assert best.candidate_key == "base"
+
+
+def test_maximize_goal_and_no_correct_candidate():
+    rows = pd.DataFrame([_row("a", "search", [10.0], *BASE), _row("b", "search", [20.0], {"fast_math": "x"},
+                                                                  {"BLOCK": 64})])
+    rows["goal"] = "maximize"
+    assert select_best(rows)[0].candidate_key == "b"
+    failed = pd.DataFrame([_row("a", "search", [], *BASE, status="crashed")])
+    assert select_best(failed) == []

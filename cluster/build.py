@@ -12,6 +12,7 @@ from cluster.toolchains import get_toolchain
 from cluster.types import BuildArtifact, Candidate, Status
 
 BINARY_NAME = "candidate.bin"
+HARNESS_INCLUDE = Path(__file__).parent / "include"  # warpfleet/harness.cuh, the timing harness
 
 
 def build_command(target: Target, candidate: Candidate, workdir: Path) -> list[str]:
@@ -25,6 +26,7 @@ def build_command(target: Target, candidate: Candidate, workdir: Path) -> list[s
         "binary": str(workdir / BINARY_NAME),
         "sources": list(target.spec.sources),
         "workdir": str(workdir),
+        "harness_include": [f"-I{HARNESS_INCLUDE}"],
     }
     return expand(template, values)
 

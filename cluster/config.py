@@ -121,8 +121,8 @@ class TargetSpec(_Model):
 
 
 # Placeholders every command may use; params are usable by name as well.
-BUILD_PLACEHOLDERS = {"flags", "defines", "arch", "binary", "sources", "workdir"}
-RUN_PLACEHOLDERS = {"binary", "workdir", "arch"}
+BUILD_PLACEHOLDERS = {"flags", "defines", "arch", "binary", "sources", "workdir", "harness_include"}
+RUN_PLACEHOLDERS = {"binary", "workdir", "arch", "seed"}
 
 
 @dataclass(frozen=True)
@@ -173,6 +173,15 @@ class MeasureSpec(_Model):
     runs: int = Field(1, ge=1, le=1000)  # program runs per candidate in the search
     final_top_k: int = Field(3, ge=0, le=100)  # candidates re-measured for the selection
     final_runs: int = Field(5, ge=1, le=1000)
+    max_noise: float = Field(0.05, gt=0, le=10)  # rows whose IQR/median stays above are marked noisy
+
+
+class ProfileSpec(_Model):
+    """The Nsight Compute stage, for GPU targets: which candidates, which metrics."""
+
+    candidates: Literal["none", "best", "all"] = "best"  # best: the baseline and each study's winner
+    metrics: list[str] | None = None  # default: cluster.profile.DEFAULT_METRICS
+    timeout_s: float = Field(600, gt=0, le=86400)
 
 
 class RunConfig(_Model):
@@ -182,6 +191,7 @@ class RunConfig(_Model):
     search: SearchSpec = SearchSpec()
     cluster: ClusterSpec = ClusterSpec()
     measure: MeasureSpec = MeasureSpec()
+    profile: ProfileSpec = ProfileSpec()
     flush_interval_s: float = Field(2.0, gt=0, le=3600)
 
 

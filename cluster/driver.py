@@ -18,9 +18,11 @@ from cluster.config import RunPlan
 from cluster.errors import ConfigError
 from cluster.measure import Reference
 from cluster.pipeline import Done, Job, Pipeline
+from cluster.profile import DEFAULT_METRICS, PROFILE_SCHEMA, Profile, profile_records
 from cluster.progress import SweepProgress
-from cluster.results import ResultWriter, make_row, read_results, results_schema
+from cluster.results import ResultWriter, make_row, read_results, read_table, results_schema
 from cluster.rundir import RunDir
+from cluster.select import select_best
 from cluster.studies import (
     Evaluated,
     StudyState,
@@ -32,7 +34,7 @@ from cluster.studies import (
 )
 from cluster.toolchains import get_toolchain
 from cluster.types import BuildArtifact, Measurement, Phase, Status
-from cluster.workers import start_workers
+from cluster.workers import compile_task, start_workers
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 POLL_S = 0.2
@@ -84,6 +86,7 @@ class Sweep:
             self._baselines(studies, pipeline)
             self._search([s for s in studies if not s.disabled], pipeline)
             self._final([s for s in studies if not s.disabled], pipeline)
+        self._profile([s for s in studies if not s.disabled], workers)
         return SweepSummary(self.run_dir.path, self.written, tuple(self.skipped), time.monotonic() - start,
                             self.bookkeeping_s)
 
@@ -203,6 +206,43 @@ class Sweep:
                     pipeline.submit(self._job(study, final, self.config.measure.final_runs, reusable=False))
         self._drain(pipeline, studies)
 
+    def _profile(self, studies: list[StudyState], workers: list[ray.actor.ActorHandle]) -> None:
+        """Nsight Compute profiles of the baseline and the winner (or every correct candidate) of
+        each GPU study, into the ``profiles`` table. Candidates already profiled are skipped."""
+        spec = self.config.profile
+        gpu = [s for s in studies if s.device.kind == "gpu"]
+        if spec.candidates == "none" or not gpu:
+            return
+        rows = read_results(self.run_dir.path)
+        done = set(read_table(self.run_dir.path, "profiles", PROFILE_SCHEMA)["candidate_key"])
+        winners = {(b.target, b.device_type): b.candidate_key for b in select_best(rows)}
+        metrics = tuple(spec.metrics or DEFAULT_METRICS)
+        pending: dict[ray.ObjectRef, StudyState] = {}
+        for study in gpu:
+            if spec.candidates == "all":
+                keys = [k for k, r in study.results.items() if r.status is Status.OK]
+            else:
+                keys = [study.baseline_candidate().key, winners.get((study.target.name, study.device.device_type))]
+            for key in dict.fromkeys(k for k in keys if k and k not in done and k in study.candidates):
+                _, binary = compile_task.remote(study.target_ref, study.candidates[key])
+                worker = workers[study.workers[len(pending) % len(study.workers)]]
+                pending[worker.profile.remote(study.target_ref, study.candidates[key], binary, metrics,
+                                              spec.timeout_s)] = study
+        if not pending:
+            return
+        self.log(f"profiling {len(pending)} candidates with Nsight Compute")
+        with ResultWriter(self.run_dir.path, PROFILE_SCHEMA, subdir="profiles") as writer:
+            while pending:
+                ready, _ = ray.wait(list(pending), num_returns=1)
+                study = pending.pop(ready[0])
+                try:
+                    profile: Profile = ray.get(ready[0])
+                except ray.exceptions.RayError as exc:
+                    self.log(f"profile lost for {study.name}: {exc}")
+                    continue
+                for record in profile_records(self.run_dir.run_id, study, profile):
+                    writer.append_record(record)
+
     def _drain(self, pipeline: Pipeline, studies: list[StudyState]) -> None:
         while not pipeline.idle():
             self._collect(pipeline.poll(POLL_S), studies)
@@ -220,7 +260,8 @@ class Sweep:
             if candidate.phase is Phase.BASELINE:
                 self._baseline_done(study, done)
             row = make_row(self.run_dir.run_id, candidate, done.artifact, measurement,
-                           study.baseline_median, study.goal, unit=study.target.spec.metric.unit)
+                           study.baseline_median, study.goal, unit=study.target.spec.metric.unit,
+                           max_noise=self.config.measure.max_noise)
             self.writer.append(row)
             self.written += 1
             stats = measurement.stats if measurement else None
@@ -242,7 +283,7 @@ class Sweep:
             lines = [line for line in error.splitlines() if line.strip()]
             study.disabled = f"its baseline failed ({status.value}" + (f": {lines[-1][:200]})" if lines else ")")
             return
-        reference = Reference(measurement.outputs, measurement.stdout_values)
+        reference = Reference(measurement.outputs)
         save_reference(self.run_dir.path, measurement.candidate_key, reference)
         study.reference = ray.put(reference)
         study.baseline_median = stats.median

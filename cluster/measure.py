@@ -9,15 +9,18 @@ from __future__ import annotations
 import math
 import re
 import time
+from contextlib import nullcontext
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
 from cluster.config import MetricSpec, OutputSpec, Target, VerifySpec
-from cluster.placeholders import expand
+from cluster.placeholders import expand, names_in
 from cluster.sandbox import run_command, scratch_dir, write_bundle
-from cluster.types import BuildArtifact, Candidate, DeviceInfo, Measurement, Status
+from cluster.telemetry import Monitor
+from cluster.types import BuildArtifact, Candidate, DeviceInfo, Measurement, RunOutputs, Status
 
 PROTOCOL_PREFIX = "@warpfleet"
 _NUMBER = re.compile(r"[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?|[-+]?(?:inf|nan)", re.IGNORECASE)
@@ -25,10 +28,18 @@ _NUMBER = re.compile(r"[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?|[-+]?(?:inf|nan
 
 @dataclass(frozen=True)
 class Reference:
-    """The baseline's outputs on this device type: what every candidate must reproduce."""
+    """The baseline's outputs on this device type, one per seed: what every candidate must reproduce.
 
-    outputs: tuple[tuple[str, bytes], ...]
-    stdout_values: tuple[float, ...] = ()
+    A target whose run command takes ``{seed}`` gets fresh inputs on every run (run ``i`` of any
+    candidate uses seed ``i``), so outputs cached from an earlier run cannot pass; its reference
+    holds one set of outputs per seed the baseline ran with, and run ``i`` is compared with
+    ``runs[i % len(runs)]``.
+    """
+
+    runs: tuple[RunOutputs, ...]
+
+    def for_run(self, index: int) -> RunOutputs:
+        return self.runs[index % len(self.runs)]  # matches the seed measure_candidate gave that run
 
 
 def parse_samples(stdout: str, metric: MetricSpec) -> list[float]:
@@ -83,9 +94,9 @@ def compare(name: str, got: np.ndarray, want: np.ndarray, rtol: float, atol: flo
             f"(max abs error {err[worst]:.3g} at index {worst}: {got64[worst]:.6g} vs {want64[worst]:.6g})")
 
 
-def verify_outputs(workdir: Path, stdout: str, verify: VerifySpec, reference: Reference | None) -> str | None:
-    """Compare this run's outputs with the reference; with no reference, only check they exist."""
-    wanted = dict(reference.outputs) if reference else {}
+def verify_outputs(workdir: Path, stdout: str, verify: VerifySpec, reference: RunOutputs | None) -> str | None:
+    """Compare this run's outputs with the reference's; with no reference, only check they exist."""
+    wanted = dict(reference.files) if reference else {}
     for spec in verify.outputs:
         path = workdir / spec.path
         if not path.is_file():
@@ -104,6 +115,18 @@ def verify_outputs(workdir: Path, stdout: str, verify: VerifySpec, reference: Re
     return None
 
 
+def harness_region(stdout: str) -> tuple[float, float, int] | None:
+    """The timed region that the harness's summary line marks: (start, end, samples)."""
+    for line in reversed(stdout.splitlines()):
+        if line.startswith(PROTOCOL_PREFIX) and "region_start_unix=" in line:
+            fields = dict(token.partition("=")[::2] for token in line.split()[1:])
+            try:
+                return float(fields["region_start_unix"]), float(fields["region_end_unix"]), int(fields["samples"])
+            except (KeyError, ValueError):
+                return None
+    return None
+
+
 def measure_candidate(
     target: Target,
     candidate: Candidate,
@@ -112,29 +135,38 @@ def measure_candidate(
     reference: Reference | None,
     runs: int,
     scratch_root: Path | None = None,
+    monitor: Monitor | None = None,
 ) -> Measurement:
-    """Run a built candidate ``runs`` times on this worker. ``reference`` None: it is the baseline."""
+    """Run a built candidate ``runs`` times on this worker, each run with its own ``{seed}``.
+
+    ``reference`` None: this is the baseline, and its outputs are returned as the reference.
+    ``monitor``: device telemetry (NVML) recorded over the runs.
+    """
     started = time.time()
     spec = target.spec
     samples: list[float] = []
+    outputs: list[RunOutputs] = []
+    regions: list[tuple[float, float, int]] = []
     run_s = verify_s = 0.0
+    seeded = "seed" in names_in(spec.run)
 
-    def done(status: Status, error: str = "", outputs: tuple[tuple[str, bytes], ...] = (),
-             stdout_values: tuple[float, ...] = ()) -> Measurement:
+    def done(status: Status, error: str = "") -> Measurement:
+        telemetry = monitor.summary(regions, len(samples)) if monitor and status is Status.OK else None
         return Measurement(candidate.key, status, device, tuple(samples), run_s, verify_s,
                            error_tail=error, started_at=started, finished_at=time.time(),
-                           outputs=outputs, stdout_values=stdout_values)
+                           outputs=tuple(outputs) if reference is None else (), telemetry=telemetry)
 
-    with scratch_dir(scratch_root, f"run-{candidate.key}-") as workdir:
+    with scratch_dir(scratch_root, f"run-{candidate.key}-") as workdir, monitor or nullcontext():
         write_bundle(target.bundle.files, workdir)
         binary = workdir / "candidate.bin"
         binary.write_bytes(artifact.binary or b"")
         binary.chmod(0o755)
-        values = {**dict(candidate.params), "binary": str(binary), "workdir": str(workdir),
-                  "arch": candidate.arch}
-        argv = expand(spec.run, values)
-        for _ in range(runs):
-            result = run_command(argv, workdir, timeout=spec.timeouts.run)
+        values: dict[str, Any] = {**dict(candidate.params), "binary": str(binary), "workdir": str(workdir),
+                                  "arch": candidate.arch, "seed": 0}
+        for index in range(runs):
+            # The baseline runs seeds 0..runs-1; candidates cycle through the seeds it ran.
+            values["seed"] = index if reference is None else index % len(reference.runs)
+            result = run_command(expand(spec.run, values), workdir, timeout=spec.timeouts.run)
             run_s += result.seconds
             if result.timed_out:
                 return done(Status.TIMEOUT, result.tail())
@@ -145,21 +177,29 @@ def measure_candidate(
                 what = "no finite metric samples" if found else "no metric samples"
                 return done(Status.METRIC_MISSING, f"{what} in stdout\n{result.stdout[-2048:]}")
             samples.extend(found)
+            region = harness_region(result.stdout)
+            if region:
+                regions.append(region)
             t0 = time.perf_counter()
-            problem = verify_outputs(workdir, result.stdout, spec.verify, reference)
+            problem = verify_outputs(workdir, result.stdout, spec.verify,
+                                     reference.for_run(index) if reference else None)
+            if reference is None and not problem and (seeded or not outputs):
+                outputs.append(_run_outputs(workdir, result.stdout, spec.verify))
             verify_s += time.perf_counter() - t0
             if problem:
                 return done(Status.VERIFY_FAILED, problem)
-        if spec.verify.test:
-            t0 = time.perf_counter()
-            test = run_command(expand(spec.verify.test, values), workdir, timeout=spec.timeouts.run)
-            verify_s += time.perf_counter() - t0
-            if not test.ok:
-                return done(Status.TEST_FAILED, test.tail())
-        if reference is not None:
-            return done(Status.OK)
-        outputs = tuple((o.path, (workdir / o.path).read_bytes()) for o in spec.verify.outputs)
-        stdout_values: tuple[float, ...] = ()
-        if spec.verify.stdout_regex:
-            stdout_values = tuple(float(v) for v in re.findall(spec.verify.stdout_regex, result.stdout))
-        return done(Status.OK, outputs=outputs, stdout_values=stdout_values)
+            if spec.verify.test:
+                t0 = time.perf_counter()
+                test = run_command(expand(spec.verify.test, values), workdir, timeout=spec.timeouts.run)
+                verify_s += time.perf_counter() - t0
+                if not test.ok:
+                    return done(Status.TEST_FAILED, test.tail())
+        return done(Status.OK)
+
+
+def _run_outputs(workdir: Path, stdout: str, verify: VerifySpec) -> RunOutputs:
+    files = tuple((o.path, (workdir / o.path).read_bytes()) for o in verify.outputs)
+    values: tuple[float, ...] = ()
+    if verify.stdout_regex:
+        values = tuple(float(v) for v in re.findall(verify.stdout_regex, stdout))
+    return RunOutputs(files, values)

@@ -55,6 +55,14 @@ speedup                float64, null         over the baseline's median, >1 is b
                                              goal; null unless status is ok
 unit                   string                the metric's unit (ms, GFLOP/s, ...)
 goal                   string                minimize or maximize: which way is better
+noisy                  bool, null            rel_noise above measure.max_noise (the bound never met)
+energy_j               float64, null         NVML energy per timed sample (over the harness's timed
+                                             region when marked, else the whole run / samples)
+power_w                float64, null         mean board power over that region
+sm_clock_mhz           float64, null         median SM clock (read, never set)
+mem_clock_mhz          float64, null         median memory clock
+temperature_c          float64, null         max GPU temperature
+throttle_reasons       string, null          NVML clock event reasons seen, comma-separated
 gpu_name               string, null          measuring device's name; null when never measured
 gpu_uuid               string, null          its UUID
 compute_capability     string, null          e.g. ``9.0``
@@ -116,7 +124,10 @@ _TRAILING: tuple[tuple[str, pa.DataType], ...] = (
     ("shared_bytes", pa.int64()), ("stack_bytes", pa.int64()), ("kernels_json", pa.string()),
     ("samples", _SAMPLES), ("n_samples", pa.int64()), ("median", pa.float64()),
     ("min", pa.float64()), ("iqr", pa.float64()), ("rel_noise", pa.float64()),
-    ("speedup", pa.float64()), ("unit", pa.string()), ("goal", pa.string()), ("gpu_name", pa.string()),
+    ("speedup", pa.float64()), ("unit", pa.string()), ("goal", pa.string()), ("noisy", pa.bool_()),
+    ("energy_j", pa.float64()), ("power_w", pa.float64()), ("sm_clock_mhz", pa.float64()),
+    ("mem_clock_mhz", pa.float64()), ("temperature_c", pa.float64()), ("throttle_reasons", pa.string()),
+    ("gpu_name", pa.string()),
     ("gpu_uuid", pa.string()), ("compute_capability", pa.string()), ("accelerator_type", pa.string()),
     ("driver_version", pa.string()), ("cuda_version", pa.string()), ("node_id", pa.string()),
     ("hostname", pa.string()), ("worker_id", pa.string()), ("started_at", _TIMESTAMP),
@@ -165,6 +176,13 @@ class ResultRow:
     speedup: float | None
     unit: str
     goal: str
+    noisy: bool | None
+    energy_j: float | None
+    power_w: float | None
+    sm_clock_mhz: float | None
+    mem_clock_mhz: float | None
+    temperature_c: float | None
+    throttle_reasons: str | None
     gpu_name: str | None
     gpu_uuid: str | None
     compute_capability: str | None
@@ -193,7 +211,7 @@ def _timestamp(epoch_s: float) -> datetime | None:
 
 
 def make_row(run_id: str, candidate: Candidate, artifact: BuildArtifact, measurement: Measurement | None,
-             baseline_median: float | None, goal: str, *, unit: str = "") -> ResultRow:
+             baseline_median: float | None, goal: str, *, unit: str = "", max_noise: float | None = None) -> ResultRow:
     """The row for one candidate. ``measurement`` is None when the build failed; the status then
     comes from the artifact. Speedup is only given for an ``ok`` row with a known baseline."""
     if measurement is None or artifact.status is not Status.OK:
@@ -205,6 +223,7 @@ def make_row(run_id: str, candidate: Candidate, artifact: BuildArtifact, measure
     speedup = speedup_of(median, baseline_median, goal) if status is Status.OK else None
     kernels = artifact.kernels
     device = measurement.device if measurement else None
+    tele = measurement.telemetry if measurement else None
     return ResultRow(
         run_id=run_id, phase=Phase(candidate.phase).value, target=candidate.target, study=candidate.study,
         device_type=candidate.device_type, arch=candidate.arch, toolchain=candidate.toolchain,
@@ -226,6 +245,11 @@ def make_row(run_id: str, candidate: Candidate, artifact: BuildArtifact, measure
         n_samples=len(measurement.samples) if measurement else 0,
         median=median, min=stats.minimum if stats else None, iqr=stats.iqr if stats else None,
         rel_noise=stats.rel_noise if stats else None, speedup=speedup, unit=unit, goal=goal,
+        noisy=stats.rel_noise > max_noise if stats and max_noise is not None else None,
+        energy_j=tele.energy_j if tele else None, power_w=tele.power_w if tele else None,
+        sm_clock_mhz=tele.sm_clock_mhz if tele else None, mem_clock_mhz=tele.mem_clock_mhz if tele else None,
+        temperature_c=tele.temperature_c if tele else None,
+        throttle_reasons=tele.throttle_reasons if tele else None,
         gpu_name=device.name if device else None, gpu_uuid=device.uuid if device else None,
         compute_capability=device.compute_capability if device else None,
         accelerator_type=device.accelerator_type if device else None,
@@ -306,8 +330,9 @@ class ResultWriter:
     resumed run appends; temporary files left by an interrupted flush are removed on start.
     """
 
-    def __init__(self, run_dir: Path, schema: pa.Schema, flush_interval_s: float = 2.0) -> None:
-        self.results_dir = Path(run_dir) / RESULTS_DIR
+    def __init__(self, run_dir: Path, schema: pa.Schema, flush_interval_s: float = 2.0,
+                 subdir: str = RESULTS_DIR) -> None:
+        self.results_dir = Path(run_dir) / subdir
         self.results_dir.mkdir(parents=True, exist_ok=True)
         self.schema = schema
         self.flush_interval_s = flush_interval_s
@@ -329,6 +354,12 @@ class ResultWriter:
         if self._closed:
             raise ValueError("append to a closed ResultWriter")
         self._pending.append(_record(row, self.schema))
+
+    def append_record(self, record: dict[str, Any]) -> None:
+        """Queue a plain record of this writer's schema (tables other than the results)."""
+        if self._closed:
+            raise ValueError("append to a closed ResultWriter")
+        self._pending.append(record)
 
     def maybe_flush(self) -> Path | None:
         """Flush if rows are pending and ``flush_interval_s`` has passed since the last flush."""
@@ -391,8 +422,8 @@ def _base_schema() -> pa.Schema:
     return pa.schema([*_LEADING, *_TRAILING])
 
 
-def _dataset(run_dir: Path) -> ds.Dataset | None:
-    parts = _parts(Path(run_dir) / RESULTS_DIR)
+def _dataset(run_dir: Path, subdir: str = RESULTS_DIR) -> ds.Dataset | None:
+    parts = _parts(Path(run_dir) / subdir)
     if not parts:
         return None
     schema = pa.unify_schemas([pq.read_schema(p) for p in parts])  # tolerates a resume that added targets
@@ -409,6 +440,13 @@ def read_results(run_dir: Path, schema: pa.Schema | None = None) -> pd.DataFrame
 
 
 _NULLABLE = {pa.int32(): pd.Int32Dtype(), pa.int64(): pd.Int64Dtype()}
+
+
+def read_table(run_dir: Path, subdir: str, schema: pa.Schema) -> pd.DataFrame:
+    """Another table of the run (``profiles``), read like the results."""
+    dataset = _dataset(run_dir, subdir)
+    table = schema.empty_table() if dataset is None else dataset.to_table()
+    return table.to_pandas(types_mapper=_NULLABLE.get)
 
 
 def read_keys(run_dir: Path) -> set[str]:

@@ -22,7 +22,7 @@ import ray
 from cluster.config import SearchSpec, Target
 from cluster.errors import ConfigError
 from cluster.measure import Reference
-from cluster.types import Candidate, DeviceInfo, Phase, Scalar, Status
+from cluster.types import Candidate, DeviceInfo, Phase, RunOutputs, Scalar, Status
 
 # Consecutive asks that propose nothing new before a study counts as exhausted.
 MAX_REJECTIONS = 200
@@ -217,11 +217,16 @@ def _native(value: Any) -> Scalar:
 
 
 def save_reference(run_dir: Path, key: str, reference: Reference) -> None:
+    """Keep the baseline's outputs (one folder per seed) so that a resumed sweep needs no re-run."""
     folder = run_dir / "references" / key
-    folder.mkdir(parents=True, exist_ok=True)
-    for path, content in reference.outputs:
-        (folder / Path(path).name).write_bytes(content)
-    manifest = {"outputs": [p for p, _ in reference.outputs], "stdout_values": list(reference.stdout_values)}
+    manifest = []
+    for index, run in enumerate(reference.runs):
+        (folder / str(index)).mkdir(parents=True, exist_ok=True)
+        names = []
+        for n, (path, content) in enumerate(run.files):
+            (folder / str(index) / f"{n}.out").write_bytes(content)
+            names.append(path)
+        manifest.append({"files": names, "stdout_values": list(run.stdout_values)})
     tmp = folder / "manifest.json.tmp"
     tmp.write_text(json.dumps(manifest))
     tmp.replace(folder / "manifest.json")  # written last: its presence means the folder is whole
@@ -232,6 +237,8 @@ def load_reference(run_dir: Path, key: str) -> Reference | None:
     manifest_path = folder / "manifest.json"
     if not manifest_path.is_file():
         return None
-    manifest = json.loads(manifest_path.read_text())
-    outputs = tuple((p, (folder / Path(p).name).read_bytes()) for p in manifest["outputs"])
-    return Reference(outputs, tuple(manifest["stdout_values"]))
+    runs = []
+    for index, run in enumerate(json.loads(manifest_path.read_text())):
+        files = tuple((path, (folder / str(index) / f"{n}.out").read_bytes()) for n, path in enumerate(run["files"]))
+        runs.append(RunOutputs(files, tuple(run["stdout_values"])))
+    return Reference(tuple(runs))

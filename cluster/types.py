@@ -173,6 +173,28 @@ class Stats:
 
 
 @dataclass(frozen=True)
+class Telemetry:
+    """What NVML saw while a candidate ran (GPU workers only). Clocks are read, never set."""
+
+    energy_j: float | None  # per timed sample over the timed region when the harness marks it,
+    #                         else over the whole run divided by its samples
+    power_w: float | None  # mean board power over the region
+    sm_clock_mhz: float | None  # median
+    mem_clock_mhz: float | None
+    temperature_c: float | None  # max
+    throttle_reasons: str = ""  # names of every clock event reason seen, comma-separated
+    readings: int = 0
+
+
+@dataclass(frozen=True)
+class RunOutputs:
+    """One run's output files and stdout numbers: a baseline's, kept as the reference."""
+
+    files: tuple[tuple[str, bytes], ...] = field(default=(), repr=False)
+    stdout_values: tuple[float, ...] = ()
+
+
+@dataclass(frozen=True)
 class Measurement:
     """What a measuring worker saw: samples of the target's metric, and whether it verified."""
 
@@ -186,9 +208,9 @@ class Measurement:
     error_tail: str = ""
     started_at: float = 0.0
     finished_at: float = 0.0
-    # Only the baseline returns its output files: they are what every other candidate must match.
-    outputs: tuple[tuple[str, bytes], ...] = field(default=(), repr=False)
-    stdout_values: tuple[float, ...] = field(default=(), repr=False)
+    # Only the baseline returns its outputs (one per seed): what every other candidate must match.
+    outputs: tuple[RunOutputs, ...] = field(default=(), repr=False)
+    telemetry: Telemetry | None = None
 
     @property
     def stats(self) -> Stats | None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import shutil
 import time
 from pathlib import Path
 
@@ -17,6 +18,8 @@ from cluster.build import compile_candidate
 from cluster.config import Target
 from cluster.devices import cpu_device, gpu_device
 from cluster.measure import Reference, measure_candidate
+from cluster.profile import Profile, profile_candidate
+from cluster.telemetry import Monitor, NvmlSource
 from cluster.types import BuildArtifact, Candidate, DeviceInfo, Measurement, Status
 
 
@@ -42,6 +45,7 @@ class MeasureWorker:
         gpu_ids = ray.get_gpu_ids()
         self.device: DeviceInfo = (gpu_device(int(gpu_ids[0]), worker_id) if gpu_ids
                                    else cpu_device(worker_id))
+        self.nvml = NvmlSource(int(gpu_ids[0])) if gpu_ids else None
 
     def device_info(self) -> DeviceInfo:
         return self.device
@@ -50,9 +54,19 @@ class MeasureWorker:
                 reference: Reference | None, runs: int, submitted_at: float) -> Measurement:
         queue_s = max(0.0, time.time() - submitted_at)
         artifact = BuildArtifact(candidate.key, Status.OK, binary)
+        monitor = Monitor(self.nvml) if self.nvml else None
         result = measure_candidate(target, candidate, artifact, self.device, reference, runs,
-                                   _scratch_root())
+                                   _scratch_root(), monitor)
         return dataclasses.replace(result, queue_s=queue_s)
+
+
+    def profile(self, target: Target, candidate: Candidate, binary: bytes | None, metrics: tuple[str, ...],
+                timeout: float) -> Profile:
+        if binary is None:
+            return Profile(candidate.key, Status.COMPILE_ERROR, error_tail="no binary to profile")
+        if shutil.which("ncu") is None:
+            return Profile(candidate.key, Status.CRASHED, error_tail=f"ncu not found on {self.device.hostname}")
+        return profile_candidate(target, candidate, binary, metrics, timeout, _scratch_root())
 
 
 def start_workers(need_gpu: bool, need_cpu: bool, cpu_workers: int) -> list[ray.actor.ActorHandle]:

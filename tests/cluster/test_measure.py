@@ -8,7 +8,7 @@ import pytest
 from cluster.build import compile_candidate
 from cluster.config import MetricSpec, VerifySpec, load_target
 from cluster.measure import Reference, compare, measure_candidate, parse_samples, verify_outputs
-from cluster.types import Candidate, DeviceInfo, Phase, Status
+from cluster.types import Candidate, DeviceInfo, Phase, RunOutputs, Status
 from tests.conftest import needs, write_target
 
 
@@ -37,7 +37,7 @@ def test_compare_reports_differences_nan_and_size():
 def test_text_outputs_and_stdout_numbers(tmp_path):
     (tmp_path / "res.txt").write_text("1.0 2.0\n3.0\n")
     verify = VerifySpec(outputs=["res.txt"], stdout_regex=r"checksum=([0-9.]+)", rtol=1e-3)
-    reference = Reference((("res.txt", b"1.0 2.0 3.0001"),), (42.0,))
+    reference = RunOutputs((("res.txt", b"1.0 2.0 3.0001"),), (42.0,))
     assert verify_outputs(tmp_path, "checksum=42.0", verify, reference) is None
     assert "stdout" in verify_outputs(tmp_path, "checksum=41.0", verify, reference)
     (tmp_path / "res.txt").write_text("1.0 2.0\n3.5\n")
@@ -60,9 +60,48 @@ def test_user_test_command_runs_in_the_candidate_directory(tmp_path, test_cmd, s
     assert baseline.status is status
     if status is Status.OK:
         assert baseline.samples == (1.5, 2.5, 3.5, 1.5, 2.5, 3.5)
-        assert dict(baseline.outputs)["out.bin"] == np.array([1, 2, 3, 1000], np.float32).tobytes()
+        assert len(baseline.outputs) == 1  # no {seed} in the run: one reference serves every run
+        assert dict(baseline.outputs[0].files)["out.bin"] == np.array([1, 2, 3, 1000], np.float32).tobytes()
         # A candidate with another N writes another last value: it fails against the baseline.
         other = Candidate(**{**candidate.__dict__, "params": (("N", 2000),), "phase": Phase.SEARCH})
         result = measure_candidate(target, other, compile_candidate(target, other), device,
                                    Reference(baseline.outputs), runs=1)
         assert result.status is Status.VERIFY_FAILED and "index 3" in result.error_tail
+
+
+SEEDED_C = r"""
+#include <stdio.h>
+#include <stdlib.h>
+int main(int argc, char **argv) {
+    int seed = atoi(argv[1]);
+#ifdef CACHED
+    seed = 0;  /* a cheat: replays the outputs of its first run */
+#endif
+    float v[2] = {(float)seed, 2.0f * seed};
+    FILE *f = fopen("out.bin", "wb");
+    fwrite(v, sizeof v, 1, f);
+    fclose(f);
+    printf("@warpfleet time_ms=1\n");
+    return 0;
+}
+"""
+
+
+@needs("cc")
+def test_each_run_gets_its_own_seed_so_cached_outputs_fail(tmp_path):
+    path = write_target(tmp_path, run=["{binary}", "{seed}"], params={"CACHED": [0, 1]})
+    (tmp_path / "tiny.c").write_text(SEEDED_C.replace("#ifdef CACHED", "#if CACHED"))
+    target = load_target(path)
+    device = DeviceInfo("cpu", "test cpu", "host")
+
+    def candidate(cached: int) -> Candidate:
+        return Candidate("tiny", "cc", "cpu", "host", target.bundle.hash, (), (("CACHED", cached),))
+
+    honest, cheat = candidate(0), candidate(1)
+    baseline = measure_candidate(target, honest, compile_candidate(target, honest), device, None, runs=3)
+    assert baseline.status is Status.OK and len(baseline.outputs) == 3
+    reference = Reference(baseline.outputs)
+    assert measure_candidate(target, honest, compile_candidate(target, honest), device, reference, 4).status \
+        is Status.OK
+    result = measure_candidate(target, cheat, compile_candidate(target, cheat), device, reference, 3)
+    assert result.status is Status.VERIFY_FAILED and "out.bin" in result.error_tail

@@ -120,6 +120,25 @@ def _show(path: Path) -> None:
                       f"{b.baseline_median:.4g} {b.unit}", f"{b.median:.4g} ± {b.iqr:.2g} {b.unit}",
                       f"{b.speedup:.2f}x", config)
     console.print(table)
+    _show_pareto(console, rows)
+
+
+def _show_pareto(console: Console, rows: Any) -> None:
+    """The time/energy Pareto front of each study that measured energy (GPU workers)."""
+    from cluster.select import pareto_front
+
+    for (target, device), group in rows.groupby(["target", "device_type"], sort=True):
+        front = pareto_front(group)
+        if front.empty:
+            continue
+        table = Table(title=f"time/energy Pareto front: {target} on {device}")
+        for column in ("time", "energy per sample", "power", "configuration"):
+            table.add_column(column, overflow="fold")
+        for _, row in front.iterrows():
+            config = " ".join(filter(None, [row["flags"], row["defines"]])) or "(baseline)"
+            power = f"{row['power_w']:.0f} W" if row["power_w"] == row["power_w"] else "-"
+            table.add_row(f"{row['median']:.4g} {row['unit']}", f"{row['energy_j'] * 1000:.4g} mJ", power, config)
+        console.print(table)
 
 
 @main.command()

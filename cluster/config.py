@@ -156,6 +156,9 @@ class Target:
 
 class SearchSpec(_Model):
     sampler: Literal["tpe", "random", "grid"] = "tpe"
+    # time: the target's metric; energy: NVML joules per sample; edp: their product;
+    # time_energy: both, a Pareto front found with NSGA-II. Energy needs GPU workers (NVML).
+    objective: Literal["time", "energy", "edp", "time_energy"] = "time"
     seed: int = 0
     trials: int | None = Field(40, gt=0, le=10_000_000)  # evaluated candidates per study
     time_budget_s: float | None = Field(None, gt=0)
@@ -301,6 +304,13 @@ def load_run(path: str | Path) -> RunPlan:
         if not target_path.is_file():
             raise ConfigError(path, f"targets[{i}]", f"file not found: {target_path}")
         targets.append(load_target(target_path))
+    from cluster.toolchains import get_toolchain
+
+    objective = config.search.objective
+    for target in targets:
+        if objective != "time" and get_toolchain(target.spec.toolchain).device_kind != "gpu":
+            raise ConfigError(path, "search.objective",
+                              f"{objective} needs GPU workers (NVML energy); target {target.name} runs on a CPU")
     seen: dict[str, int] = {}
     for i, target in enumerate(targets):
         if target.name in seen:

@@ -116,13 +116,15 @@ class Sweep:
             for device_type, indices in matching:
                 device = devices[indices[0]]
                 name = f"{target.name}@{device_type}"
-                direction = "minimize" if target.spec.metric.goal == "minimize" else "maximize"
-                study = optuna.create_study(study_name=name, storage=storage, direction=direction,
+                objective = self.config.search.objective
+                directions = {"time": [target.spec.metric.goal], "energy": ["minimize"], "edp": ["minimize"],
+                              "time_energy": [target.spec.metric.goal, "minimize"]}[objective]
+                study = optuna.create_study(study_name=name, storage=storage, directions=directions,
                                             sampler=make_sampler(self.config.search), load_if_exists=True)
                 if self.config.search.sampler == "grid":
                     enqueue_grid(study, target, self.config.search.seed)
-                studies.append(StudyState(target, target_ref, device, indices, study,
-                                          toolchain.arch_for(device), space_size=target.space_size()))
+                studies.append(StudyState(target, target_ref, device, indices, study, toolchain.arch_for(device),
+                                          objective, space_size=target.space_size()))
         for reason in self.skipped:
             self.log(f"skipped {reason}")
         return studies, workers
@@ -261,13 +263,14 @@ class Sweep:
                 self._baseline_done(study, done)
             row = make_row(self.run_dir.run_id, candidate, done.artifact, measurement,
                            study.baseline_median, study.goal, unit=study.target.spec.metric.unit,
-                           max_noise=self.config.measure.max_noise)
+                           max_noise=self.config.measure.max_noise, objective=study.objective)
             self.writer.append(row)
             self.written += 1
             stats = measurement.stats if measurement else None
             status = measurement.status if measurement else done.artifact.status
             ok = status is Status.OK and stats is not None
-            study.record(candidate, Evaluated(status, stats.median if ok and stats else None))
+            energy = measurement.telemetry.energy_j if measurement and measurement.telemetry else None
+            study.record(candidate, Evaluated(status, stats.median if ok and stats else None, energy))
             if ok and measurement is not None and done.artifact.binary_hash and candidate.phase is Phase.SEARCH:
                 study.binaries.setdefault(done.artifact.binary_hash, measurement)
             self.progress.update(study)

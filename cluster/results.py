@@ -55,6 +55,7 @@ speedup                float64, null         over the baseline's median, >1 is b
                                              goal; null unless status is ok
 unit                   string                the metric's unit (ms, GFLOP/s, ...)
 goal                   string                minimize or maximize: which way is better
+objective              string                what the search optimized: time, energy, edp, time_energy
 noisy                  bool, null            rel_noise above measure.max_noise (the bound never met)
 energy_j               float64, null         NVML energy per timed sample (over the harness's timed
                                              region when marked, else the whole run / samples)
@@ -124,7 +125,8 @@ _TRAILING: tuple[tuple[str, pa.DataType], ...] = (
     ("shared_bytes", pa.int64()), ("stack_bytes", pa.int64()), ("kernels_json", pa.string()),
     ("samples", _SAMPLES), ("n_samples", pa.int64()), ("median", pa.float64()),
     ("min", pa.float64()), ("iqr", pa.float64()), ("rel_noise", pa.float64()),
-    ("speedup", pa.float64()), ("unit", pa.string()), ("goal", pa.string()), ("noisy", pa.bool_()),
+    ("speedup", pa.float64()), ("unit", pa.string()), ("goal", pa.string()), ("objective", pa.string()),
+    ("noisy", pa.bool_()),
     ("energy_j", pa.float64()), ("power_w", pa.float64()), ("sm_clock_mhz", pa.float64()),
     ("mem_clock_mhz", pa.float64()), ("temperature_c", pa.float64()), ("throttle_reasons", pa.string()),
     ("gpu_name", pa.string()),
@@ -176,6 +178,7 @@ class ResultRow:
     speedup: float | None
     unit: str
     goal: str
+    objective: str
     noisy: bool | None
     energy_j: float | None
     power_w: float | None
@@ -211,7 +214,8 @@ def _timestamp(epoch_s: float) -> datetime | None:
 
 
 def make_row(run_id: str, candidate: Candidate, artifact: BuildArtifact, measurement: Measurement | None,
-             baseline_median: float | None, goal: str, *, unit: str = "", max_noise: float | None = None) -> ResultRow:
+             baseline_median: float | None, goal: str, *, unit: str = "", max_noise: float | None = None,
+             objective: str = "time") -> ResultRow:
     """The row for one candidate. ``measurement`` is None when the build failed; the status then
     comes from the artifact. Speedup is only given for an ``ok`` row with a known baseline."""
     if measurement is None or artifact.status is not Status.OK:
@@ -244,7 +248,7 @@ def make_row(run_id: str, candidate: Candidate, artifact: BuildArtifact, measure
         samples=tuple(measurement.samples) if measurement else None,
         n_samples=len(measurement.samples) if measurement else 0,
         median=median, min=stats.minimum if stats else None, iqr=stats.iqr if stats else None,
-        rel_noise=stats.rel_noise if stats else None, speedup=speedup, unit=unit, goal=goal,
+        rel_noise=stats.rel_noise if stats else None, speedup=speedup, unit=unit, goal=goal, objective=objective,
         noisy=stats.rel_noise > max_noise if stats and max_noise is not None else None,
         energy_j=tele.energy_j if tele else None, power_w=tele.power_w if tele else None,
         sm_clock_mhz=tele.sm_clock_mhz if tele else None, mem_clock_mhz=tele.mem_clock_mhz if tele else None,

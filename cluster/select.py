@@ -54,14 +54,22 @@ def select_study(rows: pd.DataFrame) -> BestConfig | None:
         return sum(flags[k] != base_flags.get(k) for k in flags) + \
             sum(params[k] != base_params.get(k) for k in params)
 
-    fastest_key = min(pool, key=lambda k: sign * pool[k][0].median)
-    fastest = pool[fastest_key][0]
-    tied = [k for k, (s, _) in pool.items()
-            if abs(s.median - fastest.median) <= max(fastest.iqr, s.iqr)]
-    winner_key = min(tied, key=lambda k: (complexity(pool[k][1]), sign * pool[k][0].median))
+    objective = str(rows["objective"].iloc[0]) if "objective" in rows else "time"
+    energy = _energy(final if len(final) else ok, objective)
+    if objective in ("energy", "edp") and energy:
+        pool = {k: v for k, v in pool.items() if k in energy}
+    if objective in ("energy", "edp") and pool:
+        winner_key = min(pool, key=lambda k: energy[k])
+        reason = f"lowest {'energy per sample' if objective == 'energy' else 'energy-delay product'}"
+    else:
+        fastest_key = min(pool, key=lambda k: sign * pool[k][0].median)
+        fastest = pool[fastest_key][0]
+        tied = [k for k, (s, _) in pool.items()
+                if abs(s.median - fastest.median) <= max(fastest.iqr, s.iqr)]
+        winner_key = min(tied, key=lambda k: (complexity(pool[k][1]), sign * pool[k][0].median))
+        reason = "fastest" if winner_key == fastest_key else \
+            f"simplest within noise of the fastest ({fastest_key}: {fastest.median:.4g})"
     stats, row = pool[winner_key]
-    reason = "fastest" if winner_key == fastest_key else \
-        f"simplest within noise of the fastest ({fastest_key}: {fastest.median:.4g})"
     baseline_key = baseline["candidate_key"] if baseline is not None else None
     base_median = pool[baseline_key][0].median if baseline_key in pool else \
         (float(baseline["median"]) if baseline is not None and not pd.isna(baseline["median"]) else np.nan)
@@ -74,6 +82,32 @@ def select_study(rows: pd.DataFrame) -> BestConfig | None:
         median=stats.median, baseline_median=float(base_median), speedup=float(speedup),
         unit=str(row["unit"]), iqr=stats.iqr, reason=reason,
     )
+
+
+def _energy(rows: pd.DataFrame, objective: str) -> dict[str, float]:
+    """Mean energy per sample (or energy x median time) per candidate key, where measured."""
+    if "energy_j" not in rows:
+        return {}
+    measured = rows[rows["energy_j"].notna()]
+    out = {}
+    for key, group in measured.groupby("candidate_key"):
+        value = float(group["energy_j"].mean())
+        out[str(key)] = value * float(group["median"].mean()) if objective == "edp" else value
+    return out
+
+
+def pareto_front(rows: pd.DataFrame) -> pd.DataFrame:
+    """The correct candidates of one study not beaten on both time and energy, fastest first."""
+    if "energy_j" not in rows:
+        return rows.iloc[0:0]
+    ok = rows[(rows["status"] == Status.OK.value) & rows["energy_j"].notna() & (rows["phase"] != Phase.FINAL.value)]
+    ok = ok.drop_duplicates("candidate_key").sort_values(["median", "energy_j"])
+    front, best_energy = [], float("inf")
+    for index, row in ok.iterrows():
+        if row["energy_j"] < best_energy:
+            front.append(index)
+            best_energy = row["energy_j"]
+    return ok.loc[front]
 
 
 def select_best(rows: pd.DataFrame) -> list[BestConfig]:

@@ -32,6 +32,8 @@ GRID_LIMIT = 100_000
 
 
 def make_sampler(search: SearchSpec) -> optuna.samplers.BaseSampler:
+    if search.objective == "time_energy" and search.sampler != "grid":
+        return optuna.samplers.NSGAIISampler(seed=search.seed)  # two objectives: a Pareto front
     if search.sampler == "tpe":
         return optuna.samplers.TPESampler(seed=search.seed, constant_liar=True, multivariate=True)
     # Grid: the points are enqueued up front (see enqueue_grid); Optuna's GridSampler calls
@@ -70,6 +72,18 @@ def open_storage(search: SearchSpec, run_dir: Path) -> optuna.storages.BaseStora
 class Evaluated:
     status: Status
     median: float | None
+    energy_j: float | None = None
+
+    def values(self, objective: str) -> list[float] | None:
+        """What Optuna is told for this objective; None when it cannot be said (a failed trial)."""
+        if self.status is not Status.OK or self.median is None:
+            return None
+        if objective == "time":
+            return [self.median]
+        if self.energy_j is None:
+            return None
+        return {"energy": [self.energy_j], "edp": [self.energy_j * self.median],
+                "time_energy": [self.median, self.energy_j]}[objective]
 
 
 @dataclass
@@ -80,6 +94,7 @@ class StudyState:
     workers: list[int]
     study: optuna.Study
     arch: str
+    objective: str = "time"
     reference: ray.ObjectRef | None = None
     baseline_median: float | None = None
     disabled: str = ""  # why the study stopped (its baseline failed)
@@ -150,8 +165,9 @@ class StudyState:
         return trial, candidate
 
     def tell(self, trial_number: int, result: Evaluated) -> None:
-        if result.status is Status.OK and result.median is not None:
-            self.study.tell(trial_number, result.median)
+        values = result.values(self.objective)
+        if values is not None:
+            self.study.tell(trial_number, values)
         else:
             self.study.tell(trial_number, state=optuna.trial.TrialState.FAIL)
 
@@ -172,9 +188,9 @@ class StudyState:
             self.tell(number, result)
 
     def top(self, k: int) -> list[Candidate]:
-        ok = [(r.median, key) for key, r in self.results.items()
-              if r.status is Status.OK and r.median is not None]
-        ok.sort(reverse=self.goal == "maximize")
+        """The ``k`` best by the objective's first value (time for time_energy)."""
+        ok = [(values[0], key) for key, r in self.results.items() if (values := r.values(self.objective))]
+        ok.sort(reverse=self.goal == "maximize" and self.objective == "time")
         return [self.candidates[key] for _, key in ok[:k]]
 
     def restore(self, rows: pd.DataFrame) -> None:
@@ -188,7 +204,9 @@ class StudyState:
             if candidate.key != row_dict["candidate_key"]:
                 continue  # written from other sources or flags than the current target's
             median = row_dict.get("median")
-            result = Evaluated(Status(row_dict["status"]), None if pd.isna(median) else float(median))
+            energy = row_dict.get("energy_j")
+            result = Evaluated(Status(row_dict["status"]), None if pd.isna(median) else float(median),
+                               None if energy is None or pd.isna(energy) else float(energy))
             if phase is Phase.BASELINE:
                 self.baseline_median = result.median
             self.record(candidate, result)

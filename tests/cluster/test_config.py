@@ -143,3 +143,11 @@ def test_every_shipped_config_loads():
         plan = load_run(config)
         assert plan.targets
         assert yaml.safe_load(config.read_text())["targets"]
+
+
+def test_energy_objective_needs_a_gpu_target(tmp_path):
+    write_target(tmp_path / "t")
+    path = write_config(tmp_path, ["t/target.yaml"], search={"objective": "energy"})
+    with pytest.raises(ConfigError) as info:
+        load_run(path)
+    assert info.value.field == "search.objective" and "needs GPU workers" in info.value.message

@@ -58,3 +58,24 @@ def test_maximize_goal_and_no_correct_candidate():
     assert select_best(rows)[0].candidate_key == "b"
     failed = pd.DataFrame([_row("a", "search", [], *BASE, status="crashed")])
     assert select_best(failed) == []
+
+
+def test_energy_objective_and_pareto_front():
+    from cluster.select import pareto_front
+
+    rows = pd.DataFrame([
+        _row("base", "baseline", [2.0] * 5, *BASE),
+        _row("fast", "search", [1.0] * 5, {"fast_math": "x"}, {"BLOCK": 64}),
+        _row("frugal", "search", [1.5] * 5, {"fast_math": ""}, {"BLOCK": 32}),
+        _row("dominated", "search", [1.8] * 5, {"fast_math": ""}, {"BLOCK": 256}),
+    ])
+    rows["energy_j"] = [0.30, 0.20, 0.10, 0.25]
+    front = pareto_front(rows)
+    assert list(front["candidate_key"]) == ["fast", "frugal"]
+    rows["objective"] = "energy"
+    [best] = select_best(rows)
+    assert best.candidate_key == "frugal" and best.reason == "lowest energy per sample"
+    rows["objective"] = "edp"
+    assert select_best(rows)[0].candidate_key == "frugal"  # 0.15 vs 0.20
+    rows["objective"] = "time_energy"
+    assert select_best(rows)[0].candidate_key == "fast"

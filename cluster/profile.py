@@ -39,6 +39,8 @@ DEFAULT_METRICS = (
     "sm__maximum_warps_per_active_cycle_pct",
     "launch__registers_per_thread",
     "launch__block_size",
+    "launch__shared_mem_per_block_static",
+    "launch__shared_mem_per_block_dynamic",
     "l1tex__t_bytes_pipe_lsu_mem_local_op_ld.sum",
     "l1tex__t_bytes_pipe_lsu_mem_local_op_st.sum",
     "dram__throughput.avg.pct_of_peak_sustained_elapsed",
@@ -76,7 +78,8 @@ class Profile:
 
 
 def ncu_command(run_argv: list[str], metrics: tuple[str, ...] | list[str]) -> list[str]:
-    return ["ncu", "--csv", "--clock-control", "none", "--target-processes", "all",
+    # --print-units base: bytes and nanoseconds, not "Kbyte" and "usecond" chosen per value.
+    return ["ncu", "--csv", "--clock-control", "none", "--print-units", "base", "--target-processes", "all",
             "--metrics", ",".join(metrics), *run_argv]
 
 

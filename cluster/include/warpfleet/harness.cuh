@@ -66,7 +66,7 @@ inline const L2Flush& l2_flush_buffer() {
   WF_CHECK(cudaMalloc(&f.sink, sizeof(int)));
   WF_CHECK(cudaMemset(f.data, 0, f.n * sizeof(int4)));
   WF_CHECK(cudaDeviceSynchronize());
-  f.blocks = 4 * sms;  // enough loads in flight to read at full bandwidth
+  f.blocks = 8 * sms;  // 8 x 256 threads fill an SM: enough loads in flight for full bandwidth
   return f;
 }
 

@@ -34,8 +34,8 @@ struct Result { std::vector<double> samples_ms; double median_ms; double noise; 
 
 namespace detail {
 
-[[noreturn]] inline void die(const char* what, const char* detail) {
-  std::fprintf(stderr, "wf: %s: %s\n", what, detail);
+[[noreturn]] inline void die(const char* what, const char* why) {
+  std::fprintf(stderr, "wf: %s: %s\n", what, why);
   std::exit(2);
 }
 
@@ -123,6 +123,8 @@ inline Options parse_options(int argc, char** argv, std::vector<std::string>* re
   return opt;
 }
 
+namespace detail {
+
 // splitmix64 (Steele, Lea, Flood 2014): one 64-bit step of the generator whose state is `*state`.
 inline uint64_t splitmix64(uint64_t* state) {
   uint64_t z = (*state += 0x9E3779B97F4A7C15ull);
@@ -130,8 +132,6 @@ inline uint64_t splitmix64(uint64_t* state) {
   z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
   return z ^ (z >> 31);
 }
-
-namespace detail {
 
 // Element i is lo + (hi - lo) * u_i, u_i the top 24 (float) or 53 (double) bits of the i-th
 // splitmix64 output from state `seed`, scaled to [0, 1). std::fma rounds once on every machine,

@@ -58,5 +58,19 @@ def test_cuda_sweep_on_the_gpu(tmp_path, ray_local):
     assert ok["arch"].str.startswith("sm_").all() and ok["accelerator_type"].ne("").all()
     assert (ok["registers"] > 0).all() and ok["kernels_json"].str.contains("saxpy").all()
     assert (ok["n_samples"] >= 10).all()
+    assert ok["energy_j"].gt(0).all() and ok["power_w"].gt(0).all() and ok["sm_clock_mhz"].gt(0).all()
     best = select_best(rows)
     assert len(best) == 1 and best[0].arch.startswith("sm_") and best[0].speedup > 0
+
+
+def test_nvml_monitor_reads_energy_and_clocks():
+    import time
+
+    from cluster.telemetry import Monitor, NvmlSource
+
+    with Monitor(NvmlSource(0), interval_s=0.01) as monitor:
+        time.sleep(0.3)
+    telemetry = monitor.summary([], samples=1)
+    assert telemetry.readings >= 10
+    assert telemetry.energy_j is not None and telemetry.energy_j > 0  # an idle H100 still draws ~70 W
+    assert telemetry.power_w and telemetry.power_w > 10 and telemetry.sm_clock_mhz and telemetry.sm_clock_mhz > 0

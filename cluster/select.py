@@ -1,9 +1,11 @@
 """Selection: the best configuration per (target, device type), from the rows alone.
 
 The winner is chosen by median over the final re-measurements (the search rows when there are
-none). A faster candidate must beat a simpler one by more than the measured noise (the larger
-of the two interquartile ranges); within the noise, the configuration that changes fewer flags
-and params from the baseline wins. The baseline itself takes part, so a sweep that found
+none). A faster candidate must beat a simpler one by more than the measured noise: the larger
+of the two interquartile ranges, and at least ``MIN_DIFFERENCE`` of the median, because the
+spread between separate runs of one program (measured on an H100: up to 0.9%) is larger than
+the spread of the samples inside one run. Within the noise, the configuration that changes fewer
+flags and params from the baseline wins. The baseline itself takes part, so a sweep that found
 nothing real selects the baseline.
 """
 
@@ -15,6 +17,8 @@ import numpy as np
 import pandas as pd
 
 from cluster.types import BestConfig, Phase, Stats, Status
+
+MIN_DIFFERENCE = 0.01  # relative: differences below 1% of the median are not trusted
 
 
 def _settings(row: pd.Series, prefix: str) -> dict[str, Any]:
@@ -35,7 +39,7 @@ def _pooled(rows: pd.DataFrame) -> dict[str, tuple[Stats, pd.Series]]:
     return pooled
 
 
-def select_study(rows: pd.DataFrame) -> BestConfig | None:
+def select_study(rows: pd.DataFrame, min_difference: float = MIN_DIFFERENCE) -> BestConfig | None:
     """The winner of one study's rows, or None when nothing ran correctly."""
     goal = str(rows["goal"].iloc[0])
     sign = 1.0 if goal == "minimize" else -1.0
@@ -65,7 +69,7 @@ def select_study(rows: pd.DataFrame) -> BestConfig | None:
         fastest_key = min(pool, key=lambda k: sign * pool[k][0].median)
         fastest = pool[fastest_key][0]
         tied = [k for k, (s, _) in pool.items()
-                if abs(s.median - fastest.median) <= max(fastest.iqr, s.iqr)]
+                if abs(s.median - fastest.median) <= max(fastest.iqr, s.iqr, min_difference * fastest.median)]
         winner_key = min(tied, key=lambda k: (complexity(pool[k][1]), sign * pool[k][0].median))
         reason = "fastest" if winner_key == fastest_key else \
             f"simplest within noise of the fastest ({fastest_key}: {fastest.median:.4g})"

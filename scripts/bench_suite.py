@@ -58,15 +58,17 @@ def noise(target_file: Path, repeats: int, device) -> dict:
     return out
 
 
-def sweeps(config: Path, count: int, trials: int, out: Path, profile_first: bool) -> dict:
+def sweeps(config: Path, count: int, trials: int, out: Path, profile_first: bool, final: tuple[int, int]) -> dict:
     base = load_run(config)
     search = base.config.search.model_copy(update={"trials": trials})
+    measure = base.config.measure.model_copy(update={"final_top_k": final[0], "final_runs": final[1]})
     winners: dict[str, list[str]] = {}
     runs = []
     for i in range(count):
         profile = base.config.profile.model_copy(update={"candidates": "best" if profile_first and i == 0 else "none"})
         plan = RunPlan(base.config.model_copy(update={"search": search, "output_dir": str(out / "runs"),
-                                                      "profile": profile}), base.file, base.targets)
+                                                      "profile": profile, "measure": measure}),
+                       base.file, base.targets)
         run_dir = RunDir.create(plan)
         summary = Sweep(plan, run_dir, log=print).run(show_progress=False)
         rows = read_results(run_dir.path)
@@ -87,7 +89,8 @@ def sweeps(config: Path, count: int, trials: int, out: Path, profile_first: bool
             "best": {b.target: {"speedup": b.speedup, "median": b.median, "flags": b.flag_argv,
                                 "params": b.params, "reason": b.reason} for b in best},
         })
-        print(f"sweep {i}: {runs[-1]['search_candidates']} candidates in {summary.wall_s:.0f} s")
+        print(f"sweep {i}: {runs[-1]['search_candidates']} candidates in {summary.wall_s:.0f} s", flush=True)
+        (out / f"sweep_{i}.json").write_text(json.dumps({"run": runs[-1], "winners": winners}, default=str))
     stable = {t: len(set(keys)) == 1 and len(keys) == count for t, keys in winners.items()}
     return {"runs": runs, "winners": winners, "same_winner": stable}
 
@@ -122,6 +125,8 @@ def main() -> None:
     parser.add_argument("--trials", type=int, default=12)
     parser.add_argument("--config", default=str(REPO / "configs" / "suite.yaml"))
     parser.add_argument("--skip-noise", action="store_true")
+    parser.add_argument("--final-top-k", type=int, default=3)
+    parser.add_argument("--final-runs", type=int, default=3)
     parser.add_argument("--no-profile", action="store_true", help="no ncu stage (default: in the first sweep)")
     args = parser.parse_args()
     out = Path(args.out)
@@ -138,7 +143,8 @@ def main() -> None:
                     print(json.dumps({k: v for k, v in result.items() if k != "medians_ms"}))
                     report["noise"].append(result)
     if args.sweeps:
-        report["sweeps"] = sweeps(Path(args.config), args.sweeps, args.trials, out, not args.no_profile)
+        report["sweeps"] = sweeps(Path(args.config), args.sweeps, args.trials, out, not args.no_profile,
+                                  (args.final_top_k, args.final_runs))
         report["occupancy"] = occupancy_check([r["run_dir"] for r in report["sweeps"]["runs"]],
                                               device.compute_capability)
     (out / "bench_suite.json").write_text(json.dumps(report, indent=2, default=str))

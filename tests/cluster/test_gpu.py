@@ -74,3 +74,36 @@ def test_nvml_monitor_reads_energy_and_clocks():
     assert telemetry.readings >= 10
     assert telemetry.energy_j is not None and telemetry.energy_j > 0  # an idle H100 still draws ~70 W
     assert telemetry.power_w and telemetry.power_w > 10 and telemetry.sm_clock_mhz and telemetry.sm_clock_mhz > 0
+
+
+def test_ncu_profile_sees_bank_conflicts_and_agrees_with_the_occupancy_calculator(tmp_path):
+    """The transpose baseline (32x32 tile, no padding) conflicts on every column read; its
+    hand-padded variant does not. ncu's theoretical occupancy equals the calculator's."""
+    import shutil as sh
+
+    from cluster.build import compile_candidate
+    from cluster.config import load_target
+    from cluster.devices import gpu_device
+    from cluster.occupancy import limits_for, occupancy
+    from cluster.profile import DEFAULT_METRICS, profile_candidate
+    from cluster.types import Candidate, Phase, Status
+
+    if sh.which("ncu") is None:
+        pytest.skip("ncu not on PATH")
+    device = gpu_device(0)
+    conflicts = {}
+    for name in ("target.yaml", "target_opt.yaml"):
+        target = load_target(REPO / "configs" / "targets" / "transpose" / name)
+        candidate = Candidate(target.name, "nvcc", device.device_type, device.arch, target.bundle.hash, (),
+                              tuple(target.baseline_params.items()), Phase.BASELINE)
+        artifact = compile_candidate(target, candidate)
+        assert artifact.status is Status.OK, artifact.error_tail
+        profile = profile_candidate(target, candidate, artifact.binary, DEFAULT_METRICS, timeout=300)
+        assert profile.status is Status.OK, profile.error_tail
+        assert all("wf_l2_flush" not in v.kernel for v in profile.values)
+        conflicts[name] = sum(profile.metric("l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_ld.sum"))
+        [kernel] = artifact.kernels
+        block = int(profile.metric("launch__block_size")[0])
+        ours = occupancy(limits_for(device.compute_capability), block, kernel.registers, kernel.shared_bytes)
+        assert ours.percent == pytest.approx(profile.metric("sm__maximum_warps_per_active_cycle_pct")[0], abs=0.5)
+    assert conflicts["target.yaml"] > 1e6 and conflicts["target_opt.yaml"] < conflicts["target.yaml"] / 100

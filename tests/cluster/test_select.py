@@ -79,3 +79,18 @@ def test_energy_objective_and_pareto_front():
     assert select_best(rows)[0].candidate_key == "frugal"  # 0.15 vs 0.20
     rows["objective"] = "time_energy"
     assert select_best(rows)[0].candidate_key == "fast"
+
+
+def test_differences_under_one_percent_are_not_trusted():
+    """Seen on an H100: a flag set 0.6% faster than the baseline on a kernel those flags cannot
+    change; the IQRs inside each run were 0.2%. The baseline must win."""
+    rows = pd.DataFrame([
+        _row("base", "final", [0.6968, 0.6970, 0.6966, 0.6969, 0.6967], *BASE),
+        _row("flags", "final", [0.6927, 0.6929, 0.6925, 0.6928, 0.6926], {"fast_math": "x"}, {"BLOCK": 128}),
+    ])
+    rows.loc[0, "phase"] = "final"
+    rows = pd.concat([rows, pd.DataFrame([_row("base", "baseline", [0.6968], *BASE)])], ignore_index=True)
+    assert select_best(rows)[0].candidate_key == "base"
+    from cluster.select import select_study
+
+    assert select_study(rows, min_difference=0.0).candidate_key == "flags"

@@ -5,6 +5,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections import defaultdict
 from collections.abc import Callable
@@ -26,9 +27,8 @@ from cluster.select import select_best
 from cluster.studies import (
     Evaluated,
     StudyState,
-    enqueue_grid,
+    create_study,
     load_reference,
-    make_sampler,
     open_storage,
     save_reference,
 )
@@ -115,16 +115,9 @@ class Sweep:
                 continue
             for device_type, indices in matching:
                 device = devices[indices[0]]
-                name = f"{target.name}@{device_type}"
-                objective = self.config.search.objective
-                directions = {"time": [target.spec.metric.goal], "energy": ["minimize"], "edp": ["minimize"],
-                              "time_energy": [target.spec.metric.goal, "minimize"]}[objective]
-                study = optuna.create_study(study_name=name, storage=storage, directions=directions,
-                                            sampler=make_sampler(self.config.search), load_if_exists=True)
-                if self.config.search.sampler == "grid":
-                    enqueue_grid(study, target, self.config.search.seed)
+                study = create_study(self.config.search, target, f"{target.name}@{device_type}", storage)
                 studies.append(StudyState(target, target_ref, device, indices, study, toolchain.arch_for(device),
-                                          objective, space_size=target.space_size()))
+                                          self.config.search.objective, space_size=target.space_size()))
         for reason in self.skipped:
             self.log(f"skipped {reason}")
         return studies, workers
@@ -136,9 +129,10 @@ class Sweep:
             previous = by_name[job.candidate.study].binaries.get(artifact.binary_hash)
             if previous is None:
                 return None
-            return Measurement(job.candidate.key, previous.status, previous.device, previous.samples,
-                               error_tail=f"same binary as {previous.candidate_key}; measured once",
-                               started_at=time.time(), finished_at=time.time())
+            now = time.time()
+            return dataclasses.replace(previous, candidate_key=job.candidate.key, run_s=0.0, verify_s=0.0,
+                                       queue_s=0.0, started_at=now, finished_at=now,
+                                       error_tail=f"same binary as {previous.candidate_key}; measured once")
 
         return reuse
 

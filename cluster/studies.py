@@ -61,6 +61,19 @@ def enqueue_grid(study: optuna.Study, target: Target, seed: int) -> None:
         study.enqueue_trial(point, skip_if_exists=False)
 
 
+def create_study(search: SearchSpec, target: Target, name: str,
+                 storage: optuna.storages.BaseStorage | str) -> optuna.Study:
+    """The study of one (target, device type), created or loaded from the run's storage."""
+    goal = target.spec.metric.goal
+    directions = {"time": [goal], "energy": ["minimize"], "edp": ["minimize"],
+                  "time_energy": [goal, "minimize"]}[search.objective]
+    study = optuna.create_study(study_name=name, storage=storage, directions=directions,
+                                sampler=make_sampler(search), load_if_exists=True)
+    if search.sampler == "grid":
+        enqueue_grid(study, target, search.seed)
+    return study
+
+
 def open_storage(search: SearchSpec, run_dir: Path) -> optuna.storages.BaseStorage | str:
     if search.storage:
         return search.storage

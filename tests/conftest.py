@@ -62,3 +62,16 @@ def ray_local() -> Iterator[None]:
 
 def needs(tool: str) -> pytest.MarkDecorator:
     return pytest.mark.skipif(shutil.which(tool) is None, reason=f"{tool} not on PATH")
+
+
+def gpu_present() -> bool:
+    """An NVIDIA GPU answers NVML and nvcc is on PATH: the GPU tests can run."""
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+        count = pynvml.nvmlDeviceGetCount()
+        pynvml.nvmlShutdown()
+        return count > 0 and shutil.which("nvcc") is not None
+    except Exception:
+        return False

@@ -5,8 +5,6 @@ Marked ``gpu``: skipped where no NVIDIA GPU answers NVML (CI); run on the GPU ma
 
 from __future__ import annotations
 
-import shutil
-
 import pytest
 
 from cluster.config import load_run
@@ -14,22 +12,9 @@ from cluster.driver import Sweep
 from cluster.results import read_results
 from cluster.rundir import RunDir
 from cluster.select import select_best
-from tests.conftest import REPO
+from tests.conftest import REPO, gpu_present
 
-
-def _gpu_present() -> bool:
-    try:
-        import pynvml
-
-        pynvml.nvmlInit()
-        count = pynvml.nvmlDeviceGetCount()
-        pynvml.nvmlShutdown()
-        return count > 0 and shutil.which("nvcc") is not None
-    except Exception:
-        return False
-
-
-pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not _gpu_present(), reason="no NVIDIA GPU and nvcc")]
+pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not gpu_present(), reason="no NVIDIA GPU and nvcc")]
 
 
 def test_gpu_device_is_described_by_nvml():

@@ -18,7 +18,7 @@ import pytest
 from cluster.config import MetricSpec
 from cluster.measure import harness_region, parse_samples
 from cluster.types import Stats
-from tests.conftest import REPO, needs
+from tests.conftest import REPO, gpu_present, needs
 
 INCLUDE = REPO / "cluster" / "include"
 EXAMPLE = INCLUDE / "warpfleet" / "example.cu"
@@ -105,18 +105,6 @@ int main(int argc, char** argv) {
   return 0;
 }
 """
-
-
-def _gpu_present() -> bool:
-    try:
-        import pynvml
-
-        pynvml.nvmlInit()
-        count = pynvml.nvmlDeviceGetCount()
-        pynvml.nvmlShutdown()
-        return count > 0 and shutil.which("nvcc") is not None
-    except Exception:
-        return False
 
 
 def _run(argv: list[str | Path], cwd: Path | None = None, env: dict[str, str] | None = None,
@@ -399,7 +387,7 @@ def test_example_rejects_bad_arguments_before_touching_the_gpu(tmp_path):
 # ---------------------------------------------------------------- the real thing, on a GPU
 
 @pytest.mark.gpu
-@pytest.mark.skipif(not _gpu_present(), reason="no NVIDIA GPU and nvcc")
+@pytest.mark.skipif(not gpu_present(), reason="no NVIDIA GPU and nvcc")
 def test_example_runs_and_reports_on_the_gpu(tmp_path):
     import pynvml
 

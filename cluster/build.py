@@ -38,7 +38,8 @@ def compile_candidate(target: Target, candidate: Candidate, scratch_root: Path |
     with scratch_dir(scratch_root, f"build-{candidate.key}-") as workdir:
         write_bundle(target.bundle.files, workdir)
         argv = build_command(target, candidate, workdir)
-        result = run_command(argv, workdir, timeout=target.spec.timeouts.build)
+        result = run_command(argv, workdir, timeout=target.spec.timeouts.build,
+                             limits=target.spec.limits.for_build())
         seconds = time.perf_counter() - start
         if not result.ok:
             status = Status.COMPILE_TIMEOUT if result.timed_out else Status.COMPILE_ERROR

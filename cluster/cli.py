@@ -32,7 +32,23 @@ def _one_line_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
     return wrapper
 
 
-@click.group()
+class _OneLineErrors(click.Group):
+    """Usage errors (an unknown option, a bad value) in one line, like every other bad input."""
+
+    def main(self, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return super().main(*args, standalone_mode=False, **kwargs)
+        except click.ClickException as exc:
+            ctx = getattr(exc, "ctx", None)
+            where = f"{ctx.command_path}: " if ctx else ""
+            click.echo(f"error: {where}{exc.format_message()}", err=True)
+            sys.exit(2)
+        except click.Abort:
+            click.echo("aborted", err=True)
+            sys.exit(130)
+
+
+@click.group(cls=_OneLineErrors)
 @click.version_option(package_name="warpfleet")
 def main() -> None:
     """Profile-guided tuning of CUDA (and C) programs, swept over a Ray cluster."""

@@ -18,6 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from cluster.errors import ConfigError
 from cluster.placeholders import names_in
+from cluster.sandbox import Limits
 from cluster.types import Scalar, SourceBundle
 from search_spaces import FlagSpace, compile_constraint, load_space
 
@@ -92,6 +93,21 @@ class Timeouts(_Model):
     run: float = Field(60, gt=0, le=86400)
 
 
+class LimitsSpec(_Model):
+    """What a candidate may take (``cluster.sandbox.Limits``). The address-space limit is off by
+    default because CUDA programs reserve far more virtual memory than they use."""
+
+    memory_mb: int | None = Field(None, ge=32, le=16 * 1024 * 1024)  # address space of each run
+    file_mb: int = Field(1024, ge=1, le=1024 * 1024)  # any one file written, stdout and stderr included
+    disk_mb: int = Field(4096, ge=1, le=16 * 1024 * 1024)  # everything in the scratch directory
+
+    def for_build(self) -> Limits:
+        return Limits(file_mb=self.file_mb, disk_mb=self.disk_mb)  # compilers need their address space
+
+    def for_run(self) -> Limits:
+        return Limits(memory_mb=self.memory_mb, file_mb=self.file_mb, disk_mb=self.disk_mb)
+
+
 class TargetSpec(_Model):
     name: str = Field(pattern=r"^[A-Za-z0-9_.-]+$")
     toolchain: str = "nvcc"
@@ -103,6 +119,7 @@ class TargetSpec(_Model):
     metric: MetricSpec = MetricSpec()
     verify: VerifySpec = VerifySpec()
     timeouts: Timeouts = Timeouts()
+    limits: LimitsSpec = LimitsSpec()
     params: dict[str, list[Scalar]] = {}
     defaults: dict[str, Scalar] = {}  # the baseline's params; default: each param's first value
     constraints: list[str] = []
@@ -170,6 +187,7 @@ class ClusterSpec(_Model):
     cpu_workers: int = Field(1, ge=1, le=4096)  # CPU measuring actors when there is no GPU
     compile_workers: int | None = Field(None, ge=1, le=100_000)  # default: the cluster's CPUs
     inflight_per_worker: int = Field(2, ge=1, le=64)
+    max_attempts: int = Field(3, ge=1, le=100)  # a candidate that kills its worker this often is quarantined
 
 
 class MeasureSpec(_Model):

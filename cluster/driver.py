@@ -6,6 +6,7 @@
 from __future__ import annotations
 
 import dataclasses
+import os
 import time
 from collections import defaultdict
 from collections.abc import Callable
@@ -58,6 +59,11 @@ def init_ray(address: str | None) -> None:
     import cluster
     import search_spaces
 
+    if address and "RAY_AUTH_MODE" not in os.environ and (
+            "RAY_AUTH_TOKEN" in os.environ or "RAY_AUTH_TOKEN_PATH" in os.environ
+            or (Path.home() / ".ray" / "auth_token").is_file()):
+        # Ray 2.60 only sends a token to an explicit address when told to; with one at hand, do.
+        os.environ["RAY_AUTH_MODE"] = "token"
     runtime_env = {"py_modules": [cluster, agents, search_spaces]} if address else None
     ray.init(address=address, runtime_env=runtime_env, include_dashboard=False,
              log_to_driver=False, configure_logging=False)
@@ -78,7 +84,8 @@ class Sweep:
         existing = read_results(self.run_dir.path)
         for study in studies:
             study.restore(existing[existing["study"] == study.name] if len(existing) else existing)
-        pipeline = Pipeline(workers, self.config.cluster.inflight_per_worker, reuse=self._reuse(studies))
+        pipeline = Pipeline(workers, self.config.cluster.inflight_per_worker, reuse=self._reuse(studies),
+                            max_attempts=self.config.cluster.max_attempts)
         schema = results_schema(self.plan.targets)
         with ResultWriter(self.run_dir.path, schema, self.config.flush_interval_s) as writer, \
                 SweepProgress(studies, self.config.search.trials, enabled=show_progress) as progress:

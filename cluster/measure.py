@@ -166,7 +166,8 @@ def measure_candidate(
         for index in range(runs):
             # The baseline runs seeds 0..runs-1; candidates cycle through the seeds it ran.
             values["seed"] = index if reference is None else index % len(reference.runs)
-            result = run_command(expand(spec.run, values), workdir, timeout=spec.timeouts.run)
+            result = run_command(expand(spec.run, values), workdir, timeout=spec.timeouts.run,
+                                 limits=spec.limits.for_run())
             run_s += result.seconds
             if result.timed_out:
                 return done(Status.TIMEOUT, result.tail())
@@ -190,7 +191,8 @@ def measure_candidate(
                 return done(Status.VERIFY_FAILED, problem)
             if spec.verify.test:
                 t0 = time.perf_counter()
-                test = run_command(expand(spec.verify.test, values), workdir, timeout=spec.timeouts.run)
+                test = run_command(expand(spec.verify.test, values), workdir, timeout=spec.timeouts.run,
+                                   limits=spec.limits.for_run())
                 verify_s += time.perf_counter() - t0
                 if not test.ok:
                     return done(Status.TEST_FAILED, test.tail())

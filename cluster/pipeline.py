@@ -32,6 +32,7 @@ class Job:
     runs: int
     reference: ray.ObjectRef | None  # None: this job is a baseline
     reusable: bool = True  # may take the measurement of an identical binary
+    attempts: int = 0  # measurements lost with their worker so far
     artifact: BuildArtifact | None = None
     binary_ref: ray.ObjectRef | None = None
     worker: int | None = None
@@ -47,6 +48,10 @@ class Done:
 
 @dataclass
 class Pipeline:
+    """Jobs in flight. A worker that dies mid-measurement is probed until it answers again (Ray
+    restarts it) or is declared dead; its job is retried elsewhere, and a job that has taken down
+    ``max_attempts`` workers is quarantined: a row, never a loop."""
+
     workers: Sequence[ray.actor.ActorHandle]
     per_worker: int
     # Returns the measurement of an identical binary already measured, if any.
@@ -55,9 +60,15 @@ class Pipeline:
     ready: deque[Job] = field(default_factory=deque)
     measuring: dict[ray.ObjectRef, Job] = field(default_factory=dict)
     _finished: list[Done] = field(default_factory=list)
+    max_attempts: int = 3
+    probe_timeout_s: float = 300.0
 
     def __post_init__(self) -> None:
         self.load = [0] * len(self.workers)
+        self._turn = 0
+        self.alive = [True] * len(self.workers)  # False: probing after a failure, or dead
+        self.dead: set[int] = set()
+        self.probes: dict[ray.ObjectRef, tuple[int, float]] = {}  # probe -> (worker, deadline)
 
     def submit(self, job: Job) -> None:
         summary_ref, binary_ref = compile_task.remote(job.target_ref, job.candidate)
@@ -74,7 +85,7 @@ class Pipeline:
 
     def poll(self, timeout: float) -> list[Done]:
         """Advance every stage; return the jobs that finished."""
-        refs = [*self.compiling, *self.measuring]
+        refs = [*self.compiling, *self.measuring, *self.probes]
         if refs and not self._finished:
             ray.wait(refs, num_returns=1, timeout=timeout)
         if refs:
@@ -83,8 +94,11 @@ class Pipeline:
                 # Each ref is fetched alone so that one lost task fails only its own job.
                 if ref in self.compiling:
                     self._compiled(self.compiling.pop(ref), ref)
-                else:
+                elif ref in self.measuring:
                     self._measured(self.measuring.pop(ref), ref)
+                else:
+                    self._probed(ref)
+        self._expire_probes()
         self._dispatch()
         finished, self._finished = self._finished, []
         return finished
@@ -114,22 +128,58 @@ class Pipeline:
         self.load[job.worker] -= 1
         try:
             measurement: Measurement = ray.get(ref)
-        except (RayActorError, RayError) as exc:
-            now = time.time()
-            measurement = Measurement(job.candidate.key, Status.WORKER_LOST, job.device,
-                                      error_tail=f"measuring worker lost: {exc}"[-4096:],
-                                      started_at=job.compiled_at, finished_at=now)
+        except RayActorError as exc:
+            self._worker_failed(job.worker)
+            job.attempts += 1
+            if job.attempts < self.max_attempts:
+                self.ready.appendleft(job)  # measured again, on whichever worker is alive first
+                return
+            measurement = self._lost(job, Status.QUARANTINED,
+                                     f"quarantined: its measuring worker died {job.attempts} times: {exc}")
+        except RayError as exc:
+            measurement = self._lost(job, Status.WORKER_LOST, f"measurement lost: {exc}")
         self._finished.append(Done(job, job.artifact, measurement))
+
+    def _lost(self, job: Job, status: Status, error: str) -> Measurement:
+        return Measurement(job.candidate.key, status, job.device, error_tail=error[-4096:],
+                           started_at=job.compiled_at, finished_at=time.time())
+
+    def _worker_failed(self, worker: int) -> None:
+        if self.alive[worker]:
+            self.alive[worker] = False
+            self.probes[self.workers[worker].device_info.remote()] = (worker, time.monotonic() + self.probe_timeout_s)
+
+    def _probed(self, ref: ray.ObjectRef) -> None:
+        worker, _ = self.probes.pop(ref)
+        try:
+            ray.get(ref)
+            self.alive[worker] = True  # restarted by Ray: back in service
+        except RayError:
+            self.dead.add(worker)
+
+    def _expire_probes(self) -> None:
+        now = time.monotonic()
+        for ref, (worker, deadline) in list(self.probes.items()):
+            if now > deadline:  # a restart that never comes (its node is gone, no resources left)
+                del self.probes[ref]
+                self.dead.add(worker)
 
     def _dispatch(self) -> None:
         waiting: deque[Job] = deque()
         while self.ready:
             job = self.ready.popleft()
-            free = [w for w in job.workers if self.load[w] < self.per_worker]
+            if all(w in self.dead for w in job.workers):
+                assert job.artifact is not None
+                self._finished.append(Done(job, job.artifact, self._lost(
+                    job, Status.WORKER_LOST, "every measuring worker of this device type is gone")))
+                continue
+            free = [w for w in job.workers if self.alive[w] and self.load[w] < self.per_worker]
             if not free:
                 waiting.append(job)
                 continue
-            worker = min(free, key=lambda w: self.load[w])
+            # Least loaded first; among equals, round robin, so every worker (and node) takes a share.
+            worker = min(free, key=lambda w: (self.load[w], (w - self._turn) % len(self.workers)))
+            self._turn = worker + 1
             self.load[worker] += 1
             job.worker = worker
             ref = self.workers[worker].measure.remote(job.target_ref, job.candidate, job.binary_ref,

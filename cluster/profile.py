@@ -116,7 +116,8 @@ def profile_candidate(target: Target, candidate: Candidate, binary: bytes, metri
         values = {**dict(candidate.params), "binary": str(path), "workdir": str(workdir),
                   "arch": candidate.arch, "seed": 0}
         env = {**os.environ, "WARPFLEET_PROFILE": "1"}
-        result = run_command(ncu_command(expand(target.spec.run, values), metrics), workdir, timeout, env=env)
+        result = run_command(ncu_command(expand(target.spec.run, values), metrics), workdir, timeout, env=env,
+                             limits=target.spec.limits.for_run())
         if not result.ok:
             status = Status.TIMEOUT if result.timed_out else Status.CRASHED
             return Profile(candidate.key, status, error_tail=result.tail())

@@ -10,19 +10,24 @@ from __future__ import annotations
 import itertools
 import json
 import random
+import time
 from collections import defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import optuna
 import pandas as pd
 import ray
+from sqlalchemy.exc import OperationalError
 
 from cluster.config import SearchSpec, Target
 from cluster.errors import ConfigError
 from cluster.measure import Reference
 from cluster.types import Candidate, DeviceInfo, Phase, RunOutputs, Scalar, Status
+
+T = TypeVar("T")
 
 # Consecutive asks that propose nothing new before a study counts as exhausted.
 MAX_REJECTIONS = 200
@@ -58,7 +63,20 @@ def enqueue_grid(study: optuna.Study, target: Target, seed: int) -> None:
                 points.append(point | {f"param:{k}": v for k, v in params.items()})
     random.Random(seed).shuffle(points)
     for point in points:
-        study.enqueue_trial(point, skip_if_exists=False)
+        storage_retry(lambda p=point: study.enqueue_trial(p, skip_if_exists=False))
+
+
+def storage_retry(call: Callable[[], T], attempts: int = 8, first_wait_s: float = 0.5) -> T:
+    """Run one Optuna storage call, waiting out a locked or briefly unreachable database (doubling
+    waits, about two minutes in all) before giving up."""
+    for attempt in range(attempts):
+        try:
+            return call()
+        except (optuna.exceptions.StorageInternalError, OperationalError):
+            if attempt == attempts - 1:
+                raise
+            time.sleep(first_wait_s * 2**attempt)
+    raise AssertionError("unreachable")
 
 
 def create_study(search: SearchSpec, target: Target, name: str,
@@ -67,8 +85,8 @@ def create_study(search: SearchSpec, target: Target, name: str,
     goal = target.spec.metric.goal
     directions = {"time": [goal], "energy": ["minimize"], "edp": ["minimize"],
                   "time_energy": [goal, "minimize"]}[search.objective]
-    study = optuna.create_study(study_name=name, storage=storage, directions=directions,
-                                sampler=make_sampler(search), load_if_exists=True)
+    study = storage_retry(lambda: optuna.create_study(study_name=name, storage=storage, directions=directions,
+                                                      sampler=make_sampler(search), load_if_exists=True))
     if search.sampler == "grid":
         enqueue_grid(study, target, search.seed)
     return study
@@ -76,6 +94,8 @@ def create_study(search: SearchSpec, target: Target, name: str,
 
 def open_storage(search: SearchSpec, run_dir: Path) -> optuna.storages.BaseStorage | str:
     if search.storage:
+        if search.storage.startswith("sqlite"):  # wait for a lock longer than SQLite's 5 s default
+            return optuna.storages.RDBStorage(search.storage, engine_kwargs={"connect_args": {"timeout": 30}})
         return search.storage
     backend = optuna.storages.journal.JournalFileBackend(str(run_dir / "optuna.journal"))
     return optuna.storages.JournalStorage(backend)
@@ -132,12 +152,7 @@ class StudyState:
     def better(self, a: float, b: float) -> bool:
         return a < b if self.goal == "minimize" else a > b
 
-    @property
-    def best(self) -> float | None:
-        values = [r.median for r in self.results.values() if r.status is Status.OK and r.median is not None]
-        if not values:
-            return None
-        return min(values) if self.goal == "minimize" else max(values)
+    best: float | None = None  # the best median so far, kept as results come in
 
     @property
     def exhausted(self) -> bool:
@@ -157,15 +172,17 @@ class StudyState:
 
     def ask(self) -> tuple[optuna.trial.Trial, Candidate] | None:
         """A new trial and its candidate, or None when the trial proposed nothing new."""
-        trial = self.study.ask()
-        flags = {k: trial.suggest_categorical(f"flag:{k}", list(v)) for k, v in self.target.space.flags.items()}
-        params = {k: trial.suggest_categorical(f"param:{k}", list(v)) for k, v in self.target.spec.params.items()}
+        trial = storage_retry(self.study.ask)
+        flags = {k: storage_retry(lambda k=k, v=v: trial.suggest_categorical(f"flag:{k}", list(v)))
+                 for k, v in self.target.space.flags.items()}
+        params = {k: storage_retry(lambda k=k, v=v: trial.suggest_categorical(f"param:{k}", list(v)))
+                  for k, v in self.target.spec.params.items()}
         if not self.target.satisfies(params):
-            self.study.tell(trial, state=optuna.trial.TrialState.FAIL)
+            storage_retry(lambda: self.study.tell(trial, state=optuna.trial.TrialState.FAIL))
             self.rejections += 1
             return None
         candidate = self.candidate(flags, params, Phase.SEARCH, trial.number)
-        trial.set_user_attr("key", candidate.key)
+        storage_retry(lambda: trial.set_user_attr("key", candidate.key))
         if candidate.key in self.results:
             self.tell(trial.number, self.results[candidate.key])
             self.rejections += 1
@@ -180,9 +197,9 @@ class StudyState:
     def tell(self, trial_number: int, result: Evaluated) -> None:
         values = result.values(self.objective)
         if values is not None:
-            self.study.tell(trial_number, values)
+            storage_retry(lambda: self.study.tell(trial_number, values))
         else:
-            self.study.tell(trial_number, state=optuna.trial.TrialState.FAIL)
+            storage_retry(lambda: self.study.tell(trial_number, state=optuna.trial.TrialState.FAIL))
 
     def record(self, candidate: Candidate, result: Evaluated) -> None:
         """A candidate's result is in: remember it and answer every trial that asked for it."""
@@ -191,6 +208,9 @@ class StudyState:
         if candidate.phase is Phase.FINAL:
             return
         self.results[candidate.key] = result
+        if result.status is Status.OK and result.median is not None and (
+                self.best is None or self.better(result.median, self.best)):
+            self.best = result.median
         if candidate.phase is Phase.SEARCH:
             self.n_search += 1
             self.n_failed += result.status is not Status.OK

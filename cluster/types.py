@@ -29,6 +29,7 @@ class Status(StrEnum):
     VERIFY_FAILED = "verify_failed"
     TEST_FAILED = "test_failed"
     WORKER_LOST = "worker_lost"
+    QUARANTINED = "quarantined"  # took down its measuring worker every time it ran
 
 
 class Phase(StrEnum):

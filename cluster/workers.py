@@ -29,7 +29,8 @@ def _scratch_root() -> Path | None:
     return Path(root) if root else None
 
 
-@ray.remote(num_cpus=1, num_returns=2, max_retries=0)
+# max_retries: system failures only (a lost node); a compile error is a value, never retried.
+@ray.remote(num_cpus=1, num_returns=2, max_retries=2)
 def compile_task(target: Target, candidate: Candidate) -> tuple[BuildArtifact, bytes | None]:
     """Returns the artifact without its binary (small, for the driver) and the binary (for the
     measuring actor), so the binary never passes through the driver."""
@@ -69,14 +70,20 @@ class MeasureWorker:
         return profile_candidate(target, candidate, binary, metrics, timeout, _scratch_root())
 
 
+MAX_RESTARTS = 10  # per actor; a poison candidate is quarantined long before (Pipeline.max_attempts)
+
+
 def start_workers(need_gpu: bool, need_cpu: bool, cpu_workers: int) -> list[ray.actor.ActorHandle]:
     """One actor per GPU in the cluster when GPU targets are swept; ``cpu_workers`` CPU actors
     when CPU targets are."""
     actor = ray.remote(MeasureWorker)
     gpus = int(ray.cluster_resources().get("GPU", 0)) if need_gpu else 0
-    handles = [actor.options(num_gpus=1, num_cpus=1, max_restarts=2, max_task_retries=0).remote(f"gpu-{i}")
+    handles = [actor.options(num_gpus=1, num_cpus=1, max_restarts=MAX_RESTARTS, max_task_retries=0).remote(f"gpu-{i}")
                for i in range(gpus)]
     if need_cpu:
-        handles += [actor.options(num_cpus=1, max_restarts=2, max_task_retries=0).remote(f"cpu-{i}")
+        # SPREAD: CPU workers on different nodes where there are several, so that one lost node
+        # leaves workers elsewhere.
+        handles += [actor.options(num_cpus=1, max_restarts=MAX_RESTARTS, max_task_retries=0,
+                                  scheduling_strategy="SPREAD").remote(f"cpu-{i}")
                     for i in range(cpu_workers)]
     return handles

@@ -50,14 +50,15 @@ def write_config(folder: Path, target_files: list[str], **fields: Any) -> Path:
     return path
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture
 def ray_local() -> Iterator[None]:
-    """One local Ray instance for every test that needs it (a start costs seconds)."""
+    """A local Ray instance, started once and shared (a start costs seconds); the multi-node
+    tests shut it down and the next test that needs it starts it again."""
     import ray
 
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False)
+    if not ray.is_initialized():
+        ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False)
     yield
-    ray.shutdown()
 
 
 def needs(tool: str) -> pytest.MarkDecorator:

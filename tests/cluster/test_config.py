@@ -7,8 +7,9 @@ import yaml
 from click.testing import CliRunner
 
 from cluster.cli import main
-from cluster.config import load_run, load_target
+from cluster.config import LimitsSpec, load_run, load_target
 from cluster.errors import ConfigError
+from cluster.sandbox import Limits
 from tests.conftest import write_config, write_target
 
 
@@ -19,6 +20,13 @@ def test_valid_target_loads_with_defaults(tmp_path):
     assert target.space.name == "cc"
     assert [p for p, _ in target.bundle.files] == ["tiny.c"]
     assert target.space_size() == 2 * 4 * 2 * 2 * 2
+    assert target.spec.limits.for_run() == Limits(memory_mb=None, file_mb=1024, disk_mb=4096)
+
+
+def test_memory_limit_is_for_runs_not_builds():
+    limits = LimitsSpec(memory_mb=256, file_mb=8, disk_mb=16)
+    assert limits.for_run() == Limits(memory_mb=256, file_mb=8, disk_mb=16)
+    assert limits.for_build() == Limits(file_mb=8, disk_mb=16)  # compilers reserve address space freely
 
 
 def test_source_hash_changes_with_the_source(tmp_path):
@@ -59,6 +67,11 @@ BAD_TARGETS = [
     ({"constraints": ["open('x')"]}, "constraints[0]", "not allowed"),
     ({"constraints": ["N > 5000"]}, "defaults", "violate the constraints"),
     ({"verify": {"test": ["check", "{nothing}"]}}, "verify.test[1]", "unknown placeholder"),
+    ({"limits": {"file_mb": 0}}, "limits.file_mb", "greater than or equal"),
+    ({"limits": {"memory_mb": 8}}, "limits.memory_mb", "greater than or equal"),
+    ({"limits": {"memory_mb": "lots"}}, "limits.memory_mb", "integer"),
+    ({"limits": {"disk_mb": 10**9}}, "limits.disk_mb", "less than or equal"),
+    ({"limits": {"disk": 64}}, "limits.disk", "unknown field"),
 ]
 
 
@@ -151,3 +164,50 @@ def test_energy_objective_needs_a_gpu_target(tmp_path):
     with pytest.raises(ConfigError) as info:
         load_run(path)
     assert info.value.field == "search.objective" and "needs GPU workers" in info.value.message
+
+
+def _files(root: Path) -> dict[str, int]:
+    return {str(p.relative_to(root)): p.stat().st_mtime_ns for p in root.rglob("*")}
+
+
+CLI_CASES = [("target", *case) for case in BAD_TARGETS] + [("run", *case) for case in BAD_RUNS]
+
+
+@pytest.mark.parametrize(("bad", "fields", "field", "message"), CLI_CASES,
+                         ids=[f"{bad}-{f}-{m}"[:48] for bad, _, f, m in CLI_CASES])
+def test_cli_sweep_rejects_bad_input_in_one_line(tmp_path, bad, fields, field, message):
+    target = write_target(tmp_path / "t", **(fields if bad == "target" else {}))
+    config = write_config(tmp_path, ["t/target.yaml"], **(fields if bad == "run" else {}))
+    before = _files(tmp_path)
+    result = CliRunner().invoke(main, ["sweep", str(config)])
+    assert result.exit_code == 2, result.output
+    lines = result.output.splitlines()
+    assert len(lines) == 1 and "Traceback" not in result.output, result.output
+    assert lines[0].startswith(f"error: {target if bad == 'target' else config}: {field}: "), lines[0]
+    assert message in lines[0]
+    assert _files(tmp_path) == before and not (tmp_path / "runs").exists()
+
+
+USAGE_ERRORS = [
+    (["sweep", "--bogus", "{config}"], "No such option '--bogus'"),
+    (["sweep", "--trials", "0", "{config}"], "'--trials': 0 is not in the range"),
+    (["sweep", "{tmp}/missing.yaml"], "missing.yaml: file not found"),
+    (["show", "{tmp}"], "not a warpfleet run directory"),
+    (["export", "{tmp}"], "not a warpfleet run directory"),
+    (["frobnicate"], "No such command 'frobnicate'"),
+]
+
+
+@pytest.mark.parametrize(("args", "message"), USAGE_ERRORS, ids=[" ".join(a[:2]) for a, _ in USAGE_ERRORS])
+def test_cli_usage_errors_are_one_error_line(tmp_path, args, message):
+    write_target(tmp_path / "t")
+    config = write_config(tmp_path, ["t/target.yaml"])
+    before = _files(tmp_path)
+    result = CliRunner().invoke(main, [a.format(config=config, tmp=tmp_path) for a in args])
+    assert result.exit_code == 2 and "Traceback" not in result.output, result.output
+    errors = [line for line in result.output.splitlines() if line.lower().startswith("error")]
+    assert len(errors) == 1 and message in errors[0], result.output
+    # click puts its "Usage:" and "Try --help" lines around a usage error; nothing else may appear
+    others = [line for line in result.output.splitlines() if line not in errors]
+    assert all(line == "" or line.startswith(("Usage: ", "Try ")) for line in others), result.output
+    assert _files(tmp_path) == before

@@ -63,10 +63,11 @@ def test_failures_are_rows_and_the_sweep_goes_on(tmp_path):
     rows = read_results(run_dir.path)
     by_mode = rows[rows["phase"] != "final"].set_index("p_MODE")["status"].to_dict()
     assert by_mode == {0: "ok", 1: "crashed", 2: "timeout", 3: "verify_failed", 4: "metric_missing",
-                       5: "compile_error", 6: "crashed", 7: "crashed"}
+                       5: "compile_error", 6: "crashed", 7: "crashed", 8: "crashed", 9: "crashed"}
     tails = rows[rows["phase"] != "final"].set_index("p_MODE")["error_tail"].to_dict()
     assert "SIGSEGV" in tails[1] and "timed out" in tails[2] and "SIGABRT" in tails[6]
     assert "exit status 3" in tails[7] and "values differ" in tails[3] and "#error" in tails[5]
+    assert "memory limit of 256 MB exceeded" in tails[8] and "disk limit of 64 MB exceeded" in tails[9]
     # MODE 0 is the baseline: the grid's trial for it was answered without running it again
     assert rows.loc[rows["phase"] != "final", "candidate_key"].is_unique
     best = select_best(rows)

@@ -57,3 +57,20 @@ def test_a_known_key_is_told_without_evaluating_again(tmp_path):
     complete = [t for t in state.study.trials if t.state is optuna.trial.TrialState.COMPLETE]
     assert len(complete) > len(evaluated)  # the repeats were told too, from the known results
     assert all(t.values == [evaluated[t.user_attrs["key"]]] for t in complete)
+
+
+def test_storage_retry_waits_out_a_locked_database():
+    from cluster.studies import storage_retry
+
+    calls = []
+
+    def flaky() -> str:
+        calls.append(1)
+        if len(calls) < 3:
+            raise optuna.exceptions.StorageInternalError("database is locked")
+        return "told"
+
+    assert storage_retry(flaky, first_wait_s=0.01) == "told" and len(calls) == 3
+    with pytest.raises(optuna.exceptions.StorageInternalError):
+        storage_retry(lambda: (_ for _ in ()).throw(optuna.exceptions.StorageInternalError("down")),
+                      attempts=2, first_wait_s=0.01)

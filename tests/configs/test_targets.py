@@ -117,10 +117,12 @@ def test_faulty_target_loads_with_its_own_space() -> None:
     target = load_target(FAULTY)
     assert target.space.name == "none"
     assert target.space.flags == {"opt_level": ("-O1",)}
-    assert target.spec.params == {"MODE": list(range(8))}
+    assert target.spec.params == {"MODE": list(range(10))}
     assert target.baseline_params == {"MODE": 0}
-    assert target.space_size() == 8
+    assert target.space_size() == 10
     assert (target.spec.timeouts.build, target.spec.timeouts.run) == (60, 3)
+    limits = target.spec.limits
+    assert (limits.memory_mb, limits.file_mb, limits.disk_mb) == (256, 32, 64)  # modes 8 and 9 hit them
 
 
 def test_demo_config_names_both_targets() -> None:
@@ -139,7 +141,7 @@ def test_fixture_configs_load() -> None:
     assert (cpu.config.measure.final_top_k, cpu.config.measure.final_runs) == (2, 2)
     faulty = load_run(FIXTURES / "faulty.yaml")
     assert [t.name for t in faulty.targets] == ["faulty"]
-    assert (faulty.config.search.sampler, faulty.config.search.trials) == ("grid", 8)
+    assert (faulty.config.search.sampler, faulty.config.search.trials) == ("grid", 10)
 
 
 # --- the stencil -----------------------------------------------------------------------------

@@ -1,0 +1,88 @@
+"""The unroll expert: a kernel loop without an unroll pragma (or with ``#pragma unroll 1``) gets
+one, through agents.patch so that read-only regions stay untouched.
+
+    loop with a constant trip count <= 64 ─► `#pragma unroll` (full unroll)
+    any other loop                        ─► `#pragma unroll kWfUnrollN`, searched over WF_UNROLL_N
+
+nvcc does not expand a -D macro inside ``#pragma unroll``, so the factor goes through a constexpr
+that the macro initializes. That constexpr and the macro's default go just above the kernel, at
+file scope: inserted next to the loop, a declaration would become the body of an unbraced outer
+loop or ``if``.
+"""
+
+from __future__ import annotations
+
+from agents._base import Agent, AnalysisContext, Proposal
+from agents.cuda_source import Kernel, Loop, analyze
+from agents.patch import Edit, InsertBefore, MarkerError, Patched, Replace, apply, readonly_regions, source_files
+
+MACRO = "WF_UNROLL_N"
+CONSTANT = "kWfUnrollN"
+FACTORS = (1, 2, 4, 8, 16)
+MAX_FULL_UNROLL = 64  # trip counts up to this are unrolled fully
+
+_PRELUDE = f"#ifndef {MACRO}\n#define {MACRO} 1\n#endif\nconstexpr int {CONSTANT} = {MACRO};\n"
+
+
+class UnrollExpert(Agent):
+    """One proposal per eligible kernel loop: a full unroll for a small constant trip count, else a
+    searched factor (``search_params={"WF_UNROLL_N": FACTORS}``)."""
+
+    name = "unroll"
+
+    def propose(self, context: AnalysisContext) -> list[Proposal]:
+        files = source_files(context.target)
+        editable = list(context.target.spec.sources)
+        proposals = []
+        for path, text in files.items():
+            try:
+                regions = readonly_regions(text)
+            except MarkerError:
+                continue  # malformed markers: apply would refuse every edit of this file
+            lines = text.split("\n")
+            for kernel in analyze(text, path).kernels:
+                for loop in kernel.loops:
+                    if not _eligible(loop, text) or _inside(loop, regions):
+                        continue
+                    full = loop.trip_count is not None and 0 < loop.trip_count <= MAX_FULL_UNROLL
+                    if not full and CONSTANT in text:
+                        continue  # a variant already unrolled by the macro: one factor per file
+                    patched = apply(files, _edits(path, kernel, loop, lines, full), editable)
+                    if isinstance(patched, Patched):
+                        proposals.append(_proposal(self.name, path, kernel, loop, full, patched))
+        return proposals
+
+
+def _eligible(loop: Loop, text: str) -> bool:
+    """No pragma or `#pragma unroll 1`, and the loop starts its line (a pragma line goes above it)."""
+    if loop.unroll is not None and loop.unroll.argument != "1":
+        return False
+    return not text[text.rfind("\n", 0, loop.span.start) + 1 : loop.span.start].strip()
+
+
+def _inside(loop: Loop, regions: list[tuple[int, int]]) -> bool:
+    return any(begin <= loop.span.end_line and loop.span.start_line <= end for begin, end in regions)
+
+
+def _edits(path: str, kernel: Kernel, loop: Loop, lines: list[str], full: bool) -> list[Edit]:
+    line = lines[loop.span.start_line - 1]
+    indent = line[: len(line) - len(line.lstrip())]
+    pragma = f"{indent}#pragma unroll" + ("" if full else f" {CONSTANT}")
+    edits: list[Edit] = []
+    if not full:
+        edits.append(InsertBefore(path, kernel.span.start_line, _PRELUDE))
+    if loop.unroll is not None:  # replace `#pragma unroll 1`
+        edits.append(Replace(path, loop.unroll.line, loop.unroll.line, pragma))
+    else:
+        edits.append(InsertBefore(path, loop.span.start_line, pragma))
+    return edits
+
+
+def _proposal(agent: str, path: str, kernel: Kernel, loop: Loop, full: bool, patched: Patched) -> Proposal:
+    where = f"{path}:{loop.span.start_line} in {kernel.name}: `{loop.header}`"
+    if full:
+        return Proposal(agent, f"{where}: trip count {loop.trip_count} is a small constant: unroll fully",
+                        patched.files)
+    count = "a run-time trip count" if loop.trip_count is None else f"trip count {loop.trip_count}"
+    return Proposal(agent, f"{where}: {count}: unroll by {CONSTANT} = {MACRO}, searched over {FACTORS}",
+                    patched.files, {MACRO: FACTORS})

@@ -182,3 +182,17 @@ def test_unroll_builds_for_every_unroll_and_the_pragma_takes_effect(builds: dict
     # nvcc does not expand a macro there, `#pragma unroll UNROLL` does not compile.)
     sizes = [(builds["unroll_others"].workdir / f"unroll_u{u}.o").stat().st_size for u in UNROLLS[1:]]
     assert sizes == sorted(sizes) and len(set(sizes)) == len(sizes), sizes
+
+
+def test_every_suite_baseline_guards_its_check_and_output() -> None:
+    """Agents edit kernels and launches; the check against the CPU reference and the output file
+    sit in a read-only region that the patch tools refuse to touch."""
+    from agents.patch import readonly_regions
+
+    for name in ("regpressure", "unroll", "transpose", "multikernel", "matmul", "conv2d"):
+        text = (TARGETS / name / f"{name}.cu").read_text()
+        lines = text.splitlines()
+        guarded = {line for begin, end in readonly_regions(text) for line in range(begin, end + 1)}
+        for marker in ("cudaMemcpyDeviceToHost", "wf::write_output("):
+            where = [i + 1 for i, line in enumerate(lines) if marker in line]
+            assert where and all(line in guarded for line in where), (name, marker)

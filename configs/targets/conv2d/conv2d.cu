@@ -158,11 +158,13 @@ int main(int argc, char** argv) {
         conv2d<<<grid, block, 0, stream>>>(size.width, size.height, d_image, d_filter, d_out);
     });
 
+    // warpfleet: readonly begin
     WF_CHECK(cudaMemcpy(out.data(), d_out, bytes, cudaMemcpyDeviceToHost));
     WF_CHECK(cudaFree(d_image));
     WF_CHECK(cudaFree(d_filter));
     WF_CHECK(cudaFree(d_out));
     if (!check(image, filter, out, size.width, size.height)) return 1;
     wf::write_output("out.bin", out.data(), pixels);
+    // warpfleet: readonly end
     return 0;
 }

@@ -161,11 +161,13 @@ int main(int argc, char** argv) {
     const dim3 block(kTile, kRowStep), grid(n / kTile, n / kTile);
     wf::bench(opt, [&](cudaStream_t stream) { sgemm_tiled<<<grid, block, 0, stream>>>(n, da, db, dc); });
 
+    // warpfleet: readonly begin
     WF_CHECK(cudaMemcpy(c.data(), dc, bytes, cudaMemcpyDeviceToHost));
     WF_CHECK(cudaFree(da));
     WF_CHECK(cudaFree(db));
     WF_CHECK(cudaFree(dc));
     if (!check(a, b, c, n)) return 1;
     wf::write_output("out.bin", c.data(), count);
+    // warpfleet: readonly end
     return 0;
 }

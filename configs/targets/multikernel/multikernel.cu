@@ -188,10 +188,12 @@ int main(int argc, char** argv) {
         for (int t = 0; t < kTasks; ++t) enqueue_task(t, dx, dy, n, stream);
     });
 
+    // warpfleet: readonly begin
     WF_CHECK(cudaMemcpy(y.data(), dy, bytes, cudaMemcpyDeviceToHost));
     WF_CHECK(cudaFree(dx));
     WF_CHECK(cudaFree(dy));
     if (!check(x, y, n)) return 1;
     wf::write_output("out.bin", y.data(), count);
+    // warpfleet: readonly end
     return 0;
 }

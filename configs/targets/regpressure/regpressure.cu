@@ -114,6 +114,7 @@ int main(int argc, char** argv) {
   wf::bench(opt, [&](cudaStream_t stream) {
     series_sum<<<n / kBlock, kBlock, 0, stream>>>(d_x, d_coef, d_out, n, steps);
   });
+  // warpfleet: readonly begin
   WF_CHECK(cudaMemcpy(out.data(), d_out, n * sizeof(float), cudaMemcpyDeviceToHost));
   WF_CHECK(cudaFree(d_x));
   WF_CHECK(cudaFree(d_coef));
@@ -131,5 +132,6 @@ int main(int argc, char** argv) {
     }
   }
   wf::write_output("out.bin", out.data(), size_t(n));
+  // warpfleet: readonly end
   return 0;
 }

@@ -98,6 +98,7 @@ int main(int argc, char** argv) {
   wf::bench(opt, [&](cudaStream_t stream) {
     transpose<<<grid, block, 0, stream>>>(d_in, d_out, int(rows), int(cols));
   });
+  // warpfleet: readonly begin
   WF_CHECK(cudaMemcpy(out.get(), d_out, bytes, cudaMemcpyDeviceToHost));
   WF_CHECK(cudaFree(d_in));
   WF_CHECK(cudaFree(d_out));
@@ -129,5 +130,6 @@ int main(int argc, char** argv) {
     std::copy(row, row + rows, image.begin() + a * rows);
   }
   wf::write_output("out.bin", image.data(), image.size());
+  // warpfleet: readonly end
   return 0;
 }

@@ -101,6 +101,7 @@ int main(int argc, char** argv) {
 
   const unsigned blocks = unsigned(n / kBlock);
   wf::bench(opt, [&](cudaStream_t stream) { fir<<<blocks, kBlock, 0, stream>>>(d_x, d_out, taps); });
+  // warpfleet: readonly begin
   WF_CHECK(cudaMemcpy(out.data(), d_out, n * sizeof(float), cudaMemcpyDeviceToHost));
   WF_CHECK(cudaFree(d_x));
   WF_CHECK(cudaFree(d_out));
@@ -117,5 +118,6 @@ int main(int argc, char** argv) {
     }
   }
   wf::write_output("out.bin", out.data(), size_t(n));
+  // warpfleet: readonly end
   return 0;
 }

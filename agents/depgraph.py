@@ -1,0 +1,319 @@
+"""The dependence graph of one host function's CUDA work, and a check that a transformed
+program (Streamify's: launches moved onto streams) still orders every dependent pair.
+
+`extract` turns a function's host operations into nodes in program order: kernel launches,
+memcpy/memset (data nodes, with the buffers they read and write) and the synchronisation
+points (device/stream/event synchronize, event record, stream wait event). Its edges are the
+RAW, WAR and WAW hazards between data nodes touching the same buffer. `ordering` is what the
+stream semantics guarantee runs in order; `check` holds a transformed graph's ordering
+against the original's edges.
+
+Both sides are conservative in the direction that keeps `check` safe: edges over-approximate
+(buffer-level, any pointer a kernel may write counts as written, an unknown kernel reads and
+writes all its arguments) and ordering under-approximates (a stream the file does not create
+is taken as non-blocking). Assumptions, kept simple on purpose:
+- the legacy default stream (no `--default-stream per-thread`);
+- streams are identified by their expression text (`s[1]` and `s[2]` differ, `s[i]` is one);
+- a launch inside a loop is one node, and calls to other host functions are not followed.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from dataclasses import dataclass
+from enum import StrEnum
+
+from agents.cuda_source import HostOp, HostOpKind, SourceModel, read_params, written_params
+
+_DEFAULT_STREAMS = {"0", "nullptr", "NULL", "cudaStreamLegacy"}
+_DATA = {HostOpKind.LAUNCH, HostOpKind.MEMCPY, HostOpKind.MEMSET}
+# Operations enqueued on a stream: ordered with earlier work by the stream rules.
+_STREAM_OPS = _DATA | {HostOpKind.EVENT_RECORD, HostOpKind.STREAM_WAIT_EVENT}
+_SYNCS = {HostOpKind.DEVICE_SYNC, HostOpKind.STREAM_SYNC, HostOpKind.EVENT_SYNC}
+_NODE_KINDS = _STREAM_OPS | _SYNCS
+# Synchronous copies that return only once the data is on the host: later host work waits.
+_BLOCKING_COPIES = {"cudaMemcpy", "cudaMemcpy2D", "cudaMemcpyFromSymbol"}
+
+
+class Hazard(StrEnum):
+    RAW = "RAW"  # the later node reads what the earlier wrote
+    WAR = "WAR"  # the later node writes what the earlier read
+    WAW = "WAW"  # both write
+
+
+@dataclass(frozen=True)
+class Node:
+    """One CUDA operation of the function. `label` is the kernel for a launch, else
+    `memcpy(dst, src)`/`memset(dst)` or the API name; `occurrence` counts earlier nodes of the
+    same label, so (label, occurrence) names a node across a transformation."""
+
+    index: int
+    kind: HostOpKind
+    label: str
+    occurrence: int
+    line: int
+    stream: str | None  # as written; None: not given (the default stream)
+    reads: frozenset[str]
+    writes: frozenset[str]
+    event: str | None = None  # the event recorded, waited on or synchronised on
+    blocks_host: bool = False  # the host waits for it before issuing anything after it
+
+    @property
+    def key(self) -> tuple[str, int]:
+        return self.label, self.occurrence
+
+    @property
+    def is_data(self) -> bool:
+        return self.kind in _DATA
+
+
+@dataclass(frozen=True)
+class Dependency:
+    """`target` must run after `source` (node indices, source < target) because of `buffer`."""
+
+    source: int
+    target: int
+    hazard: Hazard
+    buffer: str
+
+
+@dataclass(frozen=True)
+class KernelGraph:
+    function: str
+    nodes: tuple[Node, ...]  # program order; node.index is its position
+    edges: tuple[Dependency, ...]
+    blocking_streams: frozenset[str]  # streams created without cudaStreamNonBlocking
+
+
+@dataclass(frozen=True)
+class Violation:
+    """A reason the transformed program is not equivalent; `dependency` is the original's edge
+    it breaks, None for a launch dropped or added."""
+
+    reason: str
+    dependency: Dependency | None = None
+
+
+@dataclass(frozen=True)
+class CheckResult:
+    violations: tuple[Violation, ...]
+
+    @property
+    def ok(self) -> bool:
+        return not self.violations
+
+
+# -- extraction ----------------------------------------------------------------------------------
+
+_CAST_CALL = re.compile(r"^(?:\w+_cast\s*<[^()]*>|\w+::raw_pointer_cast)\s*\(")
+_C_CAST = re.compile(r"^\(\s*(?:const\s+|volatile\s+|struct\s+)*[\w:<>,\s]+?[\s*&]*\)\s*(?=[\w(&*])")
+_BASE = re.compile(r"[A-Za-z_]\w*(?:(?:\.|->)[A-Za-z_]\w*)*")
+
+
+def base_buffer(expr: str | None) -> str | None:
+    """The buffer an argument points into: casts, outer parentheses and `&` stripped, then the
+    leading name (with `.`/`->` members) kept, which drops `[i]`, `+ offset` and `.data()`.
+    `(float*)&d_y[4] + off` -> `d_y`. None for literals and nullptr. Deliberately textual: an
+    argument such as `n + d_y` yields `n`; the hazards stay conservative only for the usual forms."""
+    text = (expr or "").strip()
+    while True:
+        before = text
+        if text.startswith("(") and _closing(text) == len(text) - 1:
+            text = text[1:-1].strip()
+        if (m := _CAST_CALL.match(text)) and (end := _closing(text[m.end() - 1 :])) > 0:
+            text = text[m.end() : m.end() - 1 + end].strip()  # the cast's operand; an offset after it goes
+        text = _C_CAST.sub("", text, count=1).lstrip("&").strip()
+        if text == before:
+            break
+    if text.startswith("(") and (end := _closing(text)) > 0:  # `(d_y) + 4`
+        return base_buffer(text[1:end])
+    m = _BASE.match(text)
+    if m is None or m.group(0) in _DEFAULT_STREAMS | {"true", "false"}:
+        return None
+    return re.sub(r"\.data$", "", m.group(0))
+
+
+def _closing(text: str) -> int:
+    """The index of the parenthesis closing text[0]'s, or -1."""
+    depth = 0
+    for i, char in enumerate(text):
+        depth += {"(": 1, ")": -1}.get(char, 0)
+        if depth == 0:
+            return i
+    return -1
+
+
+def extract(model: SourceModel, function: str) -> KernelGraph:
+    """The CUDA operations of host function `function` in program order, and their hazards."""
+    seen: Counter[str] = Counter()
+    nodes = []
+    for op in model.ops_in(function):
+        if op.kind not in _NODE_KINDS:
+            continue
+        reads, writes = _effects(model, op)
+        label = _label(op)
+        nodes.append(Node(len(nodes), op.kind, label, seen[label], op.line, op.stream, frozenset(reads),
+                          frozenset(writes), _event(op), _blocks_host(op)))
+        seen[label] += 1
+    return KernelGraph(function, tuple(nodes), tuple(_hazards(nodes)), _blocking_streams(model))
+
+
+def _effects(model: SourceModel, op: HostOp) -> tuple[set[str], set[str]]:
+    if op.kind == HostOpKind.LAUNCH and op.launch is not None:
+        try:
+            kernel = model.kernel(op.launch.kernel)
+        except KeyError:  # not defined in this file: it may touch anything it is given
+            every = {b for a in op.launch.args if (b := base_buffer(a))}
+            return every, every
+        bound = op.launch.bound_args(kernel)
+        written, read = written_params(kernel), read_params(kernel)
+        pointers = {p.name: base_buffer(bound.get(p.name)) for p in kernel.params if p.is_pointer}
+        return ({b for p, b in pointers.items() if b and p in read},
+                {b for p, b in pointers.items() if b and p in written})
+    dst, src = base_buffer(op.dst), base_buffer(op.src)
+    return ({src} if src else set()), ({dst} if dst and op.kind in _DATA else set())
+
+
+def _label(op: HostOp) -> str:
+    if op.kind == HostOpKind.LAUNCH:
+        return op.launch.kernel if op.launch is not None else op.api
+    if op.kind == HostOpKind.MEMCPY:  # cudaMemcpy and cudaMemcpyAsync of the same buffers match
+        return f"memcpy({base_buffer(op.dst)}, {base_buffer(op.src)})"
+    if op.kind == HostOpKind.MEMSET:
+        return f"memset({base_buffer(op.dst)})"
+    return op.api
+
+
+def _event(op: HostOp) -> str | None:
+    position = {HostOpKind.EVENT_RECORD: 0, HostOpKind.EVENT_SYNC: 0, HostOpKind.STREAM_WAIT_EVENT: 1}.get(op.kind)
+    return op.args[position].strip() if position is not None and position < len(op.args) else None
+
+
+def _blocks_host(op: HostOp) -> bool:
+    return op.kind in _SYNCS or (op.api in _BLOCKING_COPIES and op.direction == "cudaMemcpyDeviceToHost")
+
+
+def _blocking_streams(model: SourceModel) -> frozenset[str]:
+    """Streams the file creates blocking (plain cudaStreamCreate, or flags without NonBlocking);
+    a stream also created non-blocking anywhere counts as non-blocking."""
+    blocking, nonblocking = set(), set()
+    for op in model.host_ops:
+        if op.kind == HostOpKind.STREAM_CREATE and op.args and (name := base_buffer(op.args[0])):
+            flags = op.args[1] if op.api != "cudaStreamCreate" and len(op.args) > 1 else ""
+            (nonblocking if "cudaStreamNonBlocking" in flags else blocking).add(name)
+    return frozenset(blocking - nonblocking)
+
+
+def _hazards(nodes: list[Node]) -> list[Dependency]:
+    edges = []
+    for later in nodes:
+        for earlier in nodes[: later.index]:
+            for buffer in sorted((earlier.writes | earlier.reads) & (later.writes | later.reads)):
+                if buffer in earlier.writes and buffer in later.reads:
+                    edges.append(Dependency(earlier.index, later.index, Hazard.RAW, buffer))
+                if buffer in earlier.reads and buffer in later.writes:
+                    edges.append(Dependency(earlier.index, later.index, Hazard.WAR, buffer))
+                if buffer in earlier.writes and buffer in later.writes:
+                    edges.append(Dependency(earlier.index, later.index, Hazard.WAW, buffer))
+    return edges
+
+
+# -- ordering ------------------------------------------------------------------------------------
+
+
+def _stream_key(stream: str | None) -> str:
+    return "0" if stream is None or stream.strip() in _DEFAULT_STREAMS else stream.strip()
+
+
+def streams_ordered(earlier: str | None, later: str | None, blocking: frozenset[str]) -> bool:
+    """Whether work on stream `later` waits for earlier work on stream `earlier`: the same
+    stream, or the legacy default stream and a blocking stream (either way round)."""
+    a, b = _stream_key(earlier), _stream_key(later)
+    if a == b:
+        return True
+
+    def is_blocking(stream: str) -> bool:
+        return stream == "cudaStreamPerThread" or base_buffer(stream) in blocking
+
+    return (a == "0" and is_blocking(b)) or (b == "0" and is_blocking(a))
+
+
+def _direct_predecessors(graph: KernelGraph, node: Node) -> set[int]:
+    """The earlier nodes that `node` waits for by one rule, before the transitive closure."""
+    earlier = graph.nodes[: node.index]
+    preds = {a.index for a in earlier if a.blocks_host}  # the host issued `node` after they finished
+    if node.kind == HostOpKind.DEVICE_SYNC:
+        return {a.index for a in earlier}
+    if node.kind == HostOpKind.STREAM_SYNC:  # its own stream only: the conservative reading
+        return preds | {a.index for a in earlier if a.kind in _STREAM_OPS
+                        and _stream_key(a.stream) == _stream_key(node.stream)}
+    if node.kind in (HostOpKind.EVENT_SYNC, HostOpKind.STREAM_WAIT_EVENT):
+        record = next((a for a in reversed(earlier) if a.kind == HostOpKind.EVENT_RECORD and a.event == node.event),
+                      None)  # waiting on an event waits for its latest record
+        if record is not None:
+            preds.add(record.index)
+    if node.kind in _STREAM_OPS:
+        preds |= {a.index for a in earlier if a.kind in _STREAM_OPS
+                  and streams_ordered(a.stream, node.stream, graph.blocking_streams)}
+    return preds
+
+
+def ordering(graph: KernelGraph) -> set[tuple[int, int]]:
+    """The pairs (a, b) of node indices that the program's stream semantics run in order (a
+    finishes before b starts): same stream, the default stream with a blocking stream, an event
+    recorded after a and waited on before b, a synchronize covering a issued before b, a host-
+    blocking copy; closed transitively."""
+    before: list[set[int]] = []
+    for node in graph.nodes:  # every rule points forward in program order: one pass closes it
+        direct = _direct_predecessors(graph, node)
+        before.append(direct.union(*(before[a] for a in direct)))
+    return {(a, b) for b, preds in enumerate(before) for a in preds}
+
+
+# -- checking ------------------------------------------------------------------------------------
+
+
+def check(original: KernelGraph, transformed: KernelGraph) -> CheckResult:
+    """Whether `transformed` does the original's data operations (matched by label and
+    occurrence) and orders every pair the original's dependencies need ordered."""
+    violations = _membership(original, transformed)
+    matched = {n.key: n for n in transformed.nodes if n.is_data}
+    order = ordering(transformed)
+    for dep in original.edges:
+        source, target = original.nodes[dep.source], original.nodes[dep.target]
+        if source.key not in matched or target.key not in matched:
+            continue  # reported as dropped
+        a, b = matched[source.key], matched[target.key]
+        if (a.index, b.index) not in order:
+            violations.append(Violation(_unordered(dep, a, b), dep))
+    return CheckResult(tuple(violations))
+
+
+def _membership(original: KernelGraph, transformed: KernelGraph) -> list[Violation]:
+    ours = {n.key: n for n in original.nodes if n.is_data}
+    theirs = {n.key: n for n in transformed.nodes if n.is_data}
+    dropped = [Violation(f"{_name(n)} (line {n.line}) is in the original but not in the transformed program")
+               for key, n in ours.items() if key not in theirs]
+    added = [Violation(f"{_name(n)} (line {n.line}) is in the transformed program but not in the original")
+             for key, n in theirs.items() if key not in ours]
+    return dropped + added
+
+
+def _name(node: Node) -> str:
+    return node.label if node.occurrence == 0 else f"{node.label} #{node.occurrence + 1}"
+
+
+def _unordered(dep: Dependency, a: Node, b: Node) -> str:
+    """`combine_kernel (line 40) reads y written by poly_kernel (line 31) but may run before it:
+    different streams (s_poly, s_combine), no event`."""
+    verb = {Hazard.RAW: "reads {} written by", Hazard.WAR: "writes {} read by",
+            Hazard.WAW: "writes {} also written by"}[dep.hazard].format(dep.buffer)
+    if b.index < a.index:
+        why = "it is now issued first"
+    elif _stream_key(a.stream) == "0" or _stream_key(b.stream) == "0":
+        other = b.stream if _stream_key(a.stream) == "0" else a.stream
+        why = f"{other} is not synchronised with the default stream, no event or synchronize between them"
+    else:
+        why = f"different streams ({a.stream}, {b.stream}), no event or synchronize between them"
+    return f"{_name(b)} (line {b.line}) {verb} {_name(a)} (line {a.line}) but may run before it: {why}"

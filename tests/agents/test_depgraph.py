@@ -1,0 +1,296 @@
+"""agents.depgraph: hazards of a host function's CUDA work, the ordering its streams guarantee,
+and the check that a streamified program keeps every dependency."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from agents.cuda_source import analyze
+from agents.depgraph import Dependency, Hazard, KernelGraph, base_buffer, check, extract, ordering
+from tests.conftest import needs
+
+KERNELS = r"""#include <cuda_runtime.h>
+
+__global__ void scale_kernel(const float* x, float* a, int n) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) a[i] = 2.0f * x[i];
+}
+__global__ void poly_kernel(const float* x, float* y, int n) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) y[i] = x[i] * x[i] * x[i] + 1.0f;
+}
+__global__ void square_kernel(const float* x, float* b, int n) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) b[i] = x[i] * x[i];
+}
+__global__ void shift_kernel(const float* x, float* c, int n) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) c[i] = x[i] + 1.0f;
+}
+__global__ void combine_kernel(const float* y, float* out, int n) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) out[i] = 0.5f * y[i];
+}
+
+void run(const float* d_x, float* d_a, float* d_b, float* d_y, float* d_c, float* d_out, float* h_out, int n) {
+    dim3 block(256), grid((n + 255) / 256);
+"""
+END = "}\n"
+
+SERIAL = """
+    scale_kernel<<<grid, block>>>(d_x, d_a, n);
+    poly_kernel<<<grid, block>>>(d_x, d_y, n);
+    square_kernel<<<grid, block>>>(d_x, d_b, n);
+    shift_kernel<<<grid, block>>>(d_x, d_c, n);
+    combine_kernel<<<grid, block>>>(d_y, d_out, n);
+    cudaMemcpy(h_out, d_out, n * sizeof(float), cudaMemcpyDeviceToHost);
+"""
+
+STREAMIFIED = """
+    cudaStream_t s_scale, s_poly, s_square, s_shift, s_combine;
+    cudaStreamCreateWithFlags(&s_scale, cudaStreamNonBlocking);
+    cudaStreamCreateWithFlags(&s_poly, cudaStreamNonBlocking);
+    cudaStreamCreateWithFlags(&s_square, cudaStreamNonBlocking);
+    cudaStreamCreateWithFlags(&s_shift, cudaStreamNonBlocking);
+    cudaStreamCreateWithFlags(&s_combine, cudaStreamNonBlocking);
+    cudaEvent_t y_ready;
+    cudaEventCreateWithFlags(&y_ready, cudaEventDisableTiming);
+    scale_kernel<<<grid, block, 0, s_scale>>>(d_x, d_a, n);
+    poly_kernel<<<grid, block, 0, s_poly>>>(d_x, d_y, n);
+    cudaEventRecord(y_ready, s_poly);
+    square_kernel<<<grid, block, 0, s_square>>>(d_x, d_b, n);
+    shift_kernel<<<grid, block, 0, s_shift>>>(d_x, d_c, n);
+    cudaStreamWaitEvent(s_combine, y_ready, 0);
+    combine_kernel<<<grid, block, 0, s_combine>>>(d_y, d_out, n);
+    cudaDeviceSynchronize();
+    cudaMemcpy(h_out, d_out, n * sizeof(float), cudaMemcpyDeviceToHost);
+    cudaEventDestroy(y_ready);
+"""
+
+EVENT_LINES = ("    cudaEventRecord(y_ready, s_poly);\n", "    cudaStreamWaitEvent(s_combine, y_ready, 0);\n")
+SYNC_LINE = "    cudaDeviceSynchronize();\n"
+COPY_LINE = "    cudaMemcpy(h_out, d_out, n * sizeof(float), cudaMemcpyDeviceToHost);\n"
+
+
+def program(body: str) -> str:
+    return KERNELS + body + END
+
+
+def graph(body: str) -> KernelGraph:
+    model = analyze(program(body), "synthetic.cu")
+    assert model.errors == ()
+    return extract(model, "run")
+
+
+def without(body: str, *lines: str) -> str:
+    for line in lines:
+        assert line in body
+        body = body.replace(line, "", 1)
+    return body
+
+
+def named(g: KernelGraph, dep: Dependency) -> tuple[str, str, Hazard, str]:
+    return g.nodes[dep.source].label, g.nodes[dep.target].label, dep.hazard, dep.buffer
+
+
+def index(g: KernelGraph, label: str) -> int:
+    return next(n.index for n in g.nodes if n.label == label)
+
+
+def reasons(original: str, transformed: str) -> list[str]:
+    return [v.reason for v in check(graph(original), graph(transformed)).violations]
+
+
+# -- the graph -----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("expr", "buffer"), [
+    ("d_y", "d_y"), ("&d_y[4]", "d_y"), ("d_y + offset", "d_y"), ("(float*)d_y", "d_y"),
+    ("static_cast<float*>(d_y) + 1", "d_y"), ("reinterpret_cast<float4*>(&d_y[2 * i])", "d_y"),
+    ("(d_y) + 4", "d_y"), ("state->y", "state->y"), ("v.data()", "v"), ("nullptr", None), ("0", None),
+])
+def test_base_buffer_strips_casts_address_offsets_and_indexing(expr: str, buffer: str | None) -> None:
+    assert base_buffer(expr) == buffer
+
+
+def test_four_independent_kernels_and_one_consumer_have_exactly_one_raw_edge() -> None:
+    g = graph(without(SERIAL, COPY_LINE))
+    assert [n.label for n in g.nodes] == ["scale_kernel", "poly_kernel", "square_kernel", "shift_kernel",
+                                          "combine_kernel"]
+    assert g.nodes[1].reads == {"d_x"} and g.nodes[1].writes == {"d_y"}
+    assert [named(g, e) for e in g.edges] == [("poly_kernel", "combine_kernel", Hazard.RAW, "d_y")]
+
+
+def test_the_copy_back_depends_on_the_consumer_and_sync_points_are_nodes() -> None:
+    g = graph(STREAMIFIED)
+    assert [named(g, e) for e in g.edges] == [
+        ("poly_kernel", "combine_kernel", Hazard.RAW, "d_y"),
+        ("combine_kernel", "memcpy(h_out, d_out)", Hazard.RAW, "d_out"),
+    ]
+    kinds = [n.kind.value for n in g.nodes if not n.is_data]
+    assert kinds == ["event_record", "stream_wait_event", "device_sync"]
+
+
+def test_war_and_waw_edges() -> None:
+    body = """
+    scale_kernel<<<grid, block>>>(d_x, d_a, n);
+    poly_kernel<<<grid, block>>>(d_a, d_x, n);
+    square_kernel<<<grid, block>>>(d_y, d_x + 0, n);
+    cudaMemset(d_a, 0, n * sizeof(float));
+"""
+    g = graph(body)
+    assert sorted(named(g, e) for e in g.edges) == sorted([
+        ("scale_kernel", "poly_kernel", Hazard.RAW, "d_a"),
+        ("scale_kernel", "poly_kernel", Hazard.WAR, "d_x"),
+        ("scale_kernel", "square_kernel", Hazard.WAR, "d_x"),
+        ("poly_kernel", "square_kernel", Hazard.WAW, "d_x"),
+        ("scale_kernel", "memset(d_a)", Hazard.WAW, "d_a"),
+        ("poly_kernel", "memset(d_a)", Hazard.WAR, "d_a"),
+    ])
+
+
+# -- ordering ------------------------------------------------------------------------------------
+
+
+def _two_streams(create: str) -> KernelGraph:
+    return graph(f"""
+    cudaStream_t s1, s2;
+    {create}(&s1{", cudaStreamNonBlocking" if create.endswith("WithFlags") else ""});
+    cudaStreamCreate(&s2);
+    scale_kernel<<<grid, block, 0, s1>>>(d_x, d_a, n);
+    poly_kernel<<<grid, block>>>(d_x, d_y, n);
+    square_kernel<<<grid, block, 0, s1>>>(d_x, d_b, n);
+    shift_kernel<<<grid, block, 0, s2>>>(d_x, d_c, n);
+""")
+
+
+def test_blocking_streams_order_with_the_legacy_default_stream() -> None:
+    order = ordering(_two_streams("cudaStreamCreate"))
+    scale, poly, square, shift = range(4)
+    assert {(scale, poly), (poly, square), (poly, shift), (scale, square)} <= order
+    assert (scale, shift) in order  # s1 -> default -> s2, transitively
+
+
+def test_non_blocking_streams_do_not_order_with_the_default_stream() -> None:
+    order = ordering(_two_streams("cudaStreamCreateWithFlags"))
+    scale, poly, square, shift = range(4)
+    assert (scale, square) in order  # the same stream
+    assert (poly, shift) in order  # s2 is blocking
+    assert not {(scale, poly), (poly, square), (scale, shift)} & order
+
+
+def test_an_event_orders_only_what_was_recorded_before_it() -> None:
+    g = graph("""
+    cudaStream_t s1, s2;
+    cudaStreamCreateWithFlags(&s1, cudaStreamNonBlocking);
+    cudaStreamCreateWithFlags(&s2, cudaStreamNonBlocking);
+    cudaEvent_t e;
+    scale_kernel<<<grid, block, 0, s1>>>(d_x, d_a, n);
+    cudaEventRecord(e, s1);
+    poly_kernel<<<grid, block, 0, s1>>>(d_x, d_y, n);
+    cudaStreamWaitEvent(s2, e, 0);
+    square_kernel<<<grid, block, 0, s2>>>(d_x, d_b, n);
+""")
+    order = ordering(g)
+    scale, poly, square = (index(g, k) for k in ("scale_kernel", "poly_kernel", "square_kernel"))
+    assert (scale, square) in order
+    assert (poly, square) not in order
+
+
+def test_a_stream_synchronize_covers_only_its_stream() -> None:
+    g = graph("""
+    cudaStream_t s1, s2;
+    cudaStreamCreateWithFlags(&s1, cudaStreamNonBlocking);
+    cudaStreamCreateWithFlags(&s2, cudaStreamNonBlocking);
+    scale_kernel<<<grid, block, 0, s1>>>(d_x, d_a, n);
+    poly_kernel<<<grid, block, 0, s2>>>(d_x, d_y, n);
+    cudaStreamSynchronize(s1);
+    square_kernel<<<grid, block, 0, s2>>>(d_a, d_b, n);
+""")
+    order = ordering(g)
+    scale, poly, square = (index(g, k) for k in ("scale_kernel", "poly_kernel", "square_kernel"))
+    assert (scale, square) in order
+    assert (poly, square) in order  # the same stream
+    assert check(g, g).ok
+
+
+# -- check ---------------------------------------------------------------------------------------
+
+
+def test_a_correct_streamified_version_passes() -> None:
+    result = check(graph(SERIAL), graph(STREAMIFIED))
+    assert result.ok, [v.reason for v in result.violations]
+
+
+def test_streamified_without_the_event_is_rejected_naming_the_dependency() -> None:
+    broken = without(STREAMIFIED, *EVENT_LINES)
+    g = graph(broken)
+    poly, combine = (g.nodes[index(g, k)] for k in ("poly_kernel", "combine_kernel"))
+    assert reasons(SERIAL, broken) == [
+        f"combine_kernel (line {combine.line}) reads d_y written by poly_kernel (line {poly.line}) but may run "
+        "before it: different streams (s_poly, s_combine), no event or synchronize between them"]
+
+
+def test_a_dropped_kernel_is_rejected() -> None:
+    dropped = without(STREAMIFIED, "    square_kernel<<<grid, block, 0, s_square>>>(d_x, d_b, n);\n")
+    found = reasons(SERIAL, dropped)
+    assert len(found) == 1 and found[0].startswith("square_kernel (line ")
+    assert "not in the transformed program" in found[0]
+
+
+def test_an_added_launch_is_rejected() -> None:
+    extra = STREAMIFIED + "    shift_kernel<<<grid, block, 0, s_shift>>>(d_x, d_c, n);\n"
+    found = reasons(SERIAL, extra)
+    assert len(found) == 1 and found[0].startswith("shift_kernel #2 (line ")
+
+
+@pytest.mark.parametrize(("create", "ok"), [("cudaStreamCreateWithFlags(&{}, cudaStreamNonBlocking)", False),
+                                            ("cudaStreamCreate(&{})", True)])
+def test_a_copy_back_before_the_synchronize_needs_blocking_streams(create: str, ok: bool) -> None:
+    body = without(STREAMIFIED, SYNC_LINE, COPY_LINE).replace(
+        "    cudaEventDestroy", COPY_LINE + SYNC_LINE + "    cudaEventDestroy")
+    for name in ("s_scale", "s_poly", "s_square", "s_shift", "s_combine"):
+        body = body.replace(f"cudaStreamCreateWithFlags(&{name}, cudaStreamNonBlocking)", create.format(name))
+    found = reasons(SERIAL, body)
+    if ok:
+        assert found == []
+    else:
+        assert len(found) == 1
+        assert found[0].startswith("memcpy(h_out, d_out) (line ")
+        assert "reads d_out written by combine_kernel" in found[0]
+        assert "s_combine is not synchronised with the default stream" in found[0]
+
+
+def test_a_broken_war_dependency_is_rejected() -> None:
+    serial = """
+    scale_kernel<<<grid, block>>>(d_x, d_a, n);
+    poly_kernel<<<grid, block>>>(d_y, d_x, n);
+"""
+    streamed = """
+    cudaStream_t s1, s2;
+    cudaStreamCreateWithFlags(&s1, cudaStreamNonBlocking);
+    cudaStreamCreateWithFlags(&s2, cudaStreamNonBlocking);
+    scale_kernel<<<grid, block, 0, s1>>>(d_x, d_a, n);
+    poly_kernel<<<grid, block, 0, s2>>>(d_y, d_x, n);
+"""
+    found = reasons(serial, streamed)
+    assert len(found) == 1 and "poly_kernel (line" in found[0] and "writes d_x read by scale_kernel" in found[0]
+    assert reasons(serial, streamed.replace("cudaStreamCreateWithFlags(&s2, cudaStreamNonBlocking)",
+                                            "cudaStreamCreate(&s2)").replace(", s2>>>", ", s1>>>")) == []
+
+
+# -- the programs are real CUDA ------------------------------------------------------------------
+
+
+@pytest.mark.nvcc
+@needs("nvcc")
+@pytest.mark.parametrize("body", [SERIAL, STREAMIFIED], ids=["serial", "streamified"])
+def test_the_synthetic_programs_compile(body: str, tmp_path: Path) -> None:
+    source = tmp_path / "synthetic.cu"
+    source.write_text(program(body))
+    done = subprocess.run(["nvcc", "-arch=sm_90", "-c", str(source), "-o", str(tmp_path / "synthetic.o")],
+                          capture_output=True, text=True, timeout=240)
+    assert done.returncode == 0, done.stderr

@@ -3,6 +3,7 @@ profile metrics) and propose variants or search parameters for the sweep to meas
 
 from agents.experts.padding import PaddingExpert
 from agents.experts.registers import RegisterExpert
+from agents.experts.streamify import StreamifyExpert
 from agents.experts.unroll import UnrollExpert
 
-__all__ = ["PaddingExpert", "RegisterExpert", "UnrollExpert"]
+__all__ = ["PaddingExpert", "RegisterExpert", "StreamifyExpert", "UnrollExpert"]

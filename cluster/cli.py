@@ -137,6 +137,56 @@ def _show(path: Path) -> None:
                       f"{b.speedup:.2f}x", config)
     console.print(table)
     _show_pareto(console, rows)
+    _show_profiles(console, run_dir.path, rows, best)
+
+
+def _show_profiles(console: Console, run: Path, rows: Any, best: dict[tuple[str, str], Any]) -> None:
+    """What Nsight Compute saw for each study's baseline and winner: the metrics behind a speedup."""
+    import pandas as pd
+
+    from cluster.profile import (
+        BANK_CONFLICT_METRICS,
+        LOCAL_MEMORY_METRICS,
+        PROFILE_SCHEMA,
+        MetricValue,
+        Profile,
+        top_stalls,
+    )
+    from cluster.results import read_table
+    from cluster.types import Status
+
+    profiles = read_table(run, "profiles", PROFILE_SCHEMA)
+    profiles = profiles[profiles["status"] == "ok"]
+    if profiles.empty:
+        return
+    table = Table(title="Nsight Compute: baseline and winner")
+    for column in ("target", "candidate", "duration", "bank conflicts (ld+st)", "achieved occupancy",
+                   "local memory (ld+st)", "top stalls"):
+        table.add_column(column, overflow="fold")
+    baselines = rows[rows["phase"] == "baseline"].set_index(["target", "device_type"])["candidate_key"].to_dict()
+    for (target, device), group in profiles.groupby(["target", "device_type"], sort=True):
+        winner = best.get((str(target), str(device)))
+        for label, key in (("baseline", baselines.get((target, device))),
+                           ("winner", winner.candidate_key if winner else None)):
+            mine = group[group["candidate_key"] == key]
+            if key is None or mine.empty or (label == "winner" and key == baselines.get((target, device))):
+                continue
+            values = tuple(MetricValue(int(r.launch), r.kernel, r.metric, r.unit, r.value)
+                           for r in mine.itertuples() if pd.notna(r.value))
+            profile = Profile(key, Status.OK, values)
+
+            def total(*names: str, p: Profile = profile) -> float:
+                return sum(v for name in names for v in p.metric(name))
+
+            occupancy = profile.metric("sm__warps_active.avg.pct_of_peak_sustained_active")
+            stalls = ", ".join(f"{reason} {value:.2g}" for reason, value in top_stalls(profile, 3))
+            table.add_row(str(target), label,
+                          f"{total('gpu__time_duration.sum') / 1e6:.4g} ms",
+                          f"{total(*BANK_CONFLICT_METRICS):,.0f}",
+                          f"{sum(occupancy) / len(occupancy):.1f}%" if occupancy else "-",
+                          f"{total(*LOCAL_MEMORY_METRICS):,.0f} B",
+                          stalls or "-")
+    console.print(table)
 
 
 def _show_pareto(console: Console, rows: Any) -> None:

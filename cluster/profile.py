@@ -48,6 +48,8 @@ DEFAULT_METRICS = (
     *(f"{STALL_PREFIX}{reason}_per_issue_active.ratio" for reason in STALL_REASONS),
 )
 FLUSH_KERNEL = "wf_l2_flush"
+BANK_CONFLICT_METRICS = tuple(f"l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_{op}.sum" for op in ("ld", "st"))
+LOCAL_MEMORY_METRICS = tuple(f"l1tex__t_bytes_pipe_lsu_mem_local_op_{op}.sum" for op in ("ld", "st"))
 
 PROFILE_SCHEMA = pa.schema([
     ("run_id", pa.string()), ("target", pa.string()), ("device_type", pa.string()),

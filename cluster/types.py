@@ -9,6 +9,7 @@ exception that would end a sweep.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import shlex
@@ -116,7 +117,7 @@ class Candidate:
         return f"{self.target}@{self.device_type}"
 
     def with_phase(self, phase: Phase, trial_number: int | None = None) -> Candidate:
-        return Candidate(**{**self.__dict__, "phase": phase, "trial_number": trial_number})
+        return dataclasses.replace(self, phase=phase, trial_number=trial_number)
 
 
 @dataclass(frozen=True)

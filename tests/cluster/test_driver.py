@@ -178,3 +178,30 @@ def test_time_budget_and_an_rdb_storage(tmp_path):
     told = [t for t in study.trials if t.state.is_finished() and "key" in t.user_attrs]
     assert set(search["candidate_key"]) <= {t.user_attrs["key"] for t in told}
     assert not (run_dir.path / "optuna.journal").exists()
+
+
+def test_show_prints_the_profiles_of_baseline_and_winner(tmp_path):
+    """A GPU run's profiles table (written here by hand: no ncu on the CPU) appears in show."""
+    from cluster.profile import PROFILE_SCHEMA
+    from cluster.results import ResultWriter
+
+    run_dir, _ = sweep(FIXTURES / "demo_cpu.yaml", tmp_path, trials=3)
+    rows = read_results(run_dir.path)
+    baseline = rows.loc[rows["phase"] == "baseline", "candidate_key"].iloc[0]
+    [winner] = select_best(rows)
+    device = rows["device_type"].iloc[0]
+    metrics = {baseline: (335_100.0, 65_579_100.0, "mio_throttle"), winner.candidate_key: (195_360.0, 0.0, "wait")}
+    with ResultWriter(run_dir.path, PROFILE_SCHEMA, subdir="profiles") as writer:
+        for key, (duration_ns, conflicts, stall) in metrics.items():
+            for metric, value in (("gpu__time_duration.sum", duration_ns),
+                                  ("l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_ld.sum", conflicts),
+                                  (f"smsp__average_warps_issue_stalled_{stall}_per_issue_active.ratio", 4.5)):
+                writer.append_record({"run_id": run_dir.run_id, "target": "stencil_c", "device_type": device,
+                                      "candidate_key": key, "status": "ok", "error_tail": "", "launch": 1,
+                                      "kernel": "k", "metric": metric, "unit": "", "value": value})
+    shown = CliRunner().invoke(main, ["show", str(run_dir.path)])
+    assert shown.exit_code == 0, shown.output
+    assert "Nsight Compute" in shown.output and "0.3351 ms" in shown.output and "65,579,100" in shown.output
+    assert "mio_throttle 4.5" in shown.output
+    if winner.candidate_key != baseline:
+        assert "0.1954 ms" in shown.output and "wait 4.5" in shown.output

@@ -26,9 +26,11 @@ import math
 import re
 from dataclasses import dataclass
 
-from agents._base import Agent, AnalysisContext, Proposal
+from agents._base import AnalysisContext, Proposal
 from agents.cuda_source import SharedAccess, SharedArray, SourceModel, analyze
+from agents.experts._expert import Expert
 from agents.patch import Patched, Replace, apply, readonly_regions, source_files
+from agents.workflow.steps import Finding, Level, Plan
 
 __all__ = ["BANK_CONFLICTS_METRIC", "ELEMENT_BYTES", "PaddingExpert", "PaddingFinding", "find_padding"]
 
@@ -149,28 +151,45 @@ def find_padding(context: AnalysisContext) -> list[PaddingFinding]:
     return findings
 
 
-class PaddingExpert(Agent):
+class PaddingExpert(Expert):
     """Pads bank-conflicting 2D shared tiles by one element per row: one proposal per array."""
 
     name = "padding"
+    level = Level.KERNEL
 
-    def propose(self, context: AnalysisContext) -> list[Proposal]:
-        findings = find_padding(context)
+    def analyse(self, context: AnalysisContext) -> list[Finding]:
+        metric = context.metrics.get(BANK_CONFLICTS_METRIC)
+        findings = []
+        for f in find_padding(context):
+            evidence = [f"__shared__ {f.array.element_type} {f.array.name}" + "".join(f"[{d}]" for d in f.array.dims)]
+            if f.access is not None:
+                index = "".join(f"[{i}]" for i in f.access.indices)
+                evidence.append(f"line {f.access.line}: `{f.array.name}{index}` indexed by lane in the first index")
+            if metric is not None:
+                evidence.append(f"{BANK_CONFLICTS_METRIC} = {metric:,.0f}")
+            findings.append(Finding(self.name, self.level, f"{f.path}:{f.array.span.start_line} {f.label}", f.pad,
+                                    tuple(evidence), f.reason, f))
+        return findings
+
+    def plan(self, context: AnalysisContext, finding: Finding) -> Plan | None:
+        f: PaddingFinding = finding.detail
+        dims = f.array.dim_values
+        padded = "".join(f"[{d}]" for d in (*dims[:-1], (dims[-1] or 0) + 1))
+        return Plan(finding, (f"declare {f.array.name}{padded} in {f.path}:{f.array.span.start_line}; "
+                              "indexing stays as it is",), detail=f)
+
+    def transform(self, context: AnalysisContext, plan: Plan, feedback: str | None = None) -> list[Proposal]:
+        finding: PaddingFinding = plan.detail
         files = source_files(context.target)
-        dynamic = [f.label for f in findings if f.array.is_dynamic]
+        dynamic = [f.label for f in find_padding(context) if f.array.is_dynamic]
         note = f" Dynamic shared arrays, not changed: {', '.join(dynamic)}." if dynamic else ""
-        proposals = []
-        for finding in (f for f in findings if f.pad):
-            edit = _pad_edit(files[finding.path], finding.path, finding.array)
-            result = apply(files, [edit], context.target.spec.sources) if edit is not None else None
-            if not isinstance(result, Patched) or not _grew_by_one(result, finding, context):
-                continue
-            proposals.append(Proposal(
-                agent=self.name,
-                description=f"pad {finding.label} by one element per row: {finding.reason}.{note}\n{result.diff}",
-                files=result.files,
-            ))
-        return proposals
+        edit = _pad_edit(files[finding.path], finding.path, finding.array)
+        result = apply(files, [edit], context.target.spec.sources) if edit is not None else None
+        if not isinstance(result, Patched) or not _grew_by_one(result, finding, context):
+            return []
+        return [Proposal(agent=self.name, files=result.files,
+                         description=f"pad {finding.label} by one element per row: {finding.reason}.{note}\n"
+                                     f"{result.diff}")]
 
 
 def _grew_by_one(patched: Patched, finding: PaddingFinding, context: AnalysisContext) -> bool:

@@ -12,50 +12,74 @@ import operator
 import re
 from collections.abc import Callable, Mapping
 
-from agents._base import Agent, AnalysisContext, Proposal
+from agents._base import AnalysisContext, Proposal
 from agents.cuda_source import SourceModel, analyze
+from agents.experts._expert import Expert
 from agents.patch import source_files
+from agents.workflow.steps import Finding, Level, Plan
 from cluster.occupancy import DeviceLimits, Occupancy, limits_for, occupancy_of_kernel, register_steps
 from cluster.types import KernelResources
 
 DEFAULT_BLOCK_SIZE = 256
 # ptxas does not go below this many registers per thread on sm_80/sm_90, whatever -maxrregcount asks.
 MIN_REGISTERS = 24
+ACHIEVED_OCCUPANCY = "sm__warps_active.avg.pct_of_peak_sustained_active"
 
 
-class RegisterExpert(Agent):
+class RegisterExpert(Expert):
     """Proposes ``search_params={"maxrregcount": (...)}`` for register-limited kernels; no file changes."""
 
     name = "registers"
+    level = Level.COMPILER_OPTION
 
     def __init__(self, limits: DeviceLimits | None = None, min_registers: int = MIN_REGISTERS) -> None:
         self.limits = limits  # None: the limits of the context's arch
         self.min_registers = min_registers
 
-    def propose(self, context: AnalysisContext) -> list[Proposal]:
+    def analyse(self, context: AnalysisContext) -> list[Finding]:
         try:
             limits = self.limits or limits_for(context.arch)
         except KeyError:
-            return []
+            why = f"no occupancy model for {context.arch}"
+            return [Finding(self.name, self.level, context.arch, False, reason=why)]
         models = [analyze(text, path) for path, text in source_files(context.target).items()]
-        values: set[int] = set()
-        evidence: list[str] = []
+        findings = []
+        achieved = context.metrics.get(ACHIEVED_OCCUPANCY)
         for kernel in context.kernels:
             if kernel.registers <= 0:
                 continue
             block = block_size(kernel.kernel, models, context.metrics)
             now = occupancy_of_kernel(limits, kernel, block)
+            evidence = [f"ptxas: {kernel.registers} registers, {kernel.spill_stores} B spill stores, "
+                        f"{kernel.shared_bytes} B shared; {block} threads per block",
+                        f"theoretical occupancy {now.percent:.0f}%, limited by {now.limiting_factor}"]
+            if achieved is not None:
+                evidence.append(f"achieved occupancy {achieved:.1f}% ({ACHIEVED_OCCUPANCY})")
             if now.limiting_factor != "registers":
+                findings.append(Finding(self.name, self.level, kernel.kernel, False, tuple(evidence),
+                                        f"occupancy is limited by {now.limiting_factor}, not registers"))
                 continue
             steps = [step for step in register_steps(limits, block, kernel.shared_bytes)
                      if step.occupancy.active_blocks_per_sm > now.active_blocks_per_sm
                      and self.min_registers <= step.registers < kernel.registers]
-            if steps:
-                values.update(step.registers for step in steps)
-                evidence.append(_evidence(kernel, block, now, [(s.registers, s.occupancy) for s in steps]))
+            if not steps:
+                findings.append(Finding(self.name, self.level, kernel.kernel, False, tuple(evidence),
+                                        f"no register cap >= {self.min_registers} raises occupancy"))
+                continue
+            values = tuple(sorted({step.registers for step in steps}, reverse=True))
+            reason = _evidence(kernel, block, now, [(s.registers, s.occupancy) for s in steps])
+            findings.append(Finding(self.name, self.level, kernel.kernel, True, tuple(evidence), reason, values))
+        return findings
+
+    def plan(self, context: AnalysisContext, finding: Finding) -> Plan | None:
+        values = tuple(finding.detail or ())
         if not values:
-            return []
-        return [Proposal(self.name, "; ".join(evidence), (), {"maxrregcount": tuple(sorted(values, reverse=True))})]
+            return None
+        return Plan(finding, (f"search -maxrregcount over {', '.join(map(str, values))} for {finding.location}",),
+                    (("maxrregcount", values),))
+
+    def transform(self, context: AnalysisContext, plan: Plan, feedback: str | None = None) -> list[Proposal]:
+        return [Proposal(self.name, plan.finding.reason, (), dict(plan.search))]
 
 
 def _evidence(kernel: KernelResources, block: int, now: Occupancy, steps: list[tuple[int, Occupancy]]) -> str:

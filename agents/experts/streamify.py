@@ -21,10 +21,12 @@ import re
 from collections import Counter
 from dataclasses import dataclass, field
 
-from agents._base import Agent, AnalysisContext, Proposal
+from agents._base import AnalysisContext, Proposal
 from agents.cuda_source import HostOp, HostOpKind, SourceModel, analyze
 from agents.depgraph import CheckResult, KernelGraph, check, extract
+from agents.experts._expert import Expert
 from agents.patch import Edit, InsertAfter, InsertBefore, Refused, Replace, apply, source_files
+from agents.workflow import steps as wf
 
 MAX_STREAMS = 8
 STREAM = "wf_s{}"
@@ -65,13 +67,32 @@ class Finding:
         return self.proposal is not None
 
 
-class StreamifyExpert(Agent):
+class StreamifyExpert(Expert):
     """One verified proposal per eligible host function; `explain` says why the others got none."""
 
     name = "streamify"
+    level = wf.Level.APPLICATION
 
-    def propose(self, context: AnalysisContext) -> list[Proposal]:
-        return [f.proposal for f in self.findings(context) if f.proposal is not None]
+    def analyse(self, context: AnalysisContext) -> list[wf.Finding]:
+        out = []
+        for f in self.findings(context):
+            evidence = ()
+            if f.plan is not None:
+                evidence = (f"{len(f.plan.streams)} launches, {f.plan.stream_count} independent chains",)
+            out.append(wf.Finding(self.name, self.level, f"{f.path}:{f.function}", f.applicable, evidence, f.reason, f))
+        return out
+
+    def plan(self, context: AnalysisContext, finding: wf.Finding) -> wf.Plan | None:
+        f: Finding = finding.detail
+        if f.plan is None or f.proposal is None:
+            return None
+        changes = (f"launch on {f.plan.stream_count} non-blocking streams with "
+                   f"{sum(len(w) for w in f.plan.waits.values())} cross-stream events, then synchronize",)
+        return wf.Plan(finding, changes, detail=f)
+
+    def transform(self, context: AnalysisContext, plan: wf.Plan, feedback: str | None = None) -> list[Proposal]:
+        f: Finding = plan.detail
+        return [f.proposal] if f.proposal is not None else []
 
     def explain(self, context: AnalysisContext) -> list[str]:
         return [f"{f.path}:{f.function}: {f.reason}" for f in self.findings(context) if not f.applicable]

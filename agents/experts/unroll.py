@@ -12,9 +12,11 @@ loop or ``if``.
 
 from __future__ import annotations
 
-from agents._base import Agent, AnalysisContext, Proposal
+from agents._base import AnalysisContext, Proposal
 from agents.cuda_source import Kernel, Loop, analyze
+from agents.experts._expert import Expert
 from agents.patch import Edit, InsertBefore, MarkerError, Patched, Replace, apply, readonly_regions, source_files
+from agents.workflow.steps import Finding, Level, Plan
 
 MACRO = "WF_UNROLL_N"
 CONSTANT = "kWfUnrollN"
@@ -24,33 +26,56 @@ MAX_FULL_UNROLL = 64  # trip counts up to this are unrolled fully
 _PRELUDE = f"#ifndef {MACRO}\n#define {MACRO} 1\n#endif\nconstexpr int {CONSTANT} = {MACRO};\n"
 
 
-class UnrollExpert(Agent):
+class UnrollExpert(Expert):
     """One proposal per eligible kernel loop: a full unroll for a small constant trip count, else a
     searched factor (``search_params={"WF_UNROLL_N": FACTORS}``)."""
 
     name = "unroll"
+    level = Level.COMPILER_HINT
 
-    def propose(self, context: AnalysisContext) -> list[Proposal]:
-        files = source_files(context.target)
-        editable = list(context.target.spec.sources)
-        proposals = []
-        for path, text in files.items():
+    def analyse(self, context: AnalysisContext) -> list[Finding]:
+        findings = []
+        for path, text in source_files(context.target).items():
             try:
                 regions = readonly_regions(text)
-            except MarkerError:
-                continue  # malformed markers: apply would refuse every edit of this file
-            lines = text.split("\n")
+            except MarkerError as exc:
+                why = f"malformed read-only markers: {exc}"
+                findings.append(Finding(self.name, self.level, path, False, reason=why))
+                continue
             for kernel in analyze(text, path).kernels:
                 for loop in kernel.loops:
-                    if not _eligible(loop, text) or _inside(loop, regions):
-                        continue
-                    full = loop.trip_count is not None and 0 < loop.trip_count <= MAX_FULL_UNROLL
-                    if not full and CONSTANT in text:
-                        continue  # a variant already unrolled by the macro: one factor per file
-                    patched = apply(files, _edits(path, kernel, loop, lines, full), editable)
-                    if isinstance(patched, Patched):
-                        proposals.append(_proposal(self.name, path, kernel, loop, full, patched))
-        return proposals
+                    where = f"{path}:{loop.span.start_line} in {kernel.name}"
+                    count = "run-time trip count" if loop.trip_count is None else f"trip count {loop.trip_count}"
+                    pragma = "no unroll pragma" if loop.unroll is None else f"#pragma unroll {loop.unroll.argument}"
+                    evidence = (f"`{loop.header}`: {count}, {pragma}",)
+                    if _inside(loop, regions):
+                        findings.append(Finding(self.name, self.level, where, False, evidence, "in a read-only region"))
+                    elif not _eligible(loop, text):
+                        findings.append(Finding(self.name, self.level, where, False, evidence,
+                                                "already unrolled, or the loop does not start its line"))
+                    else:
+                        full = loop.trip_count is not None and 0 < loop.trip_count <= MAX_FULL_UNROLL
+                        reason = f"{count} is a small constant: unroll fully" if full else f"{count}: search a factor"
+                        findings.append(Finding(self.name, self.level, where, True, evidence, reason,
+                                                (path, kernel, loop, full)))
+        return findings
+
+    def plan(self, context: AnalysisContext, finding: Finding) -> Plan | None:
+        path, kernel, loop, full = finding.detail
+        if full:
+            change = f"insert `#pragma unroll` above {path}:{loop.span.start_line}"
+            return Plan(finding, (change,), detail=finding.detail)
+        return Plan(finding, (f"define `constexpr int {CONSTANT} = {MACRO}` above kernel {kernel.name}",
+                              f"insert `#pragma unroll {CONSTANT}` above {path}:{loop.span.start_line}"),
+                    ((MACRO, FACTORS),), finding.detail)
+
+    def transform(self, context: AnalysisContext, plan: Plan, feedback: str | None = None) -> list[Proposal]:
+        path, kernel, loop, full = plan.detail
+        files = source_files(context.target)
+        if not full and CONSTANT in files[path]:
+            return []  # a variant already unrolled by the macro: one factor per file
+        patched = apply(files, _edits(path, kernel, loop, files[path].split("\n"), full), context.target.spec.sources)
+        return [_proposal(self.name, path, kernel, loop, full, patched)] if isinstance(patched, Patched) else []
 
 
 def _eligible(loop: Loop, text: str) -> bool:

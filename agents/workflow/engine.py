@@ -1,0 +1,138 @@
+"""The workflow loop: analysis ─► plan ─► transform ─► verify ─► accept, or revert and retry.
+
+Pure orchestration: what runs the checks is the ``Verifier`` passed in. A step that raises is a
+failed outcome with the exception's message, never the end of the workflow. A proposal that
+fails verification is reverted: it is recorded, and only accepted proposals leave this module.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import traceback
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from agents._base import AnalysisContext, Proposal
+from agents.workflow.steps import Finding, Level, Plan, Steps, Verification, Verifier
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What became of one finding (and, past step 2, of one proposal for it)."""
+
+    finding: Finding
+    analyst: str
+    plan: Plan | None = None
+    planner: str = ""
+    proposal: Proposal | None = None
+    transformer: str = ""
+    verification: Verification | None = None
+    attempt: int = 0  # 0 for the first proposal of a plan, 1.. for retries with feedback
+    error: str = ""  # why the workflow stopped before a verified proposal, when it did
+
+    @property
+    def accepted(self) -> bool:
+        return self.proposal is not None and self.verification is not None and self.verification.passed
+
+    @property
+    def reason(self) -> str:
+        if self.error:
+            return self.error
+        if self.verification is not None and not self.verification.passed:
+            return self.verification.reason
+        return self.finding.reason
+
+    @property
+    def stage(self) -> str:
+        """How far it got: not_applicable, not_planned, no_proposal, rejected, accepted, or error."""
+        if self.accepted:
+            return "accepted"
+        if self.verification is not None:
+            return "rejected"
+        if self.error:
+            return "error"
+        if not self.finding.applies:
+            return "not_applicable"
+        return "not_planned" if self.plan is None else "no_proposal"
+
+
+def proposal_key(proposal: Proposal) -> str:
+    h = hashlib.sha256()
+    for path, text in sorted(proposal.files):
+        h.update(path.encode() + b"\0" + text.encode() + b"\0")
+    h.update(repr(sorted(proposal.search_params.items())).encode())
+    return h.hexdigest()[:16]
+
+
+def _failure(step: str, exc: BaseException) -> str:
+    last = traceback.format_exception_only(type(exc), exc)[-1].strip()
+    return f"{step} raised {last}"
+
+
+def run_workflow(context: AnalysisContext, steps: Sequence[Steps], verifier: Verifier,
+                 retries: int = 1) -> list[Outcome]:
+    """Every finding of every analyst, with the fate of each proposal made for it.
+
+    A transformer that ``takes_feedback`` gets up to ``retries`` more tries per plan, each with
+    the last verification failure; identical proposals are verified once.
+    """
+    outcomes: list[Outcome] = []
+    verified: dict[str, Verification] = {}
+    for step in steps:
+        try:
+            findings = step.analyst.analyse(context)
+        except Exception as exc:  # an agent's failure is a value
+            level = getattr(step.analyst, "level", Level.KERNEL)
+            missing = Finding(step.analyst.name, level, "", False, reason="analysis failed")
+            outcomes.append(Outcome(missing, step.analyst.name, error=_failure("analyse", exc)))
+            continue
+        for finding in findings:
+            outcomes += _pursue(context, step, finding, verifier, retries, verified)
+    return outcomes
+
+
+def _pursue(context: AnalysisContext, step: Steps, finding: Finding, verifier: Verifier, retries: int,
+            verified: dict[str, Verification]) -> list[Outcome]:
+    base = Outcome(finding, step.analyst.name)
+    if not finding.applies:
+        return [base]
+    try:
+        plan = step.planner.plan(context, finding)
+    except Exception as exc:
+        return [Outcome(finding, step.analyst.name, planner=step.planner.name, error=_failure("plan", exc))]
+    if plan is None:
+        return [Outcome(finding, step.analyst.name, planner=step.planner.name)]
+    names = {"analyst": step.analyst.name, "planner": step.planner.name, "transformer": step.transformer.name}
+    results: list[Outcome] = []
+    feedback: str | None = None
+    tries = 1 + (retries if step.transformer.takes_feedback else 0)
+    for attempt in range(tries):
+        try:
+            proposals = step.transformer.transform(context, plan, feedback)
+        except Exception as exc:
+            results.append(Outcome(finding, plan=plan, attempt=attempt, error=_failure("transform", exc), **names))
+            feedback = results[-1].error
+            continue
+        if not proposals:
+            if attempt == 0:
+                results.append(Outcome(finding, plan=plan, **names))
+            break
+        failures = []
+        for proposal in proposals:
+            key = proposal_key(proposal)
+            if key not in verified:
+                try:
+                    verified[key] = verifier.verify(context, plan, proposal)
+                except Exception as exc:
+                    results.append(Outcome(finding, plan=plan, proposal=proposal, attempt=attempt,
+                                           error=_failure("verify", exc), **names))
+                    continue
+            outcome = Outcome(finding, plan=plan, proposal=proposal, verification=verified[key], attempt=attempt,
+                              **names)
+            results.append(outcome)
+            if not outcome.accepted:
+                failures.append(outcome.reason)
+        if not failures:
+            break
+        feedback = "; ".join(failures)
+    return results

@@ -37,6 +37,7 @@ class Phase(StrEnum):
     BASELINE = "baseline"
     SEARCH = "search"
     FINAL = "final"  # re-measured with more repetitions for the selection
+    EVALUATE = "evaluate"  # a configuration tuned elsewhere, measured by ``warpfleet evaluate``
 
 
 Scalar = int | float | str
@@ -236,6 +237,7 @@ class BestConfig:
     unit: str
     iqr: float = 0.0
     reason: str = ""  # why it won (e.g. "simplest within noise of the fastest")
+    source_hash: str = ""  # of the sources it was measured with: evaluate checks they have not changed
 
     @property
     def flag_argv(self) -> list[str]:

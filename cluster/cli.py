@@ -15,7 +15,7 @@ from rich.table import Table
 from cluster.config import RunPlan, load_run
 from cluster.errors import ConfigError
 
-EXPORT_FORMATS = ["flags", "json", "yaml", "header"]
+EXPORT_FORMATS = ["flags", "json", "yaml", "header", "cmake", "t4", "bundle"]
 
 
 def _one_line_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
@@ -209,11 +209,13 @@ def _show_pareto(console: Console, rows: Any) -> None:
 
 @main.command()
 @click.argument("run", type=click.Path(file_okay=False))
-@click.option("--format", "fmt", type=click.Choice(EXPORT_FORMATS), default="flags", show_default=True)
-@click.option("--output", type=click.Path(dir_okay=False), help="Write here instead of stdout.")
+@click.option("--format", "fmt", type=click.Choice(EXPORT_FORMATS), default="flags", show_default=True,
+              help="t4: Kernel Tuner's results format, one target on one device; bundle: all of them in a folder.")
+@click.option("--output", type=click.Path(), help="Write here instead of stdout (bundle: the folder, required).")
 @click.option("--target", help="Only this target.")
+@click.option("--device", help="Only device types whose name contains this (H100, sm_90).")
 @_one_line_errors
-def export(run: str, fmt: str, output: str | None, target: str | None) -> None:
+def export(run: str, fmt: str, output: str | None, target: str | None, device: str | None) -> None:
     """Export the best configurations of RUN for a build."""
     from cluster.export import export as render
     from cluster.results import read_results
@@ -221,19 +223,57 @@ def export(run: str, fmt: str, output: str | None, target: str | None) -> None:
     from cluster.select import select_best
 
     run_dir = RunDir.open(run)
-    best = select_best(read_results(run_dir.path))
+    rows = read_results(run_dir.path)
+    best = select_best(rows)
     if target:
         best = [b for b in best if b.target == target]
         if not best:
             raise ConfigError(run, "--target", f"no selected configuration for target {target!r}")
+    if device:
+        best = [b for b in best if device.lower() in b.device_type.lower()]
+        if not best:
+            raise ConfigError(run, "--device", f"no selected configuration on a device matching {device!r}")
     if not best:
         raise ConfigError(run, "results", "no correct candidate to export")
-    text = render(best, fmt)
+    if fmt == "bundle":
+        _export_bundle(run, best, rows, output)
+        return
+    try:
+        text = _export_t4(run, best, rows) if fmt == "t4" else render(best, fmt)
+    except ValueError as exc:
+        raise ConfigError(run, "--format", str(exc)) from None
     if output:
         Path(output).write_text(text)
         click.echo(f"wrote {output}", err=True)
     else:
         click.echo(text, nl=not text.endswith("\n"))
+
+
+def _export_t4(run: str, best: list[Any], rows: Any) -> str:
+    import json
+
+    from cluster.t4 import t4_document
+
+    if len(best) > 1:
+        studies = ", ".join(f"{b.target} on {b.device_type}" for b in best)
+        raise ConfigError(run, "--format", f"t4 holds one target on one device; choose with --target and "
+                                           f"--device among: {studies}")
+    study = rows[(rows["target"] == best[0].target) & (rows["device_type"] == best[0].device_type)]
+    return json.dumps(t4_document(study), indent=1, allow_nan=False) + "\n"
+
+
+def _export_bundle(run: str, best: list[Any], rows: Any, output: str | None) -> None:
+    from cluster.bundle import write_bundle
+
+    if not output:
+        raise ConfigError(run, "--output", "a bundle needs a folder to go to")
+    if Path(output).exists() and not Path(output).is_dir():
+        raise ConfigError(output, "--output", "exists and is not a folder")
+    try:
+        written = write_bundle(best, rows, Path(output))
+    except ValueError as exc:
+        raise ConfigError(run, "--format", str(exc)) from None
+    click.echo(f"wrote {len(written)} files to {output}", err=True)
 
 
 if __name__ == "__main__":

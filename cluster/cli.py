@@ -276,5 +276,72 @@ def _export_bundle(run: str, best: list[Any], rows: Any, output: str | None) -> 
     click.echo(f"wrote {len(written)} files to {output}", err=True)
 
 
+# -- portability: evaluate, compare, report (issue 6) ------------------------------------------
+@main.command()
+@click.argument("sources", nargs=-1, required=True, type=click.Path())
+@click.option("--config", type=click.Path(dir_okay=False),
+              help="The run config of the configurations' targets (default: the first run directory's).")
+@click.option("--runs", type=click.IntRange(min=1),
+              help="Program runs per configuration (default: measure.final_runs).")
+@click.option("--address", help="Ray cluster to join (auto, HOST:PORT, ray://...); default: a local instance.")
+@click.option("--output-dir", type=click.Path(file_okay=False), help="Where the run directory goes (overrides).")
+@_one_line_errors
+def evaluate(sources: tuple[str, ...], config: str | None, runs: int | None, address: str | None,
+             output_dir: str | None) -> None:
+    """Measure the configurations of SOURCES (run directories: their winners; export files from
+    warpfleet export --format json or yaml) on the devices at hand, with the baseline measured again."""
+    from cluster.evaluate import Evaluation, create_run_dir, plan_for
+
+    plan, origins = plan_for(list(sources), config)
+    run_dir = create_run_dir(plan, origins, list(sources), output_dir)
+    click.echo(f"run directory: {run_dir.path}", err=True)
+    summary = Evaluation(plan, origins, run_dir, runs, log=lambda m: click.echo(m, err=True)).run(address)
+    click.echo(f"{summary.rows} rows written to {run_dir.path / 'results'}", err=True)
+    click.echo(f"compare: warpfleet compare {' '.join(sources)} {run_dir.path}", err=True)
+
+
+
+@main.command()
+@click.argument("runs", nargs=-1, required=True, type=click.Path(file_okay=False))
+@click.option("--format", "fmt", type=click.Choice(["markdown", "json"]), default="markdown", show_default=True)
+@click.option("--output", type=click.Path(dir_okay=False), help="Write here instead of stdout.")
+@click.option("--arch", "archs", multiple=True, callback=lambda ctx, param, value: _archs(value),
+              help="Also compile each configuration for this arch (sm_80): ptxas's registers, spills and "
+              "shared memory where no GPU of it is at hand. Repeatable.")
+@click.option("--config", type=click.Path(dir_okay=False),
+              help="The run config of the targets, for compiling (default: each run's).")
+@click.option("--compile/--no-compile", "compile_missing", default=True, show_default=True,
+              help="Compile configurations for archs no run built them for.")
+@_one_line_errors
+def compare(runs: tuple[str, ...], fmt: str, output: str | None, archs: tuple[str, ...], config: str | None,
+            compile_missing: bool) -> None:
+    """The portability matrix per target over RUNS: each configuration tuned on one device type,
+    measured on another, as a share of that one's own best; and the best worst case."""
+    from cluster.compare import add_resources, build_matrices, load_run_dir, load_targets
+    from cluster.compare_text import to_json, to_markdown
+
+    loaded = [load_run_dir(run) for run in runs]
+    targets, problems = load_targets(loaded, config) if compile_missing else ({}, [])
+    for problem in problems:
+        click.echo(problem, err=True)
+    matrices = [add_resources(m, loaded, archs, targets if compile_missing else None) for m in build_matrices(loaded)]
+    text = to_json(matrices) if fmt == "json" else to_markdown(matrices)
+    if output:
+        Path(output).write_text(text)
+        click.echo(f"wrote {output}", err=True)
+    else:
+        click.echo(text, nl=False)
+
+
+
+def _archs(values: tuple[str, ...]) -> tuple[str, ...]:
+    import re
+
+    for arch in values:
+        if not re.fullmatch(r"sm_\d+[a-z]?", arch):
+            raise click.BadParameter(f"{arch!r}: an arch is sm_ and a compute capability's digits (sm_80, sm_90a)")
+    return values
+
+
 if __name__ == "__main__":
     main()

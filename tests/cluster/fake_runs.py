@@ -74,3 +74,22 @@ def write_run(root: Path, run_id: str, target: Target, device: DeviceInfo, rows:
                                    target.spec.metric.goal, unit=target.spec.metric.unit, max_noise=0.05,
                                    objective=objective))
     return path
+
+
+def relabel_device(run: Path, name: str) -> str:
+    """Make a real run look as if it was measured on another machine: its devices renamed to
+    ``name`` (keeping the arch), as another host's CPU would be. Returns the new device type."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    device_type = ""
+    for part in sorted((run / "results").glob("part-*.parquet")):
+        table = pq.read_table(part)
+        archs, targets = table.column("arch").to_pylist(), table.column("target").to_pylist()
+        types = [f"{name} ({arch})" for arch in archs]
+        device_type = types[0]
+        for column, values in (("device_type", types), ("gpu_name", [name] * len(types)),
+                               ("study", [f"{t}@{d}" for t, d in zip(targets, types, strict=True)])):
+            table = table.set_column(table.schema.get_field_index(column), column, pa.array(values, pa.string()))
+        pq.write_table(table, part)
+    return device_type

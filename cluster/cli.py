@@ -343,5 +343,20 @@ def _archs(values: tuple[str, ...]) -> tuple[str, ...]:
     return values
 
 
+
+@main.command()
+@click.argument("runs", nargs=-1, required=True, type=click.Path(file_okay=False))
+@click.option("--output", type=click.Path(file_okay=False), help="The report's folder (default: FIRST_RUN/report).")
+@_one_line_errors
+def report(runs: tuple[str, ...], output: str | None) -> None:
+    """An HTML report (self-contained) and markdown with PNG plots of RUNS: speedups, portability,
+    search progress, time against energy, parameter importance."""
+    from cluster.report import write_report
+
+    out = Path(output) if output else Path(runs[0]) / "report"
+    page, markdown = write_report(list(runs), out)
+    click.echo(f"wrote {page} and {markdown}", err=True)
+
+
 if __name__ == "__main__":
     main()

@@ -9,71 +9,19 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-import yaml
 from click.testing import CliRunner
 
 from cluster.cli import main
 from cluster.results import read_results
 from cluster.select import select_best
 from cluster.types import Stats
-from tests.cluster.fake_runs import relabel_device
+from tests.cluster.portability_runs import cli
 from tests.conftest import REPO
 
-STENCIL = REPO / "configs" / "targets" / "stencil_c"
-SPACES = {"a": {"opt_level": ["", "-O3"]},  # run A: -O3 or nothing
-          "b": {"opt": ["", "-O2 -fno-inline"]}}  # run B: an option run A cannot produce
-OTHER = "Other CPU"
 
-
-def _config(tmp_path: Path, name: str) -> Path:
-    """The stencil (same source, so the same source hash) with a small grid of its own space."""
-    folder = tmp_path / name
-    folder.mkdir()
-    shutil.copy(STENCIL / "stencil.c", folder / "stencil.c")
-    (folder / "space.yaml").write_text(yaml.safe_dump({"name": f"space_{name}", "toolchain": "cc",
-                                                       "flags": SPACES[name]}))
-    target = yaml.safe_load((STENCIL / "target.yaml").read_text())
-    target |= {"space": "space.yaml", "params": {"TILE": [64, 16], "UNROLL": [1]}, "defaults": {"TILE": 64},
-               "constraints": []}
-    (folder / "target.yaml").write_text(yaml.safe_dump(target))
-    config = folder / "run.yaml"
-    config.write_text(yaml.safe_dump({"name": f"run_{name}", "targets": ["target.yaml"],
-                                      "search": {"sampler": "grid", "trials": 4},
-                                      "measure": {"final_top_k": 1, "final_runs": 2}}))
-    return config
-
-
-def _cli(*args: str) -> str:
-    result = CliRunner().invoke(main, list(args))
-    assert result.exit_code == 0, result.output
-    return result.output
-
-
-def _sweep(tmp_path: Path, name: str) -> Path:
-    out = tmp_path / f"runs_{name}"
-    _cli("sweep", str(_config(tmp_path, name)), "--output-dir", str(out), "--no-progress")
-    [run] = list(out.iterdir())
-    return run
-
-
-@pytest.fixture(scope="module")
-def runs(tmp_path_factory):
-    """Run A (relabelled: measured on another machine), run B (here), and an evaluation here of
-    A's winner (from its JSON export) and B's (from its run directory)."""
-    import ray
-
-    if not ray.is_initialized():
-        ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False)
-    tmp = tmp_path_factory.mktemp("portability")
-    run_a = _sweep(tmp, "a")
-    other = relabel_device(run_a, OTHER)
-    run_b = _sweep(tmp, "b")
-    export = tmp / "a.json"
-    _cli("export", str(run_a), "--format", "json", "--output", str(export))
-    _cli("evaluate", str(export), str(run_b), "--output-dir", str(tmp / "eval"))
-    [run_e] = list((tmp / "eval").iterdir())
-    here = str(read_results(run_b)["device_type"].iloc[0])
-    return {"a": run_a, "b": run_b, "e": run_e, "other": other, "here": here, "tmp": tmp}
+@pytest.fixture
+def runs(portability_cpu_runs):
+    return portability_cpu_runs
 
 
 def _median(rows: pd.DataFrame, flags: str, defines: str) -> float:
@@ -97,7 +45,7 @@ def test_evaluation_measures_each_winner_after_a_baseline_of_its_own(runs):
 
 
 def test_compare_matrix_shares_missing_cells_and_best_worst_case(runs):
-    [matrix] = json.loads(_cli("compare", str(runs["a"]), str(runs["b"]), str(runs["e"]), "--format", "json"))
+    [matrix] = json.loads(cli("compare", str(runs["a"]), str(runs["b"]), str(runs["e"]), "--format", "json"))
     other, here = runs["other"], runs["here"]
     assert matrix["target"] == "stencil_c" and sorted(matrix["devices"]) == sorted([other, here])
     labels = {c["config_id"]: c["label"] for c in matrix["configs"]}
@@ -133,7 +81,7 @@ def test_compare_matrix_shares_missing_cells_and_best_worst_case(runs):
 
 
 def test_compare_markdown_names_what_differs_and_what_is_missing(runs):
-    text = _cli("compare", str(runs["a"]), str(runs["b"]), str(runs["e"]))
+    text = cli("compare", str(runs["a"]), str(runs["b"]), str(runs["e"]))
     assert text.startswith("### stencil_c (ms, lower is better)")
     assert "| configuration |" in text and "(own best)" in text and "not measured" in text
     assert "Best across all device types (best worst case): **tuned on Other CPU (host)**" in text
@@ -141,7 +89,7 @@ def test_compare_markdown_names_what_differs_and_what_is_missing(runs):
 
 
 def test_without_the_evaluation_a_cross_cell_is_not_measured(runs):
-    [matrix] = json.loads(_cli("compare", str(runs["a"]), str(runs["b"]), "--format", "json"))
+    [matrix] = json.loads(cli("compare", str(runs["a"]), str(runs["b"]), "--format", "json"))
     shares = {(c["config_id"], c["device"]): c for c in matrix["cells"]}
     crossed = [c for (cid, device), c in shares.items() if c["how"] == "not measured"]
     assert len(crossed) == 2  # each winner on the other machine
@@ -197,7 +145,7 @@ def test_where_no_gpu_of_an_arch_is_at_hand_ptxas_resources_are_compiled_for_it(
         Row({"BLOCK": 256, "ITEMS": 1}, (2.0, 2.0, 2.0), phase=Phase.BASELINE, registers=18),
         Row({"BLOCK": 128, "ITEMS": 4}, (1.0, 1.0, 1.0), {"maxrregcount": "-maxrregcount=32"}, registers=30),
     ], meta={"config_file": str(REPO / "configs" / "demo.yaml")})
-    [matrix] = json.loads(_cli("compare", str(run), "--arch", "sm_80", "--format", "json"))
+    [matrix] = json.loads(cli("compare", str(run), "--arch", "sm_80", "--format", "json"))
     resources = {(r["config_id"], r["arch"]): r for r in matrix["resources"]}
     labels = {c["label"]: c["config_id"] for c in matrix["configs"]}
     tuned, baseline = labels["tuned on NVIDIA H100 80GB HBM3 (sm_90)"], labels["baseline"]
@@ -205,7 +153,16 @@ def test_where_no_gpu_of_an_arch_is_at_hand_ptxas_resources_are_compiled_for_it(
     on_a100 = resources[(tuned, "sm_80")]
     assert on_a100["compile_only"] and not on_a100["error"] and 16 <= on_a100["registers"] <= 32
     assert resources[(baseline, "sm_80")]["compile_only"] and resources[(baseline, "sm_80")]["registers"] > 0
-    text = _cli("compare", str(run), "--arch", "sm_80")
-    assert "| configuration | sm_80 | sm_90 |" in text and "(compile only)" in text and "30 regs" in text
-    skipped = json.loads(_cli("compare", str(run), "--arch", "sm_80", "--no-compile", "--format", "json"))[0]
-    assert all(not r["compile_only"] for r in skipped["resources"])
+    text = cli("compare", str(run), "--arch", "sm_80", "--no-compile")
+    assert "| configuration | sm_80 | sm_90 |" in text and "| 30 regs, 0 B spills, 0 B smem |" in text
+    assert "(compile only)" not in text and "| - |" in text  # nothing compiled: sm_80 left empty
+
+
+def test_resources_read_as_words():
+    from cluster.compare import Resources
+    from cluster.compare_text import resources_text
+
+    text = resources_text(Resources(40, 8, 1024, compile_only=True))
+    assert text == "40 regs, 8 B spills, 1024 B smem (compile only)"
+    assert resources_text(Resources(None, None, None, True, "compile_error: bad flag")) == "compile_error: bad flag"
+    assert resources_text(None) == "-"

@@ -47,7 +47,9 @@ def _table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> Block:
 
 # -- content -----------------------------------------------------------------------------------
 def _winners(runs: Sequence[Run]) -> list[tuple[Run, BestConfig]]:
-    return [(run, best) for run in runs for best in select_best(run.rows)]
+    """Each sweep study's winner; an evaluation run's best only where no sweep is given."""
+    sweeps = [run for run in runs if not run.is_evaluation] or list(runs)
+    return [(run, best) for run in sweeps for best in select_best(run.rows)]
 
 
 def _summary(runs: Sequence[Run], out: Path) -> list[Block]:
@@ -63,8 +65,7 @@ def _summary(runs: Sequence[Run], out: Path) -> list[Block]:
     blocks.append(_table(["target", "device type", "run", "baseline", "best", "speedup", "configuration"], [
         [b.target, b.device_type, r.run_id, f"{b.baseline_median:.4g} {b.unit}", f"{b.median:.4g} {b.unit}",
          f"{b.speedup:.2f}x", " ".join([*b.flag_argv, *b.defines]) or "(baseline)"] for r, b in winners]))
-    sweeps = [b for r, b in winners if not r.is_evaluation]
-    image = plots.speedup_plot(sweeps or [b for _, b in winners], out / "speedup.png")
+    image = plots.speedup_plot([b for _, b in winners], out / "speedup.png")
     return [*blocks, *([Block("img", image.name)] if image else [])]
 
 

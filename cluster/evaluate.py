@@ -106,8 +106,8 @@ def load_origins(source: str) -> tuple[list[Origin], str | None]:
 
 
 def check_origins(origins: list[Origin], plan: RunPlan, source: str) -> list[Origin]:
-    """Each origin against the plan's targets: known target and params, unchanged sources; params
-    in the target's order (the order its sweep defined them in)."""
+    """Each origin against the plan's targets: known target, params and values, unchanged sources;
+    params in the target's order (the order its sweep defined them in)."""
     targets = {t.name: t for t in plan.targets}
     checked = []
     for i, origin in enumerate(origins):
@@ -121,6 +121,9 @@ def check_origins(origins: list[Origin], plan: RunPlan, source: str) -> list[Ori
         unknown = sorted(set(params) - set(target.spec.params))
         if unknown:
             raise ConfigError(source, f"[{i}].params.{unknown[0]}", f"is not a param of target {origin.target}")
+        for name, value in params.items():
+            if value not in target.spec.params[name]:  # a value of another space: a column of another type
+                raise ConfigError(source, f"[{i}].params.{name}", f"{value!r} is not one of the target's values")
         ordered = tuple((name, params[name]) for name in target.spec.params if name in params)
         checked.append(dataclasses.replace(origin, params=ordered))
     return checked

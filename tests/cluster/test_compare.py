@@ -107,6 +107,8 @@ BAD_EVALUATIONS = [
      "[0].source_hash: the sources of stencil_c changed"),
     (lambda runs, tmp: [_export(tmp, [{"target": "stencil_c", "params": {"TILE": [1]}}]), "--config", _cfg(runs)],
      "[0].params.TILE"),
+    (lambda runs, tmp: [_export(tmp, [{"target": "stencil_c", "params": {"TILE": 48}}]), "--config", _cfg(runs)],
+     "[0].params.TILE: 48 is not one of the target's values"),
 ]
 
 

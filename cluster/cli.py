@@ -123,7 +123,7 @@ def _show(path: Path) -> None:
         console.print("no results yet")
         return
     for (target, device), group in rows.groupby(["target", "device_type"], sort=True):
-        search = group[group["phase"] == "search"]
+        search = group[group["phase"].isin(["search", "evaluate"])]  # evaluate: a run of warpfleet evaluate
         failed = search[search["status"] != "ok"]
         b = best.get((str(target), str(device)))
         if b is None:

@@ -4,6 +4,7 @@ relabelled as another machine's; evaluate, compare and export through the CLI, n
 from __future__ import annotations
 
 import json
+import re
 import shutil
 from pathlib import Path
 
@@ -31,14 +32,16 @@ def _median(rows: pd.DataFrame, flags: str, defines: str) -> float:
 
 def test_evaluation_measures_each_winner_after_a_baseline_of_its_own(runs):
     rows = read_results(runs["e"])
-    assert list(rows["phase"])[:1] == ["baseline"] and (rows["status"] == "ok").all()
+    shown = rows[["phase", "flags", "defines", "status", "n_samples", "error_tail"]]
+    assert list(rows["phase"])[:1] == ["baseline"] and (rows["status"] == "ok").all(), shown
     evaluated = rows[rows["phase"] == "evaluate"]
-    assert set(evaluated["flags"]) == {"-O3", "-O2 -fno-inline"}
+    assert set(evaluated["flags"]) == {"-O3", "-O2 -fno-inline"}, shown
     assert (evaluated["n_samples"] == 10).all()  # measure.final_runs runs of 5 samples
     assert set(rows["device_type"]) == {runs["here"]}
     meta = json.loads((runs["e"] / "meta.json").read_text())
     assert meta["kind"] == "evaluate"
     assert {o["tuned_on"] for o in meta["evaluated"]} == {runs["other"], runs["here"]}
+    assert re.search(r"stencil_c .* 2 .* 0 ", cli("show", str(runs["e"]))), "show counts the evaluated"
     speedups = evaluated["speedup"].to_numpy()
     baseline = rows[rows["phase"] == "baseline"]["median"].iloc[0]
     assert speedups == pytest.approx(baseline / evaluated["median"].to_numpy())

@@ -354,6 +354,10 @@ def report(runs: tuple[str, ...], output: str | None) -> None:
     from cluster.report import write_report
 
     out = Path(output) if output else Path(runs[0]) / "report"
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise ConfigError(out, "--output", f"cannot be written ({exc.strerror})") from None
     page, markdown = write_report(list(runs), out)
     click.echo(f"wrote {page} and {markdown}", err=True)
 

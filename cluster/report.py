@@ -160,8 +160,8 @@ def importances(runs: Sequence[Run]) -> tuple[dict[str, dict[str, float]], list[
                     warnings.simplefilter("ignore", UserWarning)
                     found[label] = optuna.importance.get_param_importances(
                         study, target=lambda t, sign=sign: sign * t.values[0])
-            except (RuntimeError, ValueError, ZeroDivisionError) as exc:
-                notes.append(f"{label}: no parameter importance ({exc})")
+            except Exception as exc:  # whatever the evaluator cannot do is a note, never a lost report
+                notes.append(f"{label}: no parameter importance ({type(exc).__name__}: {exc})")
     return found, notes
 
 

@@ -15,7 +15,7 @@ from rich.table import Table
 from cluster.config import RunPlan, load_run
 from cluster.errors import ConfigError
 
-EXPORT_FORMATS = ["flags", "json", "yaml", "header", "patch"]
+EXPORT_FORMATS = ["flags", "json", "yaml", "header", "cmake", "t4", "bundle", "patch"]
 
 
 def _one_line_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
@@ -123,7 +123,7 @@ def _show(path: Path) -> None:
         console.print("no results yet")
         return
     for (target, device), group in rows.groupby(["target", "device_type"], sort=True):
-        search = group[group["phase"] == "search"]
+        search = group[group["phase"].isin(["search", "evaluate"])]  # evaluate: a run of warpfleet evaluate
         failed = search[search["status"] != "ok"]
         b = best.get((str(target), str(device)))
         if b is None:
@@ -252,11 +252,13 @@ def optimize(target: str, experts: str, trials: int, sanitizer: str, address: st
 
 @main.command()
 @click.argument("run", type=click.Path(file_okay=False))
-@click.option("--format", "fmt", type=click.Choice(EXPORT_FORMATS), default="flags", show_default=True)
-@click.option("--output", type=click.Path(dir_okay=False), help="Write here instead of stdout.")
+@click.option("--format", "fmt", type=click.Choice(EXPORT_FORMATS), default="flags", show_default=True,
+              help="t4: Kernel Tuner's results format, one target on one device; bundle: all of them in a folder.")
+@click.option("--output", type=click.Path(), help="Write here instead of stdout (bundle: the folder, required).")
 @click.option("--target", help="Only this target.")
+@click.option("--device", help="Only device types whose name contains this (H100, sm_90).")
 @_one_line_errors
-def export(run: str, fmt: str, output: str | None, target: str | None) -> None:
+def export(run: str, fmt: str, output: str | None, target: str | None, device: str | None) -> None:
     """Export the best configurations of RUN for a build."""
     from cluster.export import export as render
     from cluster.results import read_results
@@ -264,24 +266,148 @@ def export(run: str, fmt: str, output: str | None, target: str | None) -> None:
     from cluster.select import select_best
 
     run_dir = RunDir.open(run)
-    best = select_best(read_results(run_dir.path))
+    rows = read_results(run_dir.path)
+    best = select_best(rows)
     if target:
         best = [b for b in best if b.target == target]
         if not best:
             raise ConfigError(run, "--target", f"no selected configuration for target {target!r}")
+    if device:
+        best = [b for b in best if device.lower() in b.device_type.lower()]
+        if not best:
+            raise ConfigError(run, "--device", f"no selected configuration on a device matching {device!r}")
     if not best:
         raise ConfigError(run, "results", "no correct candidate to export")
+    if fmt == "bundle":
+        _export_bundle(run, best, rows, output)
+        return
     if fmt == "patch":
         from cluster.variants import winner_patches
 
         text = winner_patches(run_dir.path, best)
     else:
-        text = render(best, fmt)
+        try:
+            text = _export_t4(run, best, rows) if fmt == "t4" else render(best, fmt)
+        except ValueError as exc:
+            raise ConfigError(run, "--format", str(exc)) from None
     if output:
         Path(output).write_text(text)
         click.echo(f"wrote {output}", err=True)
     else:
         click.echo(text, nl=not text.endswith("\n"))
+
+
+def _export_t4(run: str, best: list[Any], rows: Any) -> str:
+    import json
+
+    from cluster.t4 import t4_document
+
+    if len(best) > 1:
+        studies = ", ".join(f"{b.target} on {b.device_type}" for b in best)
+        raise ConfigError(run, "--format", f"t4 holds one target on one device; choose with --target and "
+                                           f"--device among: {studies}")
+    study = rows[(rows["target"] == best[0].target) & (rows["device_type"] == best[0].device_type)]
+    return json.dumps(t4_document(study), indent=1, allow_nan=False) + "\n"
+
+
+def _export_bundle(run: str, best: list[Any], rows: Any, output: str | None) -> None:
+    from cluster.bundle import write_bundle
+
+    if not output:
+        raise ConfigError(run, "--output", "a bundle needs a folder to go to")
+    if Path(output).exists() and not Path(output).is_dir():
+        raise ConfigError(output, "--output", "exists and is not a folder")
+    try:
+        written = write_bundle(best, rows, Path(output))
+    except ValueError as exc:
+        raise ConfigError(run, "--format", str(exc)) from None
+    click.echo(f"wrote {len(written)} files to {output}", err=True)
+
+
+# -- portability: evaluate, compare, report (issue 6) ------------------------------------------
+@main.command()
+@click.argument("sources", nargs=-1, required=True, type=click.Path())
+@click.option("--config", type=click.Path(dir_okay=False),
+              help="The run config of the configurations' targets (default: the first run directory's).")
+@click.option("--runs", type=click.IntRange(min=1),
+              help="Program runs per configuration (default: measure.final_runs).")
+@click.option("--address", help="Ray cluster to join (auto, HOST:PORT, ray://...); default: a local instance.")
+@click.option("--output-dir", type=click.Path(file_okay=False), help="Where the run directory goes (overrides).")
+@_one_line_errors
+def evaluate(sources: tuple[str, ...], config: str | None, runs: int | None, address: str | None,
+             output_dir: str | None) -> None:
+    """Measure the configurations of SOURCES (run directories: their winners; export files from
+    warpfleet export --format json or yaml) on the devices at hand, with the baseline measured again."""
+    from cluster.evaluate import Evaluation, create_run_dir, plan_for
+
+    plan, origins = plan_for(list(sources), config)
+    run_dir = create_run_dir(plan, origins, list(sources), output_dir)
+    click.echo(f"run directory: {run_dir.path}", err=True)
+    summary = Evaluation(plan, origins, run_dir, runs, log=lambda m: click.echo(m, err=True)).run(address)
+    click.echo(f"{summary.rows} rows written to {run_dir.path / 'results'}", err=True)
+    click.echo(f"compare: warpfleet compare {' '.join(sources)} {run_dir.path}", err=True)
+
+
+
+@main.command()
+@click.argument("runs", nargs=-1, required=True, type=click.Path(file_okay=False))
+@click.option("--format", "fmt", type=click.Choice(["markdown", "json"]), default="markdown", show_default=True)
+@click.option("--output", type=click.Path(dir_okay=False), help="Write here instead of stdout.")
+@click.option("--arch", "archs", multiple=True, callback=lambda ctx, param, value: _archs(value),
+              help="Also compile each configuration for this arch (sm_80): ptxas's registers, spills and "
+              "shared memory where no GPU of it is at hand. Repeatable.")
+@click.option("--config", type=click.Path(dir_okay=False),
+              help="The run config of the targets, for compiling (default: each run's).")
+@click.option("--compile/--no-compile", "compile_missing", default=True, show_default=True,
+              help="Compile configurations for archs no run built them for.")
+@_one_line_errors
+def compare(runs: tuple[str, ...], fmt: str, output: str | None, archs: tuple[str, ...], config: str | None,
+            compile_missing: bool) -> None:
+    """The portability matrix per target over RUNS: each configuration tuned on one device type,
+    measured on another, as a share of that one's own best; and the best worst case."""
+    from cluster.compare import add_resources, build_matrices, load_run_dir, load_targets
+    from cluster.compare_text import to_json, to_markdown
+
+    loaded = [load_run_dir(run) for run in runs]
+    targets, problems = load_targets(loaded, config) if compile_missing else ({}, [])
+    for problem in problems:
+        click.echo(problem, err=True)
+    matrices = [add_resources(m, loaded, archs, targets if compile_missing else None) for m in build_matrices(loaded)]
+    text = to_json(matrices) if fmt == "json" else to_markdown(matrices)
+    if output:
+        Path(output).write_text(text)
+        click.echo(f"wrote {output}", err=True)
+    else:
+        click.echo(text, nl=False)
+
+
+
+def _archs(values: tuple[str, ...]) -> tuple[str, ...]:
+    import re
+
+    for arch in values:
+        if not re.fullmatch(r"sm_\d+[a-z]?", arch):
+            raise click.BadParameter(f"{arch!r}: an arch is sm_ and a compute capability's digits (sm_80, sm_90a)")
+    return values
+
+
+
+@main.command()
+@click.argument("runs", nargs=-1, required=True, type=click.Path(file_okay=False))
+@click.option("--output", type=click.Path(file_okay=False), help="The report's folder (default: FIRST_RUN/report).")
+@_one_line_errors
+def report(runs: tuple[str, ...], output: str | None) -> None:
+    """An HTML report (self-contained) and markdown with PNG plots of RUNS: speedups, portability,
+    search progress, time against energy, parameter importance."""
+    from cluster.report import write_report
+
+    out = Path(output) if output else Path(runs[0]) / "report"
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise ConfigError(out, "--output", f"cannot be written ({exc.strerror})") from None
+    page, markdown = write_report(list(runs), out)
+    click.echo(f"wrote {page} and {markdown}", err=True)
 
 
 if __name__ == "__main__":

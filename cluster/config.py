@@ -11,7 +11,7 @@ import math
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
@@ -191,6 +191,8 @@ class ClusterSpec(_Model):
     compile_workers: int | None = Field(None, ge=1, le=100_000)  # default: the cluster's CPUs
     inflight_per_worker: int = Field(2, ge=1, le=64)
     max_attempts: int = Field(3, ge=1, le=100)  # a candidate that kills its worker this often is quarantined
+    # Ray accelerator types to sweep (H100, A100-80G); null: every GPU. A type not in the cluster is skipped.
+    gpu_types: list[Annotated[str, Field(pattern=r"^[A-Za-z0-9_.+-]+$")]] | None = Field(None, min_length=1)
 
 
 class MeasureSpec(_Model):

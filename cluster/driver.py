@@ -19,7 +19,6 @@ import ray
 from agents.workflow import Steps
 from cluster.agent_stage import AgentStage
 from cluster.config import RunPlan, Target
-from cluster.errors import ConfigError
 from cluster.measure import Reference
 from cluster.pipeline import Done, Job, Pipeline
 from cluster.profile import DEFAULT_METRICS, PROFILE_SCHEMA, Profile, profile_records
@@ -37,7 +36,7 @@ from cluster.studies import (
 )
 from cluster.toolchains import get_toolchain
 from cluster.types import BuildArtifact, Measurement, Phase, Status
-from cluster.workers import compile_task, start_workers
+from cluster.workers import compile_task, start_fleet
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 POLL_S = 0.2
@@ -122,14 +121,8 @@ class Sweep:
 
     def _start(self) -> tuple[list[StudyState], list[ray.actor.ActorHandle]]:
         kinds = {get_toolchain(t.spec.toolchain).device_kind for t in self.plan.targets}
-        resources = ray.cluster_resources()
-        cpus, gpus = int(resources.get("CPU", 0)), int(resources.get("GPU", 0))
-        actors = ("gpu" in kinds) * gpus + ("cpu" in kinds) * self.config.cluster.cpu_workers
-        if cpus <= actors:  # every measuring actor holds a CPU; compile tasks need one more
-            raise ConfigError(self.plan.file, "cluster.cpu_workers",
-                              f"{actors} measuring workers leave none of the cluster's {cpus} CPUs for compiling")
-        workers = start_workers("gpu" in kinds, "cpu" in kinds, self.config.cluster.cpu_workers)
-        devices = ray.get([w.device_info.remote() for w in workers])
+        workers, devices, left_out = start_fleet(self.config.cluster, kinds, self.plan.file)
+        self.skipped += left_out
         groups: dict[str, list[int]] = defaultdict(list)
         for i, device in enumerate(devices):
             groups[device.device_type].append(i)

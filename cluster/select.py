@@ -85,8 +85,8 @@ def select_study(rows: pd.DataFrame, min_difference: float = MIN_DIFFERENCE) -> 
         toolchain=str(row["toolchain"]), candidate_key=winner_key,
         flags={k: str(v) for k, v in _settings(row, "f_").items()}, params=_settings(row, "p_"),
         median=stats.median, baseline_median=float(base_median), speedup=float(speedup),
-        unit=str(row["unit"]), iqr=stats.iqr, reason=reason, source_hash=str(row.get("source_hash", "")),
-        baseline_source_hash=str(baseline.get("source_hash", "")) if baseline is not None else "",
+        unit=str(row["unit"]), iqr=stats.iqr, reason=reason, source_hash=str(row.get("source_hash", "") or ""),
+        baseline_source_hash=str(baseline.get("source_hash", "") or "") if baseline is not None else "",
     )
 
 

@@ -15,8 +15,9 @@ from pathlib import Path
 import ray
 
 from cluster.build import compile_candidate
-from cluster.config import Target
+from cluster.config import ClusterSpec, Target
 from cluster.devices import cpu_device, gpu_device
+from cluster.errors import ConfigError
 from cluster.measure import Reference, measure_candidate
 from cluster.profile import Profile, profile_candidate
 from cluster.sanitize import SanitizerResult, sanitize_candidate
@@ -79,13 +80,36 @@ class MeasureWorker:
 MAX_RESTARTS = 10  # per actor; a poison candidate is quarantined long before (Pipeline.max_attempts)
 
 
-def start_workers(need_gpu: bool, need_cpu: bool, cpu_workers: int) -> list[ray.actor.ActorHandle]:
-    """One actor per GPU in the cluster when GPU targets are swept; ``cpu_workers`` CPU actors
+def gpu_slots(nodes: list[dict], wanted: list[str] | None) -> tuple[dict[str, int], list[str]]:
+    """GPUs per Ray accelerator type (``H100``; "" for a node Ray gave no type) over the alive
+    ``nodes`` (``ray.nodes()``), keeping only the ``wanted`` types when named; and the wanted
+    types that no node has."""
+    present: dict[str, int] = {}
+    for node in nodes:
+        resources = node.get("Resources", {})
+        if not node.get("Alive", True) or not resources.get("GPU"):
+            continue
+        kind = next((r.split(":", 1)[1] for r in resources if r.startswith("accelerator_type:")), "")
+        present[kind] = present.get(kind, 0) + int(resources["GPU"])
+    if wanted is None:
+        return present, []
+    return {k: present[k] for k in wanted if k in present}, [k for k in wanted if k not in present]
+
+
+def start_workers(need_gpu: bool, need_cpu: bool, cpu_workers: int,
+                  gpu_types: dict[str, int] | None = None) -> list[ray.actor.ActorHandle]:
+    """One actor per GPU in the cluster when GPU targets are swept (per named accelerator type,
+    placed by Ray on nodes of that type, when ``gpu_types`` is given); ``cpu_workers`` CPU actors
     when CPU targets are."""
     actor = ray.remote(MeasureWorker)
-    gpus = int(ray.cluster_resources().get("GPU", 0)) if need_gpu else 0
-    handles = [actor.options(num_gpus=1, num_cpus=1, max_restarts=MAX_RESTARTS, max_task_retries=0).remote(f"gpu-{i}")
-               for i in range(gpus)]
+    options = {"num_gpus": 1, "num_cpus": 1, "max_restarts": MAX_RESTARTS, "max_task_retries": 0}
+    if gpu_types is None:
+        gpus = int(ray.cluster_resources().get("GPU", 0)) if need_gpu else 0
+        handles = [actor.options(**options).remote(f"gpu-{i}") for i in range(gpus)]
+    else:
+        per_type = [kind for kind, count in gpu_types.items() for _ in range(count)] if need_gpu else []
+        handles = [actor.options(**options, accelerator_type=kind).remote(f"gpu-{i}-{kind}")
+                   for i, kind in enumerate(per_type)]
     if need_cpu:
         # SPREAD: CPU workers on different nodes where there are several, so that one lost node
         # leaves workers elsewhere.
@@ -93,3 +117,25 @@ def start_workers(need_gpu: bool, need_cpu: bool, cpu_workers: int) -> list[ray.
                                   scheduling_strategy="SPREAD").remote(f"cpu-{i}")
                     for i in range(cpu_workers)]
     return handles
+
+
+def start_fleet(cluster: ClusterSpec, kinds: set[str], config_file: str) -> tuple[
+        list[ray.actor.ActorHandle], list[DeviceInfo], list[str]]:
+    """The measuring actors for targets of these device ``kinds`` ("gpu", "cpu"), the device each
+    holds, and why named GPU types were left out. A type named in ``cluster.gpu_types`` that the
+    cluster lacks is left out with a reason, so that one config serves clusters of other GPUs."""
+    resources = ray.cluster_resources()
+    cpus, gpus = int(resources.get("CPU", 0)), int(resources.get("GPU", 0))
+    gpu_types, left_out = None, []
+    if cluster.gpu_types is not None:
+        gpu_types, missing = gpu_slots(ray.nodes(), cluster.gpu_types)
+        gpus = sum(gpu_types.values())
+        if "gpu" in kinds:
+            present = ", ".join(sorted(k or "(no type)" for k in gpu_slots(ray.nodes(), None)[0])) or "none"
+            left_out = [f"GPU type {kind}: not present in the cluster (present: {present})" for kind in missing]
+    actors = ("gpu" in kinds) * gpus + ("cpu" in kinds) * cluster.cpu_workers
+    if cpus <= actors:  # every measuring actor holds a CPU; compile tasks need one more
+        raise ConfigError(config_file, "cluster.cpu_workers",
+                          f"{actors} measuring workers leave none of the cluster's {cpus} CPUs for compiling")
+    workers = start_workers("gpu" in kinds, "cpu" in kinds, cluster.cpu_workers, gpu_types)
+    return workers, ray.get([w.device_info.remote() for w in workers]), left_out

@@ -76,3 +76,24 @@ def gpu_present() -> bool:
         return count > 0 and shutil.which("nvcc") is not None
     except Exception:
         return False
+
+
+@pytest.fixture(scope="session")
+def portability_cpu_runs(tmp_path_factory):
+    """Two real sweeps of the C stencil with different flags spaces (one relabelled as another
+    machine's) and an evaluation here of both winners: tests/cluster/portability_runs.py."""
+    import ray
+
+    from tests.cluster.portability_runs import cpu_runs
+
+    if not ray.is_initialized():
+        ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False)
+    return cpu_runs(tmp_path_factory.mktemp("portability_cpu"))
+
+
+@pytest.fixture(scope="session")
+def portability_gpu_runs(tmp_path_factory):
+    """H100 and H200 sweeps and an evaluation, written from given measurements."""
+    from tests.cluster.portability_runs import gpu_runs
+
+    return gpu_runs(tmp_path_factory.mktemp("portability_gpu"))

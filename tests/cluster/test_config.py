@@ -94,6 +94,8 @@ BAD_RUNS = [
     ({"search": {"trials": 0}}, "search.trials", "greater than 0"),
     ({"search": {"trials": 10**12}}, "search.trials", "less than or equal"),
     ({"cluster": {"cpu_workers": 0}}, "cluster.cpu_workers", "greater than or equal"),
+    ({"cluster": {"gpu_types": []}}, "cluster.gpu_types", "at least 1"),
+    ({"cluster": {"gpu_types": ["H100", "H 200"]}}, "cluster.gpu_types[1]", "pattern"),
     ({"measure": {"final_runs": "many"}}, "measure.final_runs", "integer"),
     ({"flush_interval": 2}, "flush_interval", "unknown field"),
 ]

@@ -133,3 +133,38 @@ def test_two_device_types_of_one_arch_do_not_redefine_macros(tmp_path):
     assert "unreachable" in header
     _check_c(tmp_path, header, '_Static_assert(BLOCK == 256, "the first sm_90 config wins");',
              "-D__CUDA_ARCH__=900")
+
+
+def test_cmake_lists_each_archs_options_whole_and_its_defines():
+    text = export(ALL, "cmake")
+    assert 'set(WARPFLEET_SAXPY_SM_90_FLAGS "-Xptxas -O2" "--use_fast_math")' in text  # one option, one item
+    assert 'set(WARPFLEET_SAXPY_SM_90_DEFINES "BLOCK=256" "VEC=4")' in text
+    assert "set(WARPFLEET_SAXPY_SM_80_FLAGS)" in text  # the A100's winner changed no flag
+    assert 'set(WARPFLEET_STENCIL_2D_HOST_DEFINES "REAL=double" "ALPHA=0.5" "NAME=two words")' in text
+    assert "function(warpfleet_tuned cmake_target warpfleet_target arch)" in text
+    h200 = _best("saxpy", "sm_90", {"BLOCK": 512, "VEC": 8}, device="NVIDIA H200")
+    assert "# not used: an earlier configuration of saxpy has arch sm_90" in export([SAXPY_H100, h200], "cmake")
+
+
+def test_cmake_refuses_a_value_that_would_split_a_list():
+    with pytest.raises(ValueError, match="CMake list element"):
+        export([_best("t", "host", {"BAD": "a;b"})], "cmake")
+
+
+@pytest.mark.skipif(CC is None or shutil.which("cmake") is None, reason="needs cmake and a C compiler")
+def test_cmake_snippet_builds_a_program_with_the_tuned_flags_and_defines(tmp_path):
+    tuned = _best("3d-stencil", "host", {"TILE": 32, "NAME": "two words", "GREETING": '"hi $x"'},
+                  {"opt_level": "-O2", "march": "", "link": "-Xlinker --no-undefined"}, device="AMD EPYC")
+    (tmp_path / "warpfleet.cmake").write_text(export([tuned, SAXPY_H100], "cmake"))
+    (tmp_path / "main.c").write_text(
+        '#include <stdio.h>\n#define STR2(x) #x\n#define STR(x) STR2(x)\n'
+        'int main(void) { printf("%d|%s|%s|%d\\n", TILE, STR(NAME), GREETING, __OPTIMIZE__); return 0; }\n')
+    (tmp_path / "CMakeLists.txt").write_text(
+        "cmake_minimum_required(VERSION 3.18)\nproject(t LANGUAGES C)\ninclude(warpfleet.cmake)\n"
+        "add_executable(app main.c)\nwarpfleet_tuned(app 3d-stencil host)\n")
+    build = tmp_path / "build"
+    for argv in (["cmake", "-S", str(tmp_path), "-B", str(build)], ["cmake", "--build", str(build)]):
+        result = subprocess.run(argv, capture_output=True, text=True, check=False)
+        assert result.returncode == 0, result.stdout + result.stderr
+    output = subprocess.run([str(build / "app")], capture_output=True, text=True, check=True).stdout
+    assert output == "32|two words|hi $x|1\n"  # __OPTIMIZE__: -O2 reached the compiler

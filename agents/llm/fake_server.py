@@ -5,8 +5,9 @@ for dry runs of a config without a model.
 It speaks the real protocol (``POST /v1/chat/completions`` with tools and tool calls, ``GET
 /v1/models``, JSON error bodies, ``Retry-After``), so the real ``openai`` client drives it. Replies
 come from scripted ``Conversation``s: a request belongs to the first conversation whose ``match``
-occurs in its first user message, and gets the turn numbered by the assistant messages it already
-holds. The answer depends only on the request, so concurrent conversations stay deterministic;
+(a substring, or several) occurs in its first user message, and gets the turn numbered by the
+assistant messages it already holds. The answer depends only on the request, so concurrent
+conversations stay deterministic;
 ``Attempts`` scripts what happens to retries of one turn (a 429, then the reply).
 
     with FakeOpenAIServer([Conversation("unroll", [Reply(tool_calls=[call("read_source", path="k.cu")]),
@@ -90,8 +91,12 @@ class Attempts:
 
 @dataclass(frozen=True)
 class Conversation:
-    match: str  # a substring of the first user message; "" matches every request
+    match: str | Sequence[str]  # substring(s) of the first user message, all of them; "" matches every request
     turns: Sequence[Reply | Attempts]
+
+    def matches(self, first_user: str) -> bool:
+        wanted = [self.match] if isinstance(self.match, str) else self.match
+        return all(part in first_user for part in wanted)
 
 
 @dataclass(frozen=True)
@@ -160,7 +165,7 @@ class FakeOpenAIServer:
         first_user = next((_text(m) for m in messages if m.get("role") == "user"), "")
         turn = sum(1 for m in messages if m.get("role") == "assistant")
         for index, conversation in enumerate(self.conversations):
-            if conversation.match in first_user:
+            if conversation.matches(first_user):
                 if turn >= len(conversation.turns):
                     return index, turn, f"the script of conversation {index} ({conversation.match!r}) has " \
                                         f"{len(conversation.turns)} turns; this request is turn {turn}"

@@ -105,6 +105,8 @@ class ReplayChat(ChatClient):
     def __init__(self, spec: LLMSpec, store: ExchangeStore, budget: TokenBudget | None = None) -> None:
         self.spec, self.store, self.budget = spec, store, budget
         self._labels = store.by_label()
+        self.replayed = 0
+        self.drifted = 0  # answered by label and turn: the request was not the stored one
 
     def complete(self, request: ChatRequest) -> Completion:
         if self.budget is not None:
@@ -120,6 +122,8 @@ class ReplayChat(ChatClient):
                                 f"(conversation {request.label!r}, turn {request.turn})")
         completion = Completion.from_response(record["response"], float(record.get("latency_s", 0.0)), self.spec,
                                               record["hash"], replayed=True, drifted=drifted)
+        self.replayed += 1
+        self.drifted += drifted
         if self.budget is not None:
             self.budget.charge(completion.usage)
         return completion

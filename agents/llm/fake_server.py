@@ -92,7 +92,7 @@ class Attempts:
 @dataclass(frozen=True)
 class Conversation:
     match: str | Sequence[str]  # substring(s) of the first user message, all of them; "" matches every request
-    turns: Sequence[Reply | Attempts]
+    turns: Sequence[Outcome | Attempts]
 
     def matches(self, first_user: str) -> bool:
         wanted = [self.match] if isinstance(self.match, str) else self.match
@@ -170,7 +170,7 @@ class FakeOpenAIServer:
                     return index, turn, f"the script of conversation {index} ({conversation.match!r}) has " \
                                         f"{len(conversation.turns)} turns; this request is turn {turn}"
                 scripted = conversation.turns[turn]
-                if isinstance(scripted, Reply):
+                if not isinstance(scripted, Attempts):  # the same outcome for every attempt
                     return index, turn, scripted
                 with self._lock:
                     attempt = self._attempts.get((index, turn), 0)
@@ -250,6 +250,8 @@ class _Handler(BaseHTTPRequestHandler):
             self.fake.max_in_flight = max(self.fake.max_in_flight, self.fake.in_flight)
         try:
             self._complete(body, headers)
+        except Exception as exc:  # a bad script is the test's error: say so instead of hanging up
+            self._error(500, f"fake server: {type(exc).__name__}: {exc}")
         finally:
             with self.fake._lock:
                 self.fake.in_flight -= 1

@@ -153,7 +153,6 @@ class OpenAIChat(ChatClient):
         self._client = openai.OpenAI(base_url=spec.base_url, api_key=spec.api_key(), timeout=spec.timeout_s,
                                      max_retries=0)
         self._slots = threading.BoundedSemaphore(spec.concurrency)
-        self.attempts = 0  # requests sent, retries included
 
     def complete(self, request: ChatRequest) -> Completion:
         if self.budget is not None:
@@ -164,7 +163,6 @@ class OpenAIChat(ChatClient):
         for attempt in range(self.spec.retries + 1):
             try:
                 with self._slots:
-                    self.attempts += 1
                     response = self._client.chat.completions.create(**body).to_dict()
             except openai.OpenAIError as exc:
                 failures.append(_describe(exc))

@@ -61,7 +61,7 @@ def transformer(server, tmp_path: Path, **spec):  # type: ignore[no-untyped-def]
 
 
 def test_rounds_carry_the_best_forward_with_feedback(serve, context: AnalysisContext, tmp_path: Path) -> None:
-    server = serve(rounds_script(delay_s=0.2))
+    server = serve(rounds_script(delay_s=0.3))
     measure = FakeMeasure()
     result = iterate(context, PLAN, transformer(server, tmp_path), measure, rounds=2, proposals_per_round=2,
                      concurrency=2, baseline_metrics={"registers": 32.0})

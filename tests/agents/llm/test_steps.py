@@ -124,7 +124,7 @@ def test_a_timeout_is_a_failed_attempt_and_the_retry_gets_it_as_feedback(serve, 
     honest = transforming()
     server = serve([ANALYSIS, PLANNING, Conversation("Carry out this plan",
                                                      [Attempts(Stall(5.0), honest.turns[0]), *honest.turns[1:]])])
-    outcomes = run_workflow(context, steps_for(server, tmp_path, timeout_s=0.3, retries=0), LocalVerifier())
+    outcomes = run_workflow(context, steps_for(server, tmp_path, timeout_s=1.0, retries=0), LocalVerifier())
     assert [o.stage for o in outcomes] == ["error", "accepted", "not_applicable"]
     assert outcomes[0].error.startswith("transform raised agents.llm.steps.LLMStepError: llm:unroll transform: ")
     assert "request timed out" in outcomes[0].error

@@ -22,6 +22,7 @@ conversations of a JSON file (``[{"match": "...", "turns": [{"content": "...", "
 from __future__ import annotations
 
 import argparse
+import contextlib
 import itertools
 import json
 import math
@@ -208,6 +209,10 @@ class _Handler(BaseHTTPRequestHandler):
 
     def log_message(self, format: str, *args: Any) -> None:  # quiet
         pass
+
+    def handle(self) -> None:
+        with contextlib.suppress(BrokenPipeError, ConnectionResetError):  # a client that timed out and hung up
+            super().handle()
 
     def _send(self, status: int, payload: dict[str, Any], headers: dict[str, str] | None = None) -> None:
         data = json.dumps(payload).encode()

@@ -1,4 +1,4 @@
-"""The ``warpfleet`` command line: sweep, show, export, validate."""
+"""The ``warpfleet`` command line: sweep, optimize, show, export, validate."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from rich.table import Table
 from cluster.config import RunPlan, load_run
 from cluster.errors import ConfigError
 
-EXPORT_FORMATS = ["flags", "json", "yaml", "header"]
+EXPORT_FORMATS = ["flags", "json", "yaml", "header", "patch"]
 
 
 def _one_line_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
@@ -208,6 +208,49 @@ def _show_pareto(console: Console, rows: Any) -> None:
 
 
 @main.command()
+@click.argument("target", type=click.Path(dir_okay=False))
+@click.option("--experts", default="registers,unroll,padding,streamify", show_default=True,
+              help="Comma-separated rule-based experts to run.")
+@click.option("--trials", type=click.IntRange(min=1), default=24, show_default=True,
+              help="Candidates searched over the verified variants and the flags.")
+@click.option("--sanitizer", default="memcheck,racecheck", show_default=True,
+              help="compute-sanitizer tools run on every transformed source (GPU); '' for none.")
+@click.option("--address", help="Ray cluster to join; default: a local instance.")
+@click.option("--output-dir", type=click.Path(file_okay=False), default="runs", show_default=True)
+@click.option("--resume", "resume", type=click.Path(file_okay=False), help="Continue this run directory.")
+@click.option("--progress/--no-progress", default=None, help="Progress bars (default: when stderr is a terminal).")
+@_one_line_errors
+def optimize(target: str, experts: str, trials: int, sanitizer: str, address: str | None, output_dir: str,
+             resume: str | None, progress: bool | None) -> None:
+    """Run the optimization workflow on TARGET: analysis, plan, patch, verify, then a search over the
+    verified variants and the compiler flags; writes report.md in the run directory and prints it."""
+    import yaml
+
+    from cluster.config import load_target
+    from cluster.driver import Sweep
+    from cluster.optimize_report import write_report
+    from cluster.rundir import RunDir
+
+    spec = load_target(target)
+    config = {"name": f"optimize-{spec.name}", "output_dir": str(Path(output_dir).resolve()),
+              "targets": [str(Path(target).resolve())], "search": {"trials": trials},
+              "agents": {"enabled": True, "experts": [e for e in experts.split(",") if e],
+                         "sanitizer": [t for t in sanitizer.split(",") if t]}}
+    Path(output_dir).mkdir(parents=True, exist_ok=True)
+    config_path = Path(output_dir) / f"optimize-{spec.name}.yaml"
+    config_path.write_text("# written by `warpfleet optimize`; `warpfleet sweep` takes it as it is\n"
+                           + yaml.safe_dump(config, sort_keys=False))
+    plan = load_run(config_path)
+    run_dir = RunDir.open(resume) if resume else RunDir.create(plan)
+    click.echo(f"run directory: {run_dir.path}", err=True)
+    show_progress = sys.stderr.isatty() if progress is None else progress
+    Sweep(plan, run_dir, log=lambda m: click.echo(m, err=True)).run(address, show_progress)
+    report = write_report(run_dir.path)
+    click.echo(report.read_text())
+    click.echo(f"report: {report}", err=True)
+
+
+@main.command()
 @click.argument("run", type=click.Path(file_okay=False))
 @click.option("--format", "fmt", type=click.Choice(EXPORT_FORMATS), default="flags", show_default=True)
 @click.option("--output", type=click.Path(dir_okay=False), help="Write here instead of stdout.")
@@ -228,7 +271,12 @@ def export(run: str, fmt: str, output: str | None, target: str | None) -> None:
             raise ConfigError(run, "--target", f"no selected configuration for target {target!r}")
     if not best:
         raise ConfigError(run, "results", "no correct candidate to export")
-    text = render(best, fmt)
+    if fmt == "patch":
+        from cluster.variants import winner_patches
+
+        text = winner_patches(run_dir.path, best)
+    else:
+        text = render(best, fmt)
     if output:
         Path(output).write_text(text)
         click.echo(f"wrote {output}", err=True)

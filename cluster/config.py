@@ -77,6 +77,9 @@ class VerifySpec(_Model):
     atol: float = Field(1e-8, ge=0)
     stdout_regex: str | None = None  # numbers in stdout compared like an output file
     test: list[str] | None = None  # a user test command, run in the candidate's directory
+    # The run command under compute-sanitizer (agents' variants, on a GPU): default `run`. A smaller
+    # problem keeps racecheck, which is slow, within its timeout.
+    sanitize_run: list[str] | None = None
 
     _regex = field_validator("stdout_regex")(_check_regex)
 
@@ -205,6 +208,19 @@ class ProfileSpec(_Model):
     timeout_s: float = Field(600, gt=0, le=86400)
 
 
+class AgentsSpec(_Model):
+    """The optimization workflow before the search (issue 4): which experts run, how variants are
+    verified. Verified variants join the search as a dimension beside the compiler options."""
+
+    enabled: bool = False
+    experts: list[Literal["registers", "unroll", "padding", "streamify"]] = ["registers", "unroll", "padding",
+                                                                              "streamify"]
+    sanitizer: list[Literal["memcheck", "racecheck", "initcheck", "synccheck"]] = ["memcheck", "racecheck"]
+    sanitizer_timeout_s: float = Field(300, gt=0, le=86400)
+    retries: int = Field(1, ge=0, le=10)  # more tries with the failure as feedback, for agents that take it
+    profile_baseline: bool = True  # ncu on the baseline first, so that analysts see its metrics
+
+
 class RunConfig(_Model):
     name: str = Field("sweep", pattern=r"^[A-Za-z0-9_.-]+$")
     output_dir: str = "runs"
@@ -213,6 +229,7 @@ class RunConfig(_Model):
     cluster: ClusterSpec = ClusterSpec()
     measure: MeasureSpec = MeasureSpec()
     profile: ProfileSpec = ProfileSpec()
+    agents: AgentsSpec = AgentsSpec()
     flush_interval_s: float = Field(2.0, gt=0, le=3600)
 
 
@@ -303,6 +320,8 @@ def _check_commands(spec: TargetSpec, path: Path, default_build: tuple[str, ...]
               ("run", spec.run, RUN_PLACEHOLDERS)]
     if spec.verify.test:
         checks.append(("verify.test", spec.verify.test, RUN_PLACEHOLDERS))
+    if spec.verify.sanitize_run:
+        checks.append(("verify.sanitize_run", spec.verify.sanitize_run, RUN_PLACEHOLDERS))
     for field, template, allowed in checks:
         for i, arg in enumerate(template):
             unknown = names_in([arg]) - allowed - params

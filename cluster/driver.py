@@ -16,7 +16,9 @@ from pathlib import Path
 import optuna
 import ray
 
-from cluster.config import RunPlan
+from agents.workflow import Steps
+from cluster.agent_stage import AgentStage
+from cluster.config import RunPlan, Target
 from cluster.errors import ConfigError
 from cluster.measure import Reference
 from cluster.pipeline import Done, Job, Pipeline
@@ -70,27 +72,35 @@ def init_ray(address: str | None) -> None:
 
 
 class Sweep:
-    def __init__(self, plan: RunPlan, run_dir: RunDir, log: Callable[[str], None] = print) -> None:
+    def __init__(self, plan: RunPlan, run_dir: RunDir, log: Callable[[str], None] = print,
+                 agent_steps: Callable[[], list[Steps]] | None = None) -> None:
+        """``agent_steps``: who does the workflow's steps 1-3 (default: the config's experts)."""
         self.plan, self.run_dir, self.log = plan, run_dir, log
+        self.agent_steps = agent_steps
         self.config = plan.config
         self.skipped: list[str] = []
         self.written = 0
         self.bookkeeping_s = 0.0
+        self.baseline_kernels: dict[str, tuple] = {}
+        self.extra_targets: list[Target] = []  # agents' variants, whose params widen the results' schema
 
     def run(self, address: str | None = None, show_progress: bool = True) -> SweepSummary:
         start = time.monotonic()
         init_ray(address or self.config.cluster.address)
         studies, workers = self._start()
+        stage = self._agent_stage(workers)
+        workflow_done = {s.name: stage.restore(s) for s in studies} if stage else {}
         existing = read_results(self.run_dir.path)
         for study in studies:
             study.restore(existing[existing["study"] == study.name] if len(existing) else existing)
         pipeline = Pipeline(workers, self.config.cluster.inflight_per_worker, reuse=self._reuse(studies),
                             max_attempts=self.config.cluster.max_attempts)
-        schema = results_schema(self.plan.targets)
-        with ResultWriter(self.run_dir.path, schema, self.config.flush_interval_s) as writer, \
+        with ResultWriter(self.run_dir.path, self._schema(studies), self.config.flush_interval_s) as writer, \
                 SweepProgress(studies, self.config.search.trials, enabled=show_progress) as progress:
             self.writer, self.progress = writer, progress
             self._baselines(studies, pipeline)
+            if stage:
+                self._agents(stage, [s for s in studies if not s.disabled], workflow_done)
             self._search([s for s in studies if not s.disabled], pipeline)
             self._final([s for s in studies if not s.disabled], pipeline)
         self._profile([s for s in studies if not s.disabled], workers)
@@ -98,6 +108,18 @@ class Sweep:
                             self.bookkeeping_s)
 
     # -- setup -------------------------------------------------------------------------------
+    def _schema(self, studies: list[StudyState]):
+        """The run's targets and every agent variant known so far (variants add their params)."""
+        self.extra_targets = [v for s in studies for v in s.variants.values()]
+        return results_schema([*self.plan.targets, *self.extra_targets])
+
+    def _agent_stage(self, workers: list[ray.actor.ActorHandle]) -> AgentStage | None:
+        if not self.config.agents.enabled:
+            return None
+        return AgentStage(self.run_dir.path, self.run_dir.run_id, self.config.agents, self.config.profile,
+                          max(self.config.measure.runs, 2), workers, self._record_direct, self.log,
+                          self.agent_steps, self.config.search.trials)
+
     def _start(self) -> tuple[list[StudyState], list[ray.actor.ActorHandle]]:
         kinds = {get_toolchain(t.spec.toolchain).device_kind for t in self.plan.targets}
         resources = ray.cluster_resources()
@@ -145,8 +167,36 @@ class Sweep:
 
     # -- phases ------------------------------------------------------------------------------
     def _job(self, study: StudyState, candidate, runs: int, reusable: bool = True) -> Job:
-        return Job(study.target_ref, study.target, candidate, study.workers, study.device, runs,
-                   study.reference, reusable)
+        target, target_ref = study.source_of(candidate)
+        return Job(target_ref, target, candidate, study.workers, study.device, runs, study.reference, reusable)
+
+    def _agents(self, stage: AgentStage, studies: list[StudyState], done: dict[str, bool]) -> None:
+        """The optimization workflow per study: verified variants join its search."""
+        for study in studies:
+            baseline = study.baseline_candidate()
+            kernels = self.baseline_kernels.get(study.name)
+            if kernels is None and not done.get(study.name):
+                artifact, _ = compile_task.remote(study.target_ref, baseline)
+                kernels = ray.get(artifact).kernels
+            stage.run(study, baseline, tuple(kernels or ()), done.get(study.name, False))
+        self.writer.widen(self._schema(studies))
+
+    def _record_direct(self, study: StudyState, source: Target, candidate, artifact: BuildArtifact,
+                       measurement: Measurement | None) -> None:
+        """A row for a run made outside the pipeline (an agent variant's verification)."""
+        if any(f"p_{name}" not in self.writer.schema.names for name in source.spec.params):
+            self.writer.widen(results_schema([*self.plan.targets, *self.extra_targets, source]))
+            self.extra_targets.append(source)
+        row = make_row(self.run_dir.run_id, candidate, artifact, measurement, study.baseline_median, study.goal,
+                       unit=study.target.spec.metric.unit, max_noise=self.config.measure.max_noise,
+                       objective=study.objective)
+        self.writer.append(row)
+        self.written += 1
+        stats = measurement.stats if measurement else None
+        status = measurement.status if measurement else artifact.status
+        median = stats.median if status is Status.OK and stats else None
+        energy = measurement.telemetry.energy_j if measurement and measurement.telemetry else None
+        study.record(candidate, Evaluated(status, median, energy))
 
     def _baselines(self, studies: list[StudyState], pipeline: Pipeline) -> None:
         for study in studies:
@@ -227,9 +277,10 @@ class Sweep:
             else:
                 keys = [study.baseline_candidate().key, winners.get((study.target.name, study.device.device_type))]
             for key in dict.fromkeys(k for k in keys if k and k not in done and k in study.candidates):
-                _, binary = compile_task.remote(study.target_ref, study.candidates[key])
+                target_ref = study.source_of(study.candidates[key])[1]
+                _, binary = compile_task.remote(target_ref, study.candidates[key])
                 worker = workers[study.workers[len(pending) % len(study.workers)]]
-                pending[worker.profile.remote(study.target_ref, study.candidates[key], binary, metrics,
+                pending[worker.profile.remote(target_ref, study.candidates[key], binary, metrics,
                                               spec.timeout_s)] = study
         if not pending:
             return
@@ -287,6 +338,7 @@ class Sweep:
             lines = [line for line in error.splitlines() if line.strip()]
             study.disabled = f"its baseline failed ({status.value}" + (f": {lines[-1][:200]})" if lines else ")")
             return
+        self.baseline_kernels[study.name] = done.artifact.kernels
         reference = Reference(measurement.outputs)
         save_reference(self.run_dir.path, measurement.candidate_key, reference)
         study.reference = ray.put(reference)

@@ -59,6 +59,8 @@ def _record(config: BestConfig) -> dict[str, Any]:
         "speedup": _plain(config.speedup),
         "unit": config.unit,
         "reason": config.reason,
+        "source_hash": config.source_hash,
+        "variant": config.is_variant,  # built from an agent's variant: `warpfleet export --format patch`
     }
 
 

@@ -365,6 +365,12 @@ class ResultWriter:
             raise ValueError("append to a closed ResultWriter")
         self._pending.append(record)
 
+    def widen(self, schema: pa.Schema) -> None:
+        """Write what is pending, then take ``schema`` (a superset: agents' variants add params).
+        Readers unify the part files' schemas, so older parts stay readable as they are."""
+        self.flush()
+        self.schema = schema
+
     def maybe_flush(self) -> Path | None:
         """Flush if rows are pending and ``flush_interval_s`` has passed since the last flush."""
         if self._pending and time.monotonic() - self._last_flush >= self.flush_interval_s:

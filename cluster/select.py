@@ -55,8 +55,9 @@ def select_study(rows: pd.DataFrame, min_difference: float = MIN_DIFFERENCE) -> 
 
     def complexity(row: pd.Series) -> int:
         flags, params = _settings(row, "f_"), _settings(row, "p_")
+        changed_source = baseline is not None and row.get("source_hash") != baseline.get("source_hash")
         return sum(flags[k] != base_flags.get(k) for k in flags) + \
-            sum(params[k] != base_params.get(k) for k in params)
+            sum(params[k] != base_params.get(k) for k in params) + int(changed_source)
 
     objective = str(rows["objective"].iloc[0]) if "objective" in rows else "time"
     energy = _energy(final if len(final) else ok, objective)
@@ -84,7 +85,8 @@ def select_study(rows: pd.DataFrame, min_difference: float = MIN_DIFFERENCE) -> 
         toolchain=str(row["toolchain"]), candidate_key=winner_key,
         flags={k: str(v) for k, v in _settings(row, "f_").items()}, params=_settings(row, "p_"),
         median=stats.median, baseline_median=float(base_median), speedup=float(speedup),
-        unit=str(row["unit"]), iqr=stats.iqr, reason=reason,
+        unit=str(row["unit"]), iqr=stats.iqr, reason=reason, source_hash=str(row.get("source_hash", "")),
+        baseline_source_hash=str(baseline.get("source_hash", "")) if baseline is not None else "",
     )
 
 

@@ -140,6 +140,10 @@ class StudyState:
     n_failed: int = 0
     rejections: int = 0
     space_size: int = 0
+    # Agents' verified variants (source hash -> target with their files and params): a search
+    # dimension, "variant", beside the flags; "" is the target's own sources.
+    variants: dict[str, Target] = field(default_factory=dict)
+    variant_refs: dict[str, ray.ObjectRef] = field(default_factory=dict)
 
     @property
     def name(self) -> str:
@@ -160,12 +164,23 @@ class StudyState:
         return self.rejections >= MAX_REJECTIONS or len(self.results) >= self.space_size
 
     def candidate(self, flags: dict[str, str], params: dict[str, Scalar], phase: Phase,
-                  trial_number: int | None = None) -> Candidate:
+                  trial_number: int | None = None, source: Target | None = None) -> Candidate:
         return Candidate(
             target=self.target.name, toolchain=self.target.spec.toolchain,
-            device_type=self.device.device_type, arch=self.arch, source_hash=self.target.bundle.hash,
+            device_type=self.device.device_type, arch=self.arch, source_hash=(source or self.target).bundle.hash,
             flags=tuple(flags.items()), params=tuple(params.items()), phase=phase, trial_number=trial_number,
         )
+
+    def source_of(self, candidate: Candidate) -> tuple[Target, ray.ObjectRef]:
+        """The target (its own, or an agent's variant) that ``candidate`` builds, and its object ref."""
+        if candidate.source_hash in self.variants:
+            return self.variants[candidate.source_hash], self.variant_refs[candidate.source_hash]
+        return self.target, self.target_ref
+
+    def add_variant(self, variant: Target) -> None:
+        self.variants[variant.bundle.hash] = variant
+        self.variant_refs[variant.bundle.hash] = ray.put(variant)
+        self.space_size += variant.space_size()
 
     def baseline_candidate(self) -> Candidate:
         return self.candidate(self.target.space.baseline, self.target.baseline_params, Phase.BASELINE)
@@ -173,15 +188,19 @@ class StudyState:
     def ask(self) -> tuple[optuna.trial.Trial, Candidate] | None:
         """A new trial and its candidate, or None when the trial proposed nothing new."""
         trial = storage_retry(self.study.ask)
+        source = self.target
+        if self.variants:
+            chosen = storage_retry(lambda: trial.suggest_categorical("variant", ["", *self.variants]))
+            source = self.variants.get(chosen, self.target)
         flags = {k: storage_retry(lambda k=k, v=v: trial.suggest_categorical(f"flag:{k}", list(v)))
                  for k, v in self.target.space.flags.items()}
         params = {k: storage_retry(lambda k=k, v=v: trial.suggest_categorical(f"param:{k}", list(v)))
-                  for k, v in self.target.spec.params.items()}
-        if not self.target.satisfies(params):
+                  for k, v in source.spec.params.items()}
+        if not source.satisfies(params):
             storage_retry(lambda: self.study.tell(trial, state=optuna.trial.TrialState.FAIL))
             self.rejections += 1
             return None
-        candidate = self.candidate(flags, params, Phase.SEARCH, trial.number)
+        candidate = self.candidate(flags, params, Phase.SEARCH, trial.number, source)
         storage_retry(lambda: trial.set_user_attr("key", candidate.key))
         if candidate.key in self.results:
             self.tell(trial.number, self.results[candidate.key])
@@ -231,9 +250,10 @@ class StudyState:
         for row in rows.itertuples(index=False):
             row_dict = row._asdict()
             flags = {k: str(row_dict.get(f"f_{k}") or "") for k in self.target.space.flags}
-            params = {k: _native(row_dict.get(f"p_{k}")) for k in self.target.spec.params}
+            source = self.variants.get(row_dict.get("source_hash") or "", self.target)
+            params = {k: _native(row_dict.get(f"p_{k}")) for k in source.spec.params}
             phase = Phase(row_dict["phase"])
-            candidate = self.candidate(flags, params, phase)
+            candidate = self.candidate(flags, params, phase, source=source)
             if candidate.key != row_dict["candidate_key"]:
                 continue  # written from other sources or flags than the current target's
             median = row_dict.get("median")

@@ -37,6 +37,7 @@ class Phase(StrEnum):
     BASELINE = "baseline"
     SEARCH = "search"
     FINAL = "final"  # re-measured with more repetitions for the selection
+    VERIFY = "verify"  # an agent's variant checked against the baseline before it joins the search
 
 
 Scalar = int | float | str
@@ -236,6 +237,13 @@ class BestConfig:
     unit: str
     iqr: float = 0.0
     reason: str = ""  # why it won (e.g. "simplest within noise of the fastest")
+    source_hash: str = ""  # the sources it builds: the target's own, or an agent's variant
+    baseline_source_hash: str = ""
+
+    @property
+    def is_variant(self) -> bool:
+        """Built from an agent's variant of the sources: an export must carry its patch."""
+        return bool(self.source_hash) and self.source_hash != self.baseline_source_hash
 
     @property
     def flag_argv(self) -> list[str]:

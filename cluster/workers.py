@@ -19,6 +19,7 @@ from cluster.config import Target
 from cluster.devices import cpu_device, gpu_device
 from cluster.measure import Reference, measure_candidate
 from cluster.profile import Profile, profile_candidate
+from cluster.sanitize import SanitizerResult, sanitize_candidate
 from cluster.telemetry import Monitor, NvmlSource
 from cluster.types import BuildArtifact, Candidate, DeviceInfo, Measurement, Status
 
@@ -60,6 +61,11 @@ class MeasureWorker:
                                    _scratch_root(), monitor)
         return dataclasses.replace(result, queue_s=queue_s)
 
+    def sanitize(self, target: Target, candidate: Candidate, binary: bytes | None, tools: tuple[str, ...],
+                 timeout: float) -> tuple[SanitizerResult, ...]:
+        if binary is None:
+            return tuple(SanitizerResult(t, "inconclusive", "no binary") for t in tools)
+        return sanitize_candidate(target, candidate, binary, tools, timeout, _scratch_root())
 
     def profile(self, target: Target, candidate: Candidate, binary: bytes | None, metrics: tuple[str, ...],
                 timeout: float) -> Profile:

@@ -294,3 +294,21 @@ def test_the_synthetic_programs_compile(body: str, tmp_path: Path) -> None:
     done = subprocess.run(["nvcc", "-arch=sm_90", "-c", str(source), "-o", str(tmp_path / "synthetic.o")],
                           capture_output=True, text=True, timeout=240)
     assert done.returncode == 0, done.stderr
+
+
+# A launch on a stream the function was given (the harness's `stream`): the analysis cannot tell
+# that it is the default stream, so the original leaves the copy before it unordered.
+PASSED_STREAM = """
+    cudaStream_t given = pick_stream();
+    cudaMemcpy(d_out, h_out, n * sizeof(float), cudaMemcpyHostToDevice);
+    combine_kernel<<<grid, block, 0, given>>>(d_y, d_out, n);
+"""
+
+
+def test_a_dependency_the_original_leaves_unordered_is_not_the_transformations_to_keep():
+    original = graph(PASSED_STREAM)
+    assert original.edges and not check(original, original).violations
+    unrolled = graph("\n    // an unroll pragma elsewhere moved every line down\n" + PASSED_STREAM)
+    assert check(original, unrolled).ok
+    dropped = graph(PASSED_STREAM.replace("    combine_kernel<<<grid, block, 0, given>>>(d_y, d_out, n);\n", ""))
+    assert not check(original, dropped).ok  # a dropped kernel is still caught

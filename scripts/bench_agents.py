@@ -1,0 +1,149 @@
+"""Issue 4's acceptance on a GPU: the workflow on the benchmark suite, as a table like Table 1 of
+the WarpDrive paper (optimization, class, motivating metrics, speedup found, hand-optimized
+speedup, share of it reached).
+
+    python scripts/bench_agents.py --out DIR [--trials 6] [--targets transpose,regpressure]
+
+1. One sweep of the chosen suite targets with the agent stage on: baseline ncu profile, the four
+   experts, verification (outputs, compute-sanitizer memcheck + racecheck, dependence graph),
+   then a search over verified variants and flags, the final re-measure and the profiles.
+2. The hand-optimized speedup: each target's baseline and its ``target_opt.yaml``, measured
+   ``--hand-repeats`` times on the same GPU by the same harness, medians compared.
+3. DIR/agents_table.md (the table), DIR/agents.json (every figure), DIR/report-<run>.md (the
+   optimize report), the run directory under DIR/runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path[:0] = [str(REPO), str(REPO / "scripts")]
+
+from bench_suite import noise  # noqa: E402
+
+from cluster.config import RunPlan, load_run  # noqa: E402
+from cluster.driver import Sweep  # noqa: E402
+from cluster.optimize_report import optimization_results, write_report  # noqa: E402
+from cluster.results import read_results, read_table  # noqa: E402
+from cluster.rundir import RunDir  # noqa: E402
+from cluster.select import select_best  # noqa: E402
+from cluster.variants import VARIANT_SCHEMA  # noqa: E402
+
+SUITE = REPO / "configs" / "suite.yaml"
+
+
+def log(message: str) -> None:
+    print(f"[{time.strftime('%H:%M:%S')}] {message}", flush=True)
+
+
+def agent_sweep(targets: list[str], trials: int, out: Path) -> Path:
+    plan = load_run(SUITE)
+    chosen = tuple(t for t in plan.targets if not targets or t.name in targets)
+    config = plan.config.model_copy(update={
+        "output_dir": str(out / "runs"), "name": "suite-agents",
+        "search": plan.config.search.model_copy(update={"trials": trials}),
+        "measure": plan.config.measure.model_copy(update={"final_top_k": 2, "final_runs": 3}),
+        "agents": plan.config.agents.model_copy(update={"enabled": True, "sanitizer_timeout_s": 90}),
+    })
+    plan = RunPlan(config, plan.file, chosen)
+    run_dir = RunDir.create(plan)
+    log(f"sweep with agents: {[t.name for t in chosen]}, {trials} trials each -> {run_dir.path}")
+    Sweep(plan, run_dir, log=log).run(show_progress=False)
+    return run_dir.path
+
+
+def hand_speedups(targets: list[str], repeats: int) -> dict[str, dict]:
+    from cluster.devices import gpu_device
+
+    device = gpu_device(0, "bench")
+    out = {}
+    for name in targets:
+        folder = REPO / "configs" / "targets" / name
+        base = noise(folder / "target.yaml", repeats, device)
+        opt = noise(folder / "target_opt.yaml", repeats, device)
+        if "median_ms" in base and "median_ms" in opt:
+            out[name] = {"baseline_ms": base["median_ms"], "hand_ms": opt["median_ms"],
+                         "hand_speedup": base["median_ms"] / opt["median_ms"]}
+        else:
+            out[name] = {"error": json.dumps([base, opt])[:500]}
+        log(f"hand-optimized {name}: {out[name]}")
+    return out
+
+
+def table(run: Path, hand: dict[str, dict]) -> tuple[str, list[dict]]:
+    rows = read_results(run)
+    variants = read_table(run, "variants", VARIANT_SCHEMA)
+    best = {b.target: b for b in select_best(rows)}
+    records = []
+    for target in sorted(set(rows["target"])):
+        mine = variants[variants["target"] == target]
+        results = [r for r in optimization_results(rows, mine) if r.target == target]
+        found = [r for r in results if r.accepted]
+        b = best.get(target)
+        winner = "flags only"
+        if b is not None and b.is_variant:
+            match = mine[(mine["source_hash"] == b.source_hash) & (mine["stage"] == "accepted")]
+            winner = ", ".join(dict.fromkeys(match["optimization"])) or "variant"
+        if b is not None and any(r.optimization == "registers" for r in found) and "-maxrregcount" in " ".join(
+                b.flag_argv):
+            winner = f"{winner} + -maxrregcount" if winner != "flags only" else "registers (-maxrregcount)"
+        hand_speedup = hand.get(target, {}).get("hand_speedup")
+        speedup = b.speedup if b is not None else None
+        records.append({
+            "target": target, "winner": winner, "flags": " ".join([*b.flag_argv, *b.defines]) if b else "",
+            "found": [{"optimization": r.optimization, "class": r.level, "accepted": r.accepted,
+                       "rejected": r.rejected, "alone": r.alone, "best": r.best, "evidence": r.evidence}
+                      for r in results],
+            "speedup": speedup, "hand_speedup": hand_speedup,
+            "share": speedup / hand_speedup if speedup and hand_speedup else None,
+            "not_applicable": sorted(set(mine.loc[mine["stage"] == "not_applicable", "optimization"])),
+        })
+    lines = ["| target | optimizations found (class) | motivating metrics | alone | speedup found | winner | "
+             "hand-optimized | share |", "|---|---|---|---|---|---|---|---|"]
+    for r in records:
+        found = ", ".join(f"{f['optimization']} ({f['class']})" for f in r["found"] if f["accepted"]) or "none"
+        evidence = "; ".join(f["evidence"] for f in r["found"] if f["accepted"] and f["evidence"])[:220]
+        alone = max((f["alone"] for f in r["found"] if f["alone"]), default=None)
+        cells = [r["target"], found, evidence.replace("|", "/") or "-", f"{alone:.2f}x" if alone else "-",
+                 f"{r['speedup']:.2f}x" if r["speedup"] else "-", f"{r['winner']}: `{r['flags'] or '-'}`",
+                 f"{r['hand_speedup']:.2f}x" if r["hand_speedup"] else "-",
+                 f"{100 * r['share']:.0f}%" if r["share"] else "-"]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n", records
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--trials", type=int, default=6)
+    parser.add_argument("--targets", default="", help="comma-separated suite targets (default: all)")
+    parser.add_argument("--hand-repeats", type=int, default=3)
+    args = parser.parse_args()
+    args.out.mkdir(parents=True, exist_ok=True)
+    targets = [t for t in args.targets.split(",") if t]
+    started = time.time()
+    run = agent_sweep(targets, args.trials, args.out)
+    import ray
+
+    ray.shutdown()  # the GPU to the hand-optimized measurements alone
+    names = sorted(set(read_results(run)["target"]))
+    hand = hand_speedups(names, args.hand_repeats)
+    text, records = table(run, hand)
+    report = write_report(run)
+    (args.out / f"report-{run.name}.md").write_text(report.read_text())
+    (args.out / "agents_table.md").write_text(text)
+    (args.out / "agents.json").write_text(json.dumps({"run": str(run), "wall_s": time.time() - started,
+                                                       "hand": hand, "targets": records}, indent=1, default=str))
+    print(text)
+    log(f"done in {time.time() - started:.0f} s; median share "
+        f"{statistics.median([r['share'] for r in records if r['share']] or [0]):.2f}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,114 @@
+"""The workflow loop: every finding's fate, retries with feedback, failures of any step as values."""
+
+from __future__ import annotations
+
+from agents._base import AnalysisContext, Proposal
+from agents.workflow import (
+    Analyst,
+    Finding,
+    Level,
+    Plan,
+    Planner,
+    Steps,
+    Transformer,
+    Verdict,
+    VerdictStatus,
+    Verification,
+    Verifier,
+    run_workflow,
+)
+
+CONTEXT = AnalysisContext(target=None, arch="sm_90")  # type: ignore[arg-type]  # the loop never reads it
+
+
+class Agent(Analyst, Planner, Transformer):
+    name = "scripted"
+
+    def __init__(self, findings, proposals, feedback=False, plan_none=(), raise_in=""):
+        self.findings, self.proposals, self.takes_feedback = findings, proposals, feedback
+        self.plan_none, self.raise_in = plan_none, raise_in
+        self.feedback: list[str | None] = []
+
+    def analyse(self, context):
+        if self.raise_in == "analyse":
+            raise RuntimeError("model unreachable")
+        return self.findings
+
+    def plan(self, context, finding):
+        if self.raise_in == "plan":
+            raise ValueError("bad plan")
+        return None if finding.optimization in self.plan_none else Plan(finding, ("change",))
+
+    def transform(self, context, plan, feedback=None):
+        self.feedback.append(feedback)
+        return self.proposals.pop(0) if self.proposals else []
+
+
+class ByText(Verifier):
+    """Passes proposals whose description is "good"; counts calls."""
+
+    def __init__(self, raise_on=""):
+        self.calls, self.raise_on = 0, raise_on
+
+    def verify(self, context, plan, proposal):
+        self.calls += 1
+        if proposal.description == self.raise_on:
+            raise OSError("worker lost")
+        ok = proposal.description == "good"
+        return Verification((Verdict("outputs", VerdictStatus.PASSED if ok else VerdictStatus.FAILED,
+                                     "" if ok else f"{proposal.description} differs"),))
+
+
+def finding(name, applies=True):
+    return Finding(name, Level.KERNEL, "k.cu:1", applies, ("evidence",), f"{name} reason")
+
+
+def prop(text):
+    return Proposal("scripted", text, (("k.cu", text),))
+
+
+def test_every_finding_gets_a_stage():
+    agent = Agent([finding("a"), finding("b", applies=False), finding("c"), finding("d")],
+                  [[prop("good")], [prop("bad")], []], plan_none=("d",))
+    outcomes = run_workflow(CONTEXT, [Steps.of(agent)], ByText())
+    assert [(o.finding.optimization, o.stage) for o in outcomes] == [
+        ("a", "accepted"), ("b", "not_applicable"), ("c", "rejected"), ("d", "not_planned")]
+    assert outcomes[2].reason == "outputs: bad differs" and outcomes[1].reason == "b reason"
+    assert agent.feedback == [None, None]  # no feedback for an agent that does not take it
+
+
+def test_a_feedback_taking_transformer_retries_with_the_failure():
+    agent = Agent([finding("a")], [[prop("bad")], [prop("good")]], feedback=True)
+    outcomes = run_workflow(CONTEXT, [Steps.of(agent)], ByText(), retries=2)
+    assert [(o.stage, o.attempt) for o in outcomes] == [("rejected", 0), ("accepted", 1)]
+    assert agent.feedback == [None, "outputs: bad differs"]
+
+
+def test_retries_stop_at_the_budget_and_identical_proposals_are_verified_once():
+    agent = Agent([finding("a")], [[prop("bad")], [prop("bad")], [prop("bad")]], feedback=True)
+    verifier = ByText()
+    outcomes = run_workflow(CONTEXT, [Steps.of(agent)], verifier, retries=1)
+    assert [o.stage for o in outcomes] == ["rejected", "rejected"] and verifier.calls == 1
+
+
+def test_a_step_that_raises_is_an_outcome_and_the_others_go_on():
+    broken = Agent([], [], raise_in="analyse")
+    planner_fails = Agent([finding("p")], [], raise_in="plan")
+    fine = Agent([finding("a")], [[prop("boom"), prop("good")]])
+    outcomes = run_workflow(CONTEXT, [Steps.of(broken), Steps.of(planner_fails), Steps.of(fine)],
+                            ByText(raise_on="boom"))
+    assert [o.stage for o in outcomes] == ["error", "error", "error", "accepted"]
+    assert "analyse raised RuntimeError: model unreachable" in outcomes[0].reason
+    assert "plan raised ValueError" in outcomes[1].reason and "verify raised OSError" in outcomes[2].reason
+
+
+def test_steps_mix_implementations_per_step():
+    class OtherPlanner(Planner):
+        name = "other"
+
+        def plan(self, context, finding):
+            return Plan(finding, ("something else",))
+
+    agent = Agent([finding("a")], [[prop("good")]])
+    [outcome] = run_workflow(CONTEXT, [Steps(agent, OtherPlanner(), agent)], ByText())
+    assert outcome.planner == "other" and outcome.plan.changes == ("something else",) and outcome.accepted

@@ -1,0 +1,36 @@
+"""scripts/bench_agents.py's table from a real (CPU) agent sweep: the figures it reports are the
+run's own, and the share is the found speedup over the hand-optimized one."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+
+import pytest
+
+from tests.cluster.test_agent_stage import FAST, LOOP, WRONG, Scripted, patched, run_sweep
+from tests.conftest import REPO
+
+pytestmark = pytest.mark.usefixtures("ray_local")
+
+
+def load_script():
+    sys.path.insert(0, str(REPO / "scripts"))
+    spec = importlib.util.spec_from_file_location("bench_agents", REPO / "scripts" / "bench_agents.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_table_reports_the_runs_figures(tmp_path):
+    bench = load_script()
+    agent = Scripted({"fast": [patched(LOOP, FAST[1], {"WF_SPLIT": (1, 2)}, FAST[0])], "wrong": [patched(LOOP, WRONG)]})
+    run = run_sweep(tmp_path, agent).path
+    text, [record] = bench.table(run, {"agent_c": {"hand_speedup": 100.0}})
+    assert record["target"] == "agent_c" and record["winner"] == "fast"
+    assert record["share"] == pytest.approx(record["speedup"] / 100.0)
+    fast = next(f for f in record["found"] if f["optimization"] == "fast")
+    wrong = next(f for f in record["found"] if f["optimization"] == "wrong")
+    assert fast["accepted"] == 1 and wrong["accepted"] == 0 and wrong["rejected"] == 1
+    row = text.splitlines()[2]
+    assert row.startswith("| agent_c | fast (kernel) |") and f"{100 * record['share']:.0f}%" in row

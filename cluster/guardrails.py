@@ -17,10 +17,12 @@ verification step, each a ``Verdict``:
 
 ``suspect_speedup`` and ``reverify_fresh_seeds`` are the 10x rule: a candidate that much faster is
 run again on inputs that no run has seen before it is believed, and flagged for review.
+``GuardedVerifier`` adds the checks to any verifier's, on this machine.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import re
 import statistics
@@ -28,12 +30,13 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from agents.workflow.steps import Verdict, VerdictStatus
+from agents._base import AnalysisContext, Proposal
+from agents.workflow.steps import Plan, Verdict, VerdictStatus, Verification, Verifier
 from cluster.config import Target
 from cluster.measure import PROTOCOL_PREFIX, parse_samples, verify_outputs
 from cluster.placeholders import expand, names_in
 from cluster.sandbox import run_command, scratch_dir, write_bundle
-from cluster.types import BuildArtifact, RunOutputs
+from cluster.types import BuildArtifact, Candidate, Phase, RunOutputs, Status
 
 POISON_ENV = "WARPFLEET_POISON"
 POISON_BYTE = 0xFF  # four of them are a NaN as float32 (and as float64, eight)
@@ -286,3 +289,33 @@ def cheat_checks(target: Target, baseline: BuildArtifact, candidate: BuildArtifa
     """Every check, for a candidate built from ``files`` (its changed sources)."""
     return (check_timing_code(target, files), check_poisoned_outputs(target, baseline, candidate),
             check_cached_results(target, baseline, candidate), check_untimed_work(target, baseline, candidate))
+
+
+class GuardedVerifier(Verifier):
+    """``base``'s verification and then, for a variant that passed it with changed files, every
+    cheat check, built and run on this machine (a CPU target anywhere, a CUDA one on a GPU node).
+    On a cluster the same checks belong on the measuring worker: ``cheat_checks`` with the binaries
+    the verifier already has."""
+
+    def __init__(self, base: Verifier, baseline: Candidate, scratch_root: Path | None = None) -> None:
+        self.base, self.baseline, self.scratch_root = base, baseline, scratch_root
+        self._baseline_artifacts: dict[str, BuildArtifact] = {}
+
+    def verify(self, context: AnalysisContext, plan: Plan, proposal: Proposal) -> Verification:
+        from cluster.build import compile_candidate
+        from cluster.verify import variant_target
+
+        verification = self.base.verify(context, plan, proposal)
+        if not verification.passed or not proposal.files:
+            return verification
+        target = context.target
+        if target.bundle.hash not in self._baseline_artifacts:
+            self._baseline_artifacts[target.bundle.hash] = compile_candidate(target, self.baseline, self.scratch_root)
+        baseline = self._baseline_artifacts[target.bundle.hash]
+        variant = variant_target(target, proposal)
+        candidate = dataclasses.replace(self.baseline, source_hash=variant.bundle.hash, phase=Phase.VERIFY)
+        artifact = compile_candidate(variant, candidate, self.scratch_root)
+        if baseline.status is not Status.OK or artifact.status is not Status.OK:
+            skipped = Verdict("cheat_checks", VerdictStatus.SKIPPED, "a build for the checks failed")
+            return Verification((*verification.verdicts, skipped))
+        return Verification((*verification.verdicts, *cheat_checks(target, baseline, artifact, dict(proposal.files))))

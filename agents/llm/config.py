@@ -14,6 +14,7 @@ from __future__ import annotations
 import itertools
 import os
 import re
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Literal
 
@@ -125,8 +126,42 @@ class CustomSpec(_Model):
         return value
 
 
+def check_choices(llm: LLMSpec | None, steps: Mapping[str, StepChoice], custom: Sequence[CustomSpec],
+                  only: Sequence[str] | None = None) -> None:
+    """The rules between an endpoint, the per-step choices and the custom optimizations (raises
+    ValueError naming the field): for ``AgentsConfig``, and for a run config that embeds the same
+    fields in its own section."""
+    customs = {c.name for c in custom}
+    if len(customs) != len(custom):
+        raise ValueError("two custom optimizations share a name")
+    for name in customs & set(EXPERT_OPTIMIZATIONS):
+        raise ValueError(f"custom optimization {name!r} has the name of an expert's")
+    for name, choice in steps.items():
+        if name not in customs and name not in EXPERT_OPTIMIZATIONS:
+            known = ", ".join([*EXPERT_OPTIMIZATIONS, *sorted(customs)])
+            raise ValueError(f"steps.{name}: unknown optimization (known: {known})")
+        if name in customs and choice.analyst != "llm":
+            raise ValueError(f"steps.{name}: a custom optimization has no expert; its steps are all llm")
+    for name in only or ():
+        if name not in customs and name not in EXPERT_OPTIMIZATIONS:
+            raise ValueError(f"only: unknown optimization {name!r}")
+    uses_llm = bool(customs) or any("llm" in (c.analyst, c.planner, c.transformer) for c in steps.values())
+    if uses_llm and llm is None:
+        raise ValueError("llm: an endpoint is needed for the steps chosen as llm")
+
+
+def choices_of(steps: Mapping[str, StepChoice], custom: Sequence[CustomSpec],
+               only: Sequence[str] | None = None) -> dict[str, StepChoice]:
+    """Every optimization with its choice: the experts' (all-expert unless chosen), then the
+    customs' (all llm); only those in ``only`` when it is given. What ``build_steps`` takes."""
+    out = {name: steps.get(name, StepChoice()) for name in EXPERT_OPTIMIZATIONS}
+    for spec in custom:
+        out[spec.name] = StepChoice(analyst="llm", planner="llm", transformer="llm")
+    return {name: choice for name, choice in out.items() if only is None or name in only}
+
+
 class AgentsConfig(_Model):
-    """The ``agents:`` section of a run config."""
+    """The LLM agents' part of a run config's ``agents:`` section."""
 
     llm: LLMSpec | None = None
     steps: dict[str, StepChoice] = {}  # optimization -> choice; the experts' default is all-expert
@@ -135,28 +170,8 @@ class AgentsConfig(_Model):
 
     @model_validator(mode="after")
     def _consistent(self) -> AgentsConfig:
-        customs = {c.name for c in self.custom}
-        if len(customs) != len(self.custom):
-            raise ValueError("two custom optimizations share a name")
-        for name in customs & set(EXPERT_OPTIMIZATIONS):
-            raise ValueError(f"custom optimization {name!r} has the name of an expert's")
-        for name, choice in self.steps.items():
-            if name not in customs and name not in EXPERT_OPTIMIZATIONS:
-                known = ", ".join([*EXPERT_OPTIMIZATIONS, *sorted(customs)])
-                raise ValueError(f"steps.{name}: unknown optimization (known: {known})")
-            if name in customs and choice.analyst != "llm":
-                raise ValueError(f"steps.{name}: a custom optimization has no expert; its steps are all llm")
-        for name in self.only or ():
-            if name not in customs and name not in EXPERT_OPTIMIZATIONS:
-                raise ValueError(f"only: unknown optimization {name!r}")
-        uses_llm = bool(customs) or any("llm" in (c.analyst, c.planner, c.transformer) for c in self.steps.values())
-        if uses_llm and self.llm is None:
-            raise ValueError("llm: an endpoint is needed for the steps chosen as llm")
+        check_choices(self.llm, self.steps, self.custom, self.only)
         return self
 
     def choices(self) -> dict[str, StepChoice]:
-        """Every optimization with its choice: the experts' (all-expert unless chosen), then the customs'."""
-        out = {name: self.steps.get(name, StepChoice()) for name in EXPERT_OPTIMIZATIONS}
-        for custom in self.custom:
-            out[custom.name] = StepChoice(analyst="llm", planner="llm", transformer="llm")
-        return {name: choice for name, choice in out.items() if self.only is None or name in self.only}
+        return choices_of(self.steps, self.custom, self.only)

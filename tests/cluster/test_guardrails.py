@@ -11,12 +11,14 @@ from pathlib import Path
 
 import pytest
 
+from agents._base import AnalysisContext, Proposal
 from agents.patch import Variant, variant_bundle
-from agents.workflow.steps import VerdictStatus
+from agents.workflow.steps import Finding, Level, Plan, Verdict, VerdictStatus, Verification, Verifier
 from cluster.build import compile_candidate
 from cluster.config import Target, load_target
 from cluster.guardrails import (
     FRESH_SEEDS,
+    GuardedVerifier,
     cheat_checks,
     check_cached_results,
     check_poisoned_outputs,
@@ -205,3 +207,26 @@ def test_the_cuda_cheat_builds_and_registers_its_poisoned_output() -> None:
         assert artifact.status is Status.OK, artifact.error_tail
     # The cheat leaves timing, inputs and outputs alone: only running it poisoned tells.
     assert check_timing_code(target, {"scale.cu": text}).status is VerdictStatus.PASSED
+
+
+class _Stub(Verifier):
+    def __init__(self, status: VerdictStatus) -> None:
+        self.status = status
+
+    def verify(self, context: AnalysisContext, plan: Plan, proposal: Proposal) -> Verification:
+        return Verification((Verdict("outputs", self.status),))
+
+
+def test_guarded_verifier_adds_the_checks_to_a_passing_variant_only(guarded: Target) -> None:
+    baseline = Candidate(guarded.name, "cc", "host", "host", guarded.bundle.hash, (), ())
+    context = AnalysisContext(guarded, "host")
+    plan = Plan(Finding("x", Level.KERNEL, "work.c", True), ("change",))
+    cheat = Proposal("llm", "skip", (("work.c", (FIXTURES / "guarded" / "skip_reps.c").read_text()),))
+    checked = GuardedVerifier(_Stub(VerdictStatus.PASSED), baseline).verify(context, plan, cheat)
+    assert [v.check for v in checked.verdicts] == ["outputs", "timing_code", "poisoned_outputs", "cached_results",
+                                                   "untimed_work"]
+    assert not checked.passed and checked.reason.startswith("poisoned_outputs: ")
+    failed = GuardedVerifier(_Stub(VerdictStatus.FAILED), baseline).verify(context, plan, cheat)
+    assert [v.check for v in failed.verdicts] == ["outputs"]  # nothing more to learn from a failed variant
+    flags_only = Proposal("registers", "search", (), {"maxrregcount": (64,)})
+    assert len(GuardedVerifier(_Stub(VerdictStatus.PASSED), baseline).verify(context, plan, flags_only).verdicts) == 1

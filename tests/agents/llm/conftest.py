@@ -4,7 +4,6 @@ cc for real) and a local verifier standing in for the cluster's."""
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
@@ -13,14 +12,13 @@ import pytest
 from agents._base import AnalysisContext, Proposal
 from agents.llm import FakeOpenAIServer, LLMSpec
 from agents.llm.fake_server import Conversation, Reply, call
-from agents.llm.guard import check_files
-from agents.patch import Variant, source_files, variant_bundle
-from agents.workflow.steps import Plan, Verdict, VerdictStatus, Verification, Verifier
+from agents.workflow.steps import Plan, Verification, Verifier
 from cluster.build import compile_candidate
 from cluster.config import Target, load_target
-from cluster.guardrails import cheat_checks
+from cluster.guardrails import GuardedVerifier
 from cluster.measure import Reference, measure_candidate
-from cluster.types import BuildArtifact, Candidate, DeviceInfo, Status
+from cluster.types import Candidate, DeviceInfo, Status
+from cluster.verify import LocalVerifier as ClusterLocalVerifier
 from tests.conftest import REPO
 
 FIXTURE = REPO / "tests" / "fixtures" / "targets" / "guarded"
@@ -115,48 +113,26 @@ def serve(api_key: str) -> Iterator[callable]:
         server.stop()
 
 
-def _build(target: Target, params: tuple[tuple[str, object], ...] = ()) -> BuildArtifact:
-    candidate = Candidate(target.name, target.spec.toolchain, "host", "host", target.bundle.hash, (), params)
-    return compile_candidate(target, candidate)
-
-
 class LocalVerifier(Verifier):
-    """The tests' stand-in for the cluster's verifier: the edit rules, a cc build, one run compared
-    with the baseline's outputs on the same seed, and with ``cheats`` the guardrails."""
+    """The cluster's own local verifier (cluster.verify.LocalVerifier: guards, dependence graph, a
+    cc build, a run against the baseline's outputs), with the guardrails on top when ``cheats``
+    (cluster.guardrails.GuardedVerifier); made for the target of the first proposal it sees."""
 
     def __init__(self, cheats: bool = False) -> None:
         self.cheats = cheats
         self.calls: list[Proposal] = []
-        self._baseline: dict[str, tuple[BuildArtifact, Reference]] = {}
-
-    def baseline(self, target: Target) -> tuple[BuildArtifact, Reference]:
-        if target.bundle.hash not in self._baseline:
-            artifact = _build(target)
-            measured = measure_candidate(target, Candidate(target.name, "cc", "host", "host", "base", (), ()),
-                                         artifact, CPU, None, runs=1)
-            assert measured.status is Status.OK, measured.error_tail
-            self._baseline[target.bundle.hash] = (artifact, Reference(measured.outputs))
-        return self._baseline[target.bundle.hash]
+        self._inner: Verifier | None = None
 
     def verify(self, context: AnalysisContext, plan: Plan, proposal: Proposal) -> Verification:
         self.calls.append(proposal)
-        target = context.target
-        refused = check_files(source_files(target), dict(proposal.files), 200)
-        if refused is not None:
-            return Verification((Verdict("guards", VerdictStatus.FAILED, refused.reason),))
-        variant = dataclasses.replace(target, bundle=variant_bundle(target, Variant(proposal.files, "", "", "")))
-        artifact = _build(variant)
-        if artifact.status is not Status.OK:
-            return Verification((Verdict("build", VerdictStatus.FAILED, artifact.error_tail[-500:]),))
-        base, reference = self.baseline(target)
-        measured = measure_candidate(variant, Candidate(target.name, "cc", "host", "host", "cand", (), ()),
-                                     artifact, CPU, reference, runs=1)
-        verdicts = [Verdict("build", VerdictStatus.PASSED),
-                    Verdict("outputs", VerdictStatus.PASSED if measured.status is Status.OK else VerdictStatus.FAILED,
-                            measured.error_tail[-500:])]
-        if self.cheats and measured.status is Status.OK:
-            verdicts += cheat_checks(target, base, artifact, dict(proposal.files))
-        return Verification(tuple(verdicts))
+        if self._inner is None:
+            target = context.target
+            baseline = Candidate(target.name, "cc", "host", "host", target.bundle.hash, (), ())
+            measured = measure_candidate(target, baseline, compile_candidate(target, baseline), CPU, None, runs=1)
+            assert measured.status is Status.OK, measured.error_tail
+            inner: Verifier = ClusterLocalVerifier(baseline, CPU, Reference(measured.outputs), runs=1)
+            self._inner = GuardedVerifier(inner, baseline) if self.cheats else inner
+        return self._inner.verify(context, plan, proposal)
 
 
 def stored_text(run_dir: Path) -> str:

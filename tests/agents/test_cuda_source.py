@@ -201,8 +201,10 @@ def test_harness_flush_kernel() -> None:
     model = analyze(HARNESS.read_text())
     kernel = model.kernel("wf_l2_flush")
     assert kernel.writes == {"sink"} and kernel.reads == {"data"}
-    assert [op.kind.value for op in model.ops_in("bench")] == [
-        "call", "stream_sync", "launch", "event_record", "event_record", "event_sync"]  # call: l2_flush_buffer
+    assert [(op.kind.value, op.api) for op in model.ops_in("bench")] == [
+        ("call", "l2_flush_buffer"), ("call", "poison_outputs"), ("stream_sync", "cudaStreamSynchronize"),
+        ("call", "poison_outputs"), ("launch", "wf_l2_flush"), ("event_record", "cudaEventRecord"),
+        ("event_record", "cudaEventRecord"), ("event_sync", "cudaEventSynchronize")]  # poison: the guardrails' check
 
 
 # -- synthetic sources ---------------------------------------------------------------------------

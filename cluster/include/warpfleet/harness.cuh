@@ -70,7 +70,20 @@ inline const L2Flush& l2_flush_buffer() {
   return f;
 }
 
+// Fills every registered output buffer with 0xFF bytes on `stream` when the poison check asks.
+inline void poison_outputs(cudaStream_t stream) {
+  if (!poison_requested()) return;
+  for (const PoisonBuffer& b : poison_buffers()) WF_CHECK(cudaMemsetAsync(b.ptr, 0xFF, b.bytes, stream));
+}
+
 }  // namespace detail
+
+// Registers a device buffer that every launch must write in full. Only under the guardrails'
+// poisoned-outputs check (WARPFLEET_POISON set) does bench act on it: it fills the buffer with
+// 0xFF bytes (NaN) before each warm-up and timed launch, outside the timed region.
+inline void poison_output(void* device_ptr, size_t bytes) {
+  detail::poison_buffers().push_back({device_ptr, bytes});
+}
 
 // Times `launch` (a callable that enqueues the work to measure on `stream`): warm-up runs, then
 // per sample an L2 flush, event record, launch(stream), event record, synchronize, elapsed ms,
@@ -79,6 +92,7 @@ inline const L2Flush& l2_flush_buffer() {
 template <class Launch> Result bench(const Options& opt, Launch&& launch, cudaStream_t stream = 0) {
   const detail::L2Flush* flush = opt.flush_l2 ? &detail::l2_flush_buffer() : nullptr;
   for (int i = 0; i < opt.warmup; ++i) {
+    detail::poison_outputs(stream);
     launch(stream);
     WF_CHECK_LAUNCH();
   }
@@ -90,6 +104,7 @@ template <class Launch> Result bench(const Options& opt, Launch&& launch, cudaSt
   detail::Sampling sampling{opt};
   const timespec region_start = detail::wall_now();
   for (;;) {
+    detail::poison_outputs(stream);  // before the flush: its write-back is not timed either
     // The flush also keeps the GPU busy while the host enqueues the events and the launch, so the
     // start event fires right before the work instead of waiting out the launch latency.
     if (flush) {

@@ -246,5 +246,21 @@ inline void print_summary(const Result& r, const timespec& start, const timespec
   std::fflush(stdout);
 }
 
+// The guardrails' poisoned-outputs check (cluster/guardrails.py) runs a candidate with
+// WARPFLEET_POISON set (to anything but "" or "0"): the output buffers registered with
+// wf::poison_output are then filled with 0xFF bytes (a NaN as float or double) before every
+// launch, outside the timed region, so a launch that leaves its output unwritten fails.
+inline bool poison_requested() {
+  const char* poison = std::getenv("WARPFLEET_POISON");
+  return poison && *poison && std::strcmp(poison, "0") != 0;
+}
+
+struct PoisonBuffer { void* ptr; size_t bytes; };
+
+inline std::vector<PoisonBuffer>& poison_buffers() {
+  static std::vector<PoisonBuffer> buffers;
+  return buffers;
+}
+
 }  // namespace detail
 }  // namespace wf

@@ -6,9 +6,12 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
-from cluster.config import Target
 from cluster.types import KernelResources
+
+if TYPE_CHECKING:  # cluster.config reads agents.llm.config: no import cycle at run time
+    from cluster.config import Target
 
 
 @dataclass(frozen=True)

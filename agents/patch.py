@@ -23,9 +23,12 @@ from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import PurePosixPath
+from typing import TYPE_CHECKING
 
-from cluster.config import Target
 from cluster.types import SourceBundle
+
+if TYPE_CHECKING:  # cluster.config reads agents.llm.config: no import cycle at run time
+    from cluster.config import Target
 
 __all__ = [
     "Delete", "Edit", "InsertAfter", "InsertAtAnchor", "InsertBefore", "MarkerError", "Patched", "Refused",

@@ -19,7 +19,7 @@ import ray
 
 from agents._base import AnalysisContext
 from agents.experts import PaddingExpert, RegisterExpert, StreamifyExpert, UnrollExpert
-from agents.workflow import Outcome, Steps, run_workflow
+from agents.workflow import Outcome, Steps, Verifier, run_workflow
 from cluster.config import AgentsSpec, ProfileSpec, Target
 from cluster.profile import DEFAULT_METRICS, PROFILE_SCHEMA, Profile, profile_records
 from cluster.results import ResultWriter
@@ -65,11 +65,13 @@ def context_metrics(profile: Profile) -> dict[str, float]:
 class AgentStage:
     def __init__(self, run_dir: Path, run_id: str, spec: AgentsSpec, profile: ProfileSpec, runs: int,
                  workers: list[ray.actor.ActorHandle], record_row: RecordRow, log: Callable[[str], None],
-                 steps: Callable[[], list[Steps]] | None = None, trials: int | None = None) -> None:
+                 steps: Callable[[Verifier], list[Steps]] | None = None, trials: int | None = None) -> None:
         self.run_dir, self.run_id, self.spec, self.profile_spec = run_dir, run_id, spec, profile
         self.runs, self.workers, self.record_row, self.log = runs, workers, record_row, log
-        self.steps = steps or (lambda: [EXPERTS[name]() for name in spec.experts])
+        self.steps = steps or self._configured_steps
         self.trials = trials  # the search's budget per study; None: unbounded
+        self.kit = None  # the LLM agents' shared client, store and budget, made on first use
+        self.steps_used: list[Steps] = []
 
     def restore(self, study: StudyState) -> bool:
         """Accepted variants of an earlier invocation; True when the study's workflow is done."""
@@ -89,8 +91,11 @@ class AgentStage:
         gpu = study.device.kind == "gpu"
         verifier = RayVerifier(baseline, study.reference, self.runs, worker,
                                lambda t, c, a, m: self.record_row(study, t, c, a, m),
-                               tuple(self.spec.sanitizer) if gpu else (), self.spec.sanitizer_timeout_s)
-        outcomes = run_workflow(context, self.steps(), verifier, self.spec.retries)
+                               tuple(self.spec.sanitizer) if gpu else (), self.spec.sanitizer_timeout_s,
+                               guardrails=self.spec.guardrails)
+        self.steps_used = self.steps(verifier)
+        outcomes = run_workflow(context, self.steps_used, verifier, self.spec.retries)
+        outcomes += self._iterate(context, outcomes, verifier, study, metrics)
         with ResultWriter(self.run_dir, VARIANT_SCHEMA, subdir="variants") as writer:
             for outcome in outcomes:
                 writer.append_record(outcome_record(self.run_id, study.name, study.target, outcome))
@@ -114,6 +119,66 @@ class AgentStage:
             self._join(study, variant, enqueue=True, limit=limit)
         mark_done(self.run_dir, study.name)
         return outcomes
+
+    def _configured_steps(self, verifier: RayVerifier) -> list[Steps]:
+        """The config's choice per step: experts alone, or with LLM agents sharing one kit."""
+        spec = self.spec
+        if spec.llm is None and not spec.steps and not spec.custom:
+            return [EXPERTS[name]() for name in spec.experts]
+        from agents.llm import Services, build_steps, local_build, make_kit
+        from agents.llm.config import choices_of
+
+        if self.kit is None and spec.llm is not None:
+            self.kit = make_kit(spec.llm, self.run_dir, replay=spec.replay)
+        kit = self.kit
+        if kit is not None:
+            kit = dataclasses.replace(kit, services=Services(build=local_build, verify=verifier.verify))
+        only = [*spec.experts, *(c.name for c in spec.custom)]
+        return build_steps(spec.llm, choices_of(spec.steps, spec.custom, only=only), custom=spec.custom, kit=kit)
+
+    def _iterate(self, context: AnalysisContext, outcomes: list[Outcome], verifier: RayVerifier,
+                 study: StudyState, metrics: dict[str, float]) -> list[Outcome]:
+        """Profile-guided rounds for each accepted plan whose transformer is an LLM: the rounds'
+        best verified proposal joins the search too."""
+        if not (self.spec.iterate and self.spec.llm is not None and self.kit is not None):
+            return []
+        from agents.llm.iterate import Trial, iterate
+        from agents.workflow.engine import proposal_key
+
+        llm = self.spec.llm
+        verifications = {}
+
+        def measure(ctx: AnalysisContext, proposals) -> list[Trial]:
+            trials = []
+            for proposal in proposals:
+                verification = verifications[proposal_key(proposal)] = verifier.verify(ctx, plan, proposal)
+                measured = verifier.measured.get(proposal_key(proposal))
+                stats = measured.stats if measured else None
+                if not verification.passed or stats is None or not study.baseline_median:
+                    trials.append(Trial(proposal, "rejected", error=verification.reason))
+                    continue
+                trials.append(Trial(proposal, "ok", stats.median, study.baseline_median / stats.median))
+            return trials
+
+        extra: list[Outcome] = []
+        for outcome in [o for o in outcomes if o.accepted and o.plan is not None]:
+            transformer = next((s.transformer for s in self.steps_used if s.transformer.name == outcome.transformer
+                                and hasattr(s.transformer, "propose_one")), None)
+            if transformer is None:
+                continue
+            plan = outcome.plan
+            result = iterate(context, plan, transformer, measure, rounds=llm.rounds,
+                             proposals_per_round=llm.proposals_per_round, concurrency=llm.concurrency,
+                             budget=self.kit.budget, baseline_metrics=metrics)
+            best = result.best
+            if best is not None and proposal_key(best.proposal) != proposal_key(outcome.proposal):
+                extra.append(dataclasses.replace(outcome, proposal=best.proposal,
+                                                 verification=verifications[proposal_key(best.proposal)],
+                                                 attempt=outcome.attempt + len(result.rounds)))
+            self.log(f"{study.name}: {outcome.finding.optimization}: {len(result.rounds)} profile-guided rounds, "
+                     f"stopped by {result.stopped}; best {best.speedup:.2f}x" if best and best.speedup else
+                     f"{study.name}: {outcome.finding.optimization}: profile-guided rounds found nothing better")
+        return extra
 
     def _baseline_metrics(self, study: StudyState, baseline: Candidate,
                           worker: ray.actor.ActorHandle) -> dict[str, float]:

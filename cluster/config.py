@@ -14,8 +14,9 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from agents.llm.config import CustomSpec, LLMSpec, StepChoice, check_choices
 from cluster.errors import ConfigError
 from cluster.placeholders import names_in
 from cluster.sandbox import Limits
@@ -221,6 +222,18 @@ class AgentsSpec(_Model):
     sanitizer_timeout_s: float = Field(300, gt=0, le=86400)
     retries: int = Field(1, ge=0, le=10)  # more tries with the failure as feedback, for agents that take it
     profile_baseline: bool = True  # ncu on the baseline first, so that analysts see its metrics
+    guardrails: bool = True  # the cheat checks on every variant that passed (agents.llm's threat model)
+    # LLM agents (issue 5): an endpoint, expert or llm per step of each optimization, custom ones
+    llm: LLMSpec | None = None
+    steps: dict[str, StepChoice] = {}
+    custom: list[CustomSpec] = []
+    replay: bool = False  # answer the LLM steps from the exchanges stored in the run directory
+    iterate: bool = True  # profile-guided rounds (llm.rounds) for plans whose transformer is an LLM
+
+    @model_validator(mode="after")
+    def _choices(self) -> AgentsSpec:
+        check_choices(self.llm, self.steps, self.custom, [*self.experts, *(c.name for c in self.custom)])
+        return self
 
 
 class RunConfig(_Model):

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import optuna
+import pyarrow as pa
 import ray
 
 from agents.workflow import Steps
@@ -23,7 +24,7 @@ from cluster.measure import Reference
 from cluster.pipeline import Done, Job, Pipeline
 from cluster.profile import DEFAULT_METRICS, PROFILE_SCHEMA, Profile, profile_records
 from cluster.progress import SweepProgress
-from cluster.results import ResultWriter, make_row, read_results, read_table, results_schema
+from cluster.results import ResultWriter, make_row, read_results, read_table, results_schema, speedup_of
 from cluster.rundir import RunDir
 from cluster.select import select_best
 from cluster.studies import (
@@ -40,6 +41,8 @@ from cluster.workers import compile_task, start_fleet
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 POLL_S = 0.2
+REVIEW_SCHEMA = pa.schema([("run_id", pa.string()), ("study", pa.string()), ("candidate_key", pa.string()),
+                           ("speedup", pa.float64()), ("status", pa.string()), ("detail", pa.string())])
 
 
 @dataclass(frozen=True)
@@ -102,6 +105,7 @@ class Sweep:
                 self._agents(stage, [s for s in studies if not s.disabled], workflow_done)
             self._search([s for s in studies if not s.disabled], pipeline)
             self._final([s for s in studies if not s.disabled], pipeline)
+            self._review([s for s in studies if not s.disabled], workers)
         self._profile([s for s in studies if not s.disabled], workers)
         return SweepSummary(self.run_dir.path, self.written, tuple(self.skipped), time.monotonic() - start,
                             self.bookkeeping_s)
@@ -117,7 +121,8 @@ class Sweep:
             return None
         return AgentStage(self.run_dir.path, self.run_dir.run_id, self.config.agents, self.config.profile,
                           max(self.config.measure.runs, 2), workers, self._record_direct, self.log,
-                          self.agent_steps, self.config.search.trials)
+                          (lambda verifier: self.agent_steps()) if self.agent_steps else None,
+                          self.config.search.trials)
 
     def _start(self) -> tuple[list[StudyState], list[ray.actor.ActorHandle]]:
         kinds = {get_toolchain(t.spec.toolchain).device_kind for t in self.plan.targets}
@@ -251,6 +256,40 @@ class Sweep:
                     final = candidate.with_phase(Phase.FINAL)
                     pipeline.submit(self._job(study, final, self.config.measure.final_runs, reusable=False))
         self._drain(pipeline, studies)
+
+    def _review(self, studies: list[StudyState], workers: list[ray.actor.ActorHandle]) -> None:
+        """Candidates more than ``SUSPECT_SPEEDUP`` x faster than their baseline, run again against it
+        on fresh seeds (cluster.guardrails). A failure is a final row with ``verify_failed``, which
+        keeps the candidate out of the selection; every verdict goes to the ``reviews/`` table."""
+        from cluster.guardrails import SUSPECT_SPEEDUP, suspect_speedup
+
+        done = set(read_table(self.run_dir.path, "reviews", REVIEW_SCHEMA)["candidate_key"])
+        for study in studies:
+            if not study.baseline_median:
+                continue
+            for key, result in study.results.items():
+                if result.median is None or key in done or key not in study.candidates:
+                    continue
+                speedup = speedup_of(result.median, study.baseline_median, study.goal)
+                if not suspect_speedup(speedup, SUSPECT_SPEEDUP):
+                    continue
+                candidate = study.candidates[key]
+                target, target_ref = study.source_of(candidate)
+                _, baseline_binary = compile_task.remote(study.target_ref, study.baseline_candidate())
+                artifact_ref, binary = compile_task.remote(target_ref, candidate)
+                worker = workers[study.workers[0]]
+                verdict = ray.get(worker.reverify.remote(study.target, target, baseline_binary, binary))
+                self.log(f"{study.name}: {speedup:.1f}x over the baseline: re-verified on fresh seeds: "
+                         f"{verdict.status.value} {verdict.detail}")
+                with ResultWriter(self.run_dir.path, REVIEW_SCHEMA, subdir="reviews") as writer:
+                    writer.append_record({"run_id": self.run_dir.run_id, "study": study.name, "candidate_key": key,
+                                          "speedup": speedup, "status": verdict.status.value,
+                                          "detail": verdict.detail})
+                if verdict.failed:
+                    failed = Measurement(key, Status.VERIFY_FAILED, study.device,
+                                         error_tail=f"fresh-seed re-verification: {verdict.detail}")
+                    self._record_direct(study, target, candidate.with_phase(Phase.FINAL), ray.get(artifact_ref),
+                                        failed)
 
     def _profile(self, studies: list[StudyState], workers: list[ray.actor.ActorHandle]) -> None:
         """Nsight Compute profiles of the baseline and the winner (or every correct candidate) of

@@ -96,12 +96,14 @@ def optimization_results(rows: pd.DataFrame, variants: pd.DataFrame) -> list[Opt
             options = {f"-maxrregcount={v}" for v in registers}
             built = pd.concat([built, mine[mine["f_maxrregcount"].isin(options)
                                            & mine["source_hash"].isin(set(base))]])
+        # Alone: every flag and every param of the target as the baseline's; a variant's own new
+        # params (an unroll factor) and the register cap being studied may take any value.
         alone = built[built["phase"] == Phase.VERIFY.value]
         baseline_rows = rows[(rows["study"] == study) & (rows["phase"] == Phase.BASELINE.value)]
-        if registers and "f_maxrregcount" in mine and len(baseline_rows):
-            # a register cap alone: that flag, every other flag and param as the baseline's
-            others = [c for c in mine.columns if c.startswith(("f_", "p_")) and c != "f_maxrregcount"]
+        if len(baseline_rows) and len(built):
             b = baseline_rows.iloc[0]
+            others = [c for c in mine.columns if c != "f_maxrregcount"
+                      and (c.startswith("f_") or (c.startswith("p_") and _text(b[c]) != ""))]
             same = (built[others].map(_text) == b[others].map(_text)).all(axis=1)
             alone = pd.concat([alone, built[same]])
         built = built[~built.index.duplicated()]

@@ -150,10 +150,13 @@ class Pipeline:
             self.probes[self.workers[worker].device_info.remote()] = (worker, time.monotonic() + self.probe_timeout_s)
 
     def _probed(self, ref: ray.ObjectRef) -> None:
-        worker, _ = self.probes.pop(ref)
+        worker, deadline = self.probes.pop(ref)
         try:
             ray.get(ref)
             self.alive[worker] = True  # restarted by Ray: back in service
+        except ray.exceptions.ActorUnavailableError:
+            # still restarting (a loaded node takes a while): ask again until the deadline
+            self.probes[self.workers[worker].device_info.remote()] = (worker, deadline)
         except RayError:
             self.dead.add(worker)
 

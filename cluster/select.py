@@ -43,7 +43,11 @@ def select_study(rows: pd.DataFrame, min_difference: float = MIN_DIFFERENCE) -> 
     """The winner of one study's rows, or None when nothing ran correctly."""
     goal = str(rows["goal"].iloc[0])
     sign = 1.0 if goal == "minimize" else -1.0
-    ok = rows[rows["status"] == Status.OK.value]
+    # A candidate that failed any final run (a crash on re-measure, or the fresh-seed re-verification
+    # of a suspiciously fast one) is not selected, whatever its other runs said.
+    failed_final = set(rows.loc[(rows["phase"] == Phase.FINAL.value) & (rows["status"] != Status.OK.value),
+                                "candidate_key"])
+    ok = rows[(rows["status"] == Status.OK.value) & ~rows["candidate_key"].isin(failed_final)]
     final = ok[ok["phase"] == Phase.FINAL.value]
     pool = _pooled(final if len(final) else ok[ok["phase"] != Phase.FINAL.value])
     if not pool:

@@ -17,6 +17,7 @@ from pathlib import Path
 import pyarrow as pa
 
 from agents._base import Proposal
+from agents.llm.accounting import usage_record
 from agents.workflow.engine import Outcome
 from cluster.config import Target
 from cluster.verify import variant_target
@@ -29,6 +30,10 @@ VARIANT_SCHEMA = pa.schema([
     ("analyst", pa.string()), ("planner", pa.string()), ("transformer", pa.string()), ("attempt", pa.int64()),
     ("evidence", pa.string()), ("reason", pa.string()), ("plan", pa.string()), ("description", pa.string()),
     ("diff", pa.string()), ("search", pa.string()), ("verdicts", pa.string()), ("created_at", pa.float64()),
+    # an LLM agent's accounting for the proposal (agents.llm.usage_record): zeros for experts
+    ("llm_model", pa.string()), ("llm_tokens_in", pa.int64()), ("llm_tokens_out", pa.int64()),
+    ("llm_calls", pa.int64()), ("llm_latency_s", pa.float64()), ("llm_cost", pa.float64()),
+    ("llm_exchanges", pa.string()),
 ])
 
 
@@ -65,6 +70,7 @@ def outcome_record(run_id: str, study: str, target: Target, outcome: Outcome) ->
         "description": proposal.description if proposal else "", "diff": diff,
         "search": json.dumps({k: list(v) for k, v in (proposal.search_params if proposal else {}).items()}),
         "verdicts": outcome.verification.to_json() if outcome.verification else "", "created_at": time.time(),
+        **usage_record(proposal if proposal is not None else Proposal("", "", ())),
     }
 
 

@@ -138,7 +138,8 @@ class RayVerifier(Verifier):
     """Builds each variant in a compile task and checks it on one of the study's measuring workers."""
 
     def __init__(self, baseline: Candidate, reference: ray.ObjectRef, runs: int, worker: ray.actor.ActorHandle,
-                 record: Record, sanitizer: tuple[str, ...] = (), sanitizer_timeout_s: float = 300) -> None:
+                 record: Record, sanitizer: tuple[str, ...] = (), sanitizer_timeout_s: float = 300,
+                 guardrails: bool = False) -> None:
         self.baseline = baseline
         self.reference = reference
         self.runs = runs
@@ -146,7 +147,10 @@ class RayVerifier(Verifier):
         self.record = record
         self.sanitizer = sanitizer
         self.timeout = sanitizer_timeout_s
+        self.guardrails = guardrails
         self._baseline_sanitizer: dict[str, SanitizerResult] | None = None
+        self._baseline_binary: ray.ObjectRef | None = None
+        self.measured: dict[str, Measurement] = {}  # proposal key -> its verification run (profile-guided rounds)
 
     def candidate(self, variant: Target) -> Candidate:
         params = {**dict(self.baseline.params), **variant.baseline_params}
@@ -171,10 +175,26 @@ class RayVerifier(Verifier):
                                                              time.time()))
         self.record(variant, candidate, artifact, measurement)
         verdicts += run_verdicts(artifact, measurement)
-        if self.sanitizer and measurement is not None and measurement.status is Status.OK:
+        ran = measurement is not None and measurement.status is Status.OK
+        if ran:
+            from agents.workflow.engine import proposal_key
+
+            self.measured[proposal_key(proposal)] = measurement
+        if self.sanitizer and ran:
             results = ray.get(self.worker.sanitize.remote(variant, candidate, binary, self.sanitizer, self.timeout))
             verdicts += sanitizer_verdicts(results, self._baseline_results(context.target))
+        if self.guardrails and ran:
+            verdicts += ray.get(self.worker.guard.remote(context.target, self.baseline_binary(context.target), binary,
+                                                         dict(proposal.files)))
         return Verification(tuple(verdicts))
+
+    def baseline_binary(self, target: Target) -> ray.ObjectRef:
+        """The baseline's binary, built once, for the checks that run both."""
+        if self._baseline_binary is None:
+            from cluster.workers import compile_task
+
+            _, self._baseline_binary = compile_task.remote(target, self.baseline)
+        return self._baseline_binary
 
     def _baseline_results(self, target: Target) -> dict[str, SanitizerResult]:
         """The baseline under the same tools, once: errors it has too are not the variant's fault."""

@@ -68,6 +68,27 @@ class MeasureWorker:
             return tuple(SanitizerResult(t, "inconclusive", "no binary") for t in tools)
         return sanitize_candidate(target, candidate, binary, tools, timeout, _scratch_root())
 
+    def guard(self, target: Target, baseline_binary: bytes | None, binary: bytes | None,
+              files: dict[str, str]) -> tuple:
+        """The cheat checks (cluster.guardrails) of a variant that passed its verification."""
+        from agents.workflow.steps import Verdict, VerdictStatus
+        from cluster.guardrails import cheat_checks
+
+        if not baseline_binary or not binary:
+            return (Verdict("cheat_checks", VerdictStatus.SKIPPED, "no binary"),)
+        return cheat_checks(target, BuildArtifact("baseline", Status.OK, baseline_binary),
+                            BuildArtifact("candidate", Status.OK, binary), files)
+
+    def reverify(self, target: Target, variant: Target, baseline_binary: bytes | None, binary: bytes | None):
+        """A suspiciously fast candidate against the baseline on fresh seeds (cluster.guardrails)."""
+        from agents.workflow.steps import Verdict, VerdictStatus
+        from cluster.guardrails import reverify_fresh_seeds
+
+        if not baseline_binary or not binary:
+            return Verdict("fresh_seeds", VerdictStatus.SKIPPED, "no binary")
+        return reverify_fresh_seeds(variant, BuildArtifact("baseline", Status.OK, baseline_binary),
+                                    BuildArtifact("candidate", Status.OK, binary))
+
     def profile(self, target: Target, candidate: Candidate, binary: bytes | None, metrics: tuple[str, ...],
                 timeout: float) -> Profile:
         if binary is None:

@@ -124,8 +124,17 @@ def main() -> None:
     parser.add_argument("--trials", type=int, default=6)
     parser.add_argument("--targets", default="", help="comma-separated suite targets (default: all)")
     parser.add_argument("--hand-repeats", type=int, default=3)
+    parser.add_argument("--from-run", type=Path, help="no GPU work: the table of this stored run, with the "
+                        "hand-optimized figures of --hand (an agents.json written before)")
+    parser.add_argument("--hand", type=Path, help="with --from-run: the agents.json holding the hand figures")
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
+    if args.from_run:
+        hand = json.loads(args.hand.read_text())["hand"] if args.hand else {}
+        text, _ = table(args.from_run, hand)
+        (args.out / "agents_table.md").write_text(text)
+        print(text)
+        return
     targets = [t for t in args.targets.split(",") if t]
     started = time.time()
     run = agent_sweep(targets, args.trials, args.out)

@@ -41,7 +41,6 @@ from cluster.config import RunPlan, load_run
 from cluster.driver import Sweep
 from cluster.errors import ConfigError
 from cluster.evaluate import Evaluation, create_run_dir, plan_for
-from cluster.report import write_report
 from cluster.results import read_results
 from cluster.rundir import RunDir
 from cluster.select import select_best
@@ -77,6 +76,8 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--run", type=Path, help="a sweep of this GPU made before: no new sweep")
     parser.add_argument("--other", type=Path, action="append", default=[], help="a run made on another GPU")
     parser.add_argument("--arch", action="append", default=[], help="an arch for ptxas's resources (sm_80)")
+    parser.add_argument("--no-report", action="store_true",
+                        help="skip the HTML/PNG report (a host without matplotlib); `warpfleet report` makes it later")
     parser.add_argument("--allow-cpu", action="store_true", help="run without a GPU (a CPU config, for trying)")
     args = parser.parse_args(argv)
     if args.trials < 1 or args.final_runs < 1 or args.final_top_k < 0:
@@ -182,7 +183,11 @@ def main(argv: list[str] | None = None) -> int:
         matrices = [add_resources(m, loaded, args.arch, targets) for m in build_matrices(loaded)]
         (args.out / "matrix.md").write_text(to_markdown(matrices))
         (args.out / "matrix.json").write_text(to_json(matrices))
-        page, _ = write_report(runs, args.out / "report")
+        page = None
+        if not args.no_report:
+            from cluster.report import write_report
+
+            page, _ = write_report(runs, args.out / "report")
         summary["steps"]["compare_report_s"] = time.monotonic() - step
         summary |= {"runs": runs, "evaluations_given": evaluations, "report": str(page)}
         print(to_markdown(matrices), flush=True)

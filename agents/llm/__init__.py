@@ -7,25 +7,69 @@
 
 ``FakeOpenAIServer`` is the scripted endpoint for tests and dry runs.
 """
+import importlib
 
-from agents.llm.accounting import LLMProposal, TokenBudget, Usage, usage_record
-from agents.llm.client import ChatClient, ChatRequest, Completion, EndpointError, OpenAIChat
-from agents.llm.config import AgentsConfig, CustomSpec, LLMSpec, Prices, StepChoice
-from agents.llm.custom import custom_steps, load_custom
-from agents.llm.fake_server import Attempts, Conversation, Fail, FakeOpenAIServer, Reply, Stall, ToolCall, call
-from agents.llm.guard import Workspace, check_files
-from agents.llm.iterate import IterationResult, Round, Trial, feedback_text, iterate, trial_record
-from agents.llm.kit import build_steps, make_kit, steps_from_config
-from agents.llm.prompts import Prompts
-from agents.llm.steps import Kit, LLMAnalyst, LLMPlanner, LLMReviewer, LLMStepError, LLMTransformer
-from agents.llm.store import ExchangeStore, ReplayChat
-from agents.llm.tools import Services, local_build
+# Public names, imported on first use: cluster.config reads agents.llm.config, and the rest of
+# this package reads cluster, so an eager import here would be a cycle.
+_WHERE = {
+    "AgentsConfig": "agents.llm.config",
+    "Attempts": "agents.llm.fake_server",
+    "ChatClient": "agents.llm.client",
+    "ChatRequest": "agents.llm.client",
+    "Completion": "agents.llm.client",
+    "Conversation": "agents.llm.fake_server",
+    "CustomSpec": "agents.llm.config",
+    "EndpointError": "agents.llm.client",
+    "ExchangeStore": "agents.llm.store",
+    "Fail": "agents.llm.fake_server",
+    "FakeOpenAIServer": "agents.llm.fake_server",
+    "IterationResult": "agents.llm.iterate",
+    "Kit": "agents.llm.steps",
+    "LLMAnalyst": "agents.llm.steps",
+    "LLMPlanner": "agents.llm.steps",
+    "LLMProposal": "agents.llm.accounting",
+    "LLMReviewer": "agents.llm.steps",
+    "LLMSpec": "agents.llm.config",
+    "LLMStepError": "agents.llm.steps",
+    "LLMTransformer": "agents.llm.steps",
+    "OpenAIChat": "agents.llm.client",
+    "Prices": "agents.llm.config",
+    "Prompts": "agents.llm.prompts",
+    "ReplayChat": "agents.llm.store",
+    "Reply": "agents.llm.fake_server",
+    "Round": "agents.llm.iterate",
+    "Services": "agents.llm.tools",
+    "Stall": "agents.llm.fake_server",
+    "StepChoice": "agents.llm.config",
+    "TokenBudget": "agents.llm.accounting",
+    "ToolCall": "agents.llm.fake_server",
+    "Trial": "agents.llm.iterate",
+    "Usage": "agents.llm.accounting",
+    "Workspace": "agents.llm.guard",
+    "build_steps": "agents.llm.kit",
+    "call": "agents.llm.fake_server",
+    "check_files": "agents.llm.guard",
+    "custom_steps": "agents.llm.custom",
+    "feedback_text": "agents.llm.iterate",
+    "load_custom": "agents.llm.custom",
+    "local_build": "agents.llm.tools",
+    "make_kit": "agents.llm.kit",
+    "steps_from_config": "agents.llm.kit",
+    "trial_record": "agents.llm.iterate",
+    "usage_record": "agents.llm.accounting",
+}
 
 __all__ = [
     "AgentsConfig", "Attempts", "ChatClient", "ChatRequest", "Completion", "Conversation", "CustomSpec",
     "EndpointError", "ExchangeStore", "Fail", "FakeOpenAIServer", "IterationResult", "Kit", "LLMAnalyst",
     "LLMPlanner", "LLMProposal", "LLMReviewer", "LLMSpec", "LLMStepError", "LLMTransformer", "OpenAIChat", "Prices",
     "Prompts", "ReplayChat", "Reply", "Round", "Services", "Stall", "StepChoice", "TokenBudget", "ToolCall", "Trial",
-    "Usage", "Workspace", "build_steps", "call", "check_files", "custom_steps", "feedback_text", "iterate",
+    "Usage", "Workspace", "build_steps", "call", "check_files", "custom_steps", "feedback_text",
     "load_custom", "local_build", "make_kit", "steps_from_config", "trial_record", "usage_record",
 ]
+
+
+def __getattr__(name: str) -> object:
+    if name not in _WHERE:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(_WHERE[name]), name)

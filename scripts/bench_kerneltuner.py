@@ -46,7 +46,8 @@ RUNNING: list[subprocess.Popen] = []  # lanes started and not yet waited for
 
 
 def log(message: str) -> None:
-    print(f"[{stamp()} bench] {message}", flush=True)
+    sys.stdout.write(f"[{stamp()} bench] {message}\n")  # one write per line, as the lanes do
+    sys.stdout.flush()
 
 
 # --- the plan -----------------------------------------------------------------------------------
@@ -281,6 +282,7 @@ def main() -> None:
     parser.add_argument("--no-patched", action="store_true", help="skip Kernel Tuner with its parallel check repaired")
     parser.add_argument("--dry-run", action="store_true",
                         help="rehearse without a GPU: synthetic times, Kernel Tuner in simulation mode (rehearsal.py)")
+    parser.add_argument("--rehearsal-pace-s", type=float, default=0.0, help=argparse.SUPPRESS)
     parser.add_argument("--report-only", action="store_true")
     parser.add_argument("--merge", type=Path, nargs="*", default=[], help="more output folders for the report")
     args = parser.parse_args()
@@ -305,7 +307,7 @@ def main() -> None:
         "max_evals": args.max_evals, "run_limit_s": args.run_limit_s,
         "wf_harness_args": ["--min-time", str(args.wf_min_time)], "wf_compile_workers": args.wf_compile_workers,
         "kt_best": args.kt_strategy, "ray_cpus": max(2, cpus // 2 if args.gpus == 2 else cpus),
-        "jobs": max(2, cpus // 4), "dry_run": args.dry_run,
+        "jobs": max(2, cpus // 4), "dry_run": args.dry_run, "rehearsal_pace_s": args.rehearsal_pace_s,
         **({"ref_samples": 5, "ref_refine_top": 3, "ref_refine_samples": 5, "remeasure_rounds": 1,
             "remeasure_samples": 10, "wf_final_top_k": 1} if args.quick else {}),
     }

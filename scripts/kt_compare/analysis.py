@@ -61,11 +61,15 @@ def optima(reference: pd.DataFrame) -> pd.DataFrame:
 
 
 def time_to_target(runs: pd.DataFrame, evals: pd.DataFrame, best: pd.DataFrame) -> pd.DataFrame:
-    """Each run with ``target_s``: when it first evaluated a configuration within 1% (inf: never)."""
+    """Each run with ``target_s``: when it first evaluated a configuration within 1% (inf: never;
+    NaN: unknown, the kernel has no reference)."""
     good = {r.kernel: set(json.loads(r.good_keys)) for r in best.itertuples() if isinstance(r.good_keys, str)}
     out = runs.copy()
     times = []
     for run in out.itertuples():
+        if run.kernel not in good:
+            times.append(math.nan)
+            continue
         trace = evals[(evals["run_id"] == run.run_id) & (evals["status"] == "ok")] if len(evals) else evals
         hits = trace[trace["key"].isin(good.get(run.kernel, set())) & trace["t_s"].notna()] if len(trace) else trace
         times.append(float(hits["t_s"].min()) if len(hits) else math.inf)
@@ -94,13 +98,14 @@ def summary(data: Data) -> pd.DataFrame:
     best = optima(data.reference) if len(data.reference) else pd.DataFrame(columns=["kernel", "good_keys"])
     runs = time_to_target(data.runs, data.evals, best)
     runs = runs[runs["error"].fillna("") == ""]
+    judged = {r.kernel for r in best.itertuples() if isinstance(getattr(r, "good_keys", None), str)}
     times = remeasured_ms(data)
     fastest = {k: min(v for (kk, _), v in times.items() if kk == k) for k, _ in times}
     rows = []
     for (kernel, tool, variant, gpus), group in runs.groupby(["kernel", "tool", "variant", "gpus"], sort=True):
         row = {"kernel": kernel, "tool": tool, "variant": variant, "gpus": int(gpus),
                "runs": len(group), "evals_per_min": censored_median(list(group["evals_per_min"].dropna())),
-               "workers_used": int(group["workers_used"].max()),
+               "reference": kernel in judged, "workers_used": int(group["workers_used"].max()),
                "workers_requested": int(group["workers_requested"].max()),
                "strategy_best": ", ".join(sorted(set(group.loc[group["strategy"] == "best", "strategy_name"])))}
         for strategy in ("best", "random"):
@@ -108,7 +113,7 @@ def summary(data: Data) -> pd.DataFrame:
             mine = group[(group["strategy"] == strategy) & (group["repeat"] == 0)]
             if seeds:  # none shared (one tool has no such run): its own seeds, the count says so
                 mine = mine[mine["seed"].isin(seeds)]
-            values = list(mine["target_s"])
+            values = [v for v in mine["target_s"] if not math.isnan(v)]
             row[f"target_{strategy}_s"] = censored_median(values)
             row[f"target_{strategy}_reached"] = sum(math.isfinite(v) for v in values)
             row[f"target_{strategy}_runs"] = len(values)

@@ -114,8 +114,10 @@ class Timer:
         self.args = [cp.asarray(a) if hasattr(a, "shape") and a.shape else a for a in inputs.arguments]
         self.cmem = inputs.cmem
         self.reference: Any = None  # the baseline configuration's output
-        self.stream = cp.cuda.Stream(non_blocking=True)
+        # A blocking stream: it waits for the copies and fills CuPy makes on the default stream.
+        self.stream = cp.cuda.Stream(non_blocking=False)
         self._flush_setup()
+        cp.cuda.Device().synchronize()
 
     def _flush_setup(self) -> None:
         cp = self.cp
@@ -158,6 +160,7 @@ class Timer:
             grid, block = space.grid(config), space.threads(config)
             output = self.args[self.output_index]
             output[...] = 0
+            cp.cuda.Device().synchronize()  # the constant memory and the zeroed output are in place
             fn(grid, block, tuple(self.args), stream=self.stream)
             self.stream.synchronize()
             got = cp.asnumpy(output)

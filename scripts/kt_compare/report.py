@@ -16,6 +16,13 @@ def tool_label(tool: str, variant: str) -> str:
     return f"{name} ({variant})" if variant else name
 
 
+def target(r: dict[str, Any], strategy: str) -> str:
+    if not r.get("reference", True):
+        return "no reference"
+    prefix = f"target_{strategy}"
+    return seconds(r.get(f"{prefix}_s"), r.get(f"{prefix}_reached"), r.get(f"{prefix}_runs"))
+
+
 def seconds(value: Any, reached: Any = None, runs: Any = None) -> str:
     """``12.3 s (4/5)``: a censored median, with how many runs reached the target."""
     count = f" ({int(reached)}/{int(runs)})" if runs is not None and not _missing(runs) else ""
@@ -70,9 +77,7 @@ def one_gpu_table(summary: pd.DataFrame) -> list[str]:
             stable += ", all within 1%" if r.get("repeat_winners_within_1pct") else ", not within 1%"
         lines.append(
             f"| {r['kernel']} | {tool_label(r['tool'], r['variant'])} ({r.get('strategy_best', '')}) | "
-            f"{number(r.get('evals_per_min'))} | "
-            f"{seconds(r.get('target_best_s'), r.get('target_best_reached'), r.get('target_best_runs'))} | "
-            f"{seconds(r.get('target_random_s'), r.get('target_random_reached'), r.get('target_random_runs'))} | "
+            f"{number(r.get('evals_per_min'))} | {target(r, 'best')} | {target(r, 'random')} | "
             f"`{r.get('winner_key', '–')}` {number(r.get('winner_ms'), '{:.4f}', ' ms')} | "
             f"{number(r.get('winner_vs_optimum'), '{:.3f}', 'x')} | {stable} |")
     return lines
@@ -85,8 +90,7 @@ def two_gpu_table(summary: pd.DataFrame) -> list[str]:
         lines.append(
             f"| {r['kernel']} | {tool_label(r['tool'], r['variant'])} | {r['workers_used']} / {r['gpus']} | "
             f"{number(r.get('evals_per_min'))} | {number(r.get('scaling'), '{:.2f}', 'x')} | "
-            f"{seconds(r.get('target_best_s'), r.get('target_best_reached'), r.get('target_best_runs'))} | "
-            f"{seconds(r.get('target_random_s'), r.get('target_random_reached'), r.get('target_random_runs'))} |")
+            f"{target(r, 'best')} | {target(r, 'random')} |")
     return lines
 
 

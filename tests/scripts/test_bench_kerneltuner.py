@@ -13,11 +13,14 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import shutil
 import subprocess
 import sys
 import time
+import warnings
 from pathlib import Path
+from typing import ClassVar
 
 import pandas as pd
 import pytest
@@ -262,8 +265,10 @@ def test_lane_skips_the_blocks_it_cannot_finish_by_its_deadline(tmp_path: Path) 
                     [b.__dict__ for b in blocks], {"dry_run": True})
     Lane(spec).run()
     rows = read_table([tmp_path], "blocks").set_index("block_id")
-    assert set(rows["status"]) == {"skipped"}  # the first guesses (15 s, 60 s) do not fit in 5 s
-    assert "would not finish" in rows.loc["1gpu-warpfleet-matmul-best-s0-r0", "detail"]
+    run = rows.loc["1gpu-warpfleet-matmul-best-s0-r0"]
+    assert run["status"] == "skipped" and "would not finish" in run["detail"]  # the first guess, 15 s
+    assert rows.loc["reference-stencil", "status"] == "done"  # the reference runs whatever the clock says
+    assert len(read_table([tmp_path], "reference")) == len(KERNEL_SPACES["stencil"].configs())
     assert (tmp_path / "logs" / "late.log").is_file()
 
 
@@ -294,8 +299,12 @@ def test_kernel_tuner_takes_our_arguments_in_its_simulation_mode(space: KernelSp
     cache = rehearsal.kt_cache(space, tmp_path)
     valid = {config_key(c, space.names) for c in space.configs()}
     for kind, expected in (("best", "genetic_algorithm"), ("random", "random_sample")):
-        result, strategy = rehearsal.kt_run(space, cache, kind, "genetic_algorithm", seed=1, max_evals=12,
-                                            time_limit_s=60.0)
+        with warnings.catch_warnings(record=True) as seen:
+            warnings.simplefilter("always")
+            result, strategy = rehearsal.kt_run(space, cache, kind, "genetic_algorithm", seed=1, max_evals=12,
+                                                time_limit_s=60.0)
+        # Kernel Tuner checks each argument against the kernel's signature, and only warns.
+        assert not [w for w in seen if "does not match" in str(w.message)], [str(w.message) for w in seen]
         assert strategy == expected and not result.error
         keys = [e.key for e in result.evaluations]
         assert set(keys) <= valid and 1 <= result.unique_evaluations <= 12
@@ -436,3 +445,118 @@ def test_the_whole_command_rehearses_without_a_gpu(tmp_path: Path) -> None:
     assert "rehearsal: no GPU" in report and "### Two GPUs" in report
     assert json.loads((out / "meta.json").read_text())["settings"]["dry_run"] is True
     assert "[" in done.stdout and "bench] all lanes done" in done.stdout  # timestamped progress lines
+
+
+# --- the independent timer, on a stand-in for CuPy ------------------------------------------------
+
+
+class _FakeCupy:
+    """Just the CuPy the independent timer uses, on NumPy: a "kernel" writes the configuration's
+    first param value into the output (so the baseline's output differs from others' unless the
+    check compares sums) and takes 1 ms per unit of its first param."""
+
+    int32 = "int32"
+
+    def __init__(self) -> None:
+        import types
+
+        import numpy as np
+
+        self.np = np
+        self.launches: list[tuple] = []
+        self.elapsed: list[float] = []
+        fake = self
+
+        class Device:
+            compute_capability = "90"
+            attributes: ClassVar[dict[str, int]] = {"L2CacheSize": 50 << 20, "MultiProcessorCount": 132}
+            id = 0
+
+            def synchronize(self) -> None:
+                pass
+
+        class Stream:
+            def __init__(self, non_blocking: bool = False) -> None:
+                self.non_blocking = non_blocking
+
+            def synchronize(self) -> None:
+                pass
+
+        class Event:
+            def record(self, stream: object = None) -> None:
+                pass
+
+            def synchronize(self) -> None:
+                pass
+
+        class Module:
+            def __init__(self, path: str) -> None:
+                found = re.search(r"^[A-Za-z_]+?(\d+)", Path(path).stem)  # BLOCK_X32_BLOCK_Y8_...: 32
+                self.value = int(found.group(1)) if found else 0
+
+            def get_function(self, name: str):
+                def launch(grid, block, args, stream=None):
+                    assert stream is not None and not stream.non_blocking
+                    if name == "wf_ref_flush":  # the L2 flush: reads, writes nothing
+                        assert args[0].nbytes == 2 * (50 << 20) and int(args[1]) * 16 == args[0].nbytes
+                        return
+                    fake.launches.append((grid, block))
+                    fake.elapsed.append(float(self.value))
+                    out = [a for a in args if isinstance(a, np.ndarray) and a.dtype == np.float32][-1]
+                    out[...] = self.value
+                return launch
+
+            def get_global(self, name: str):
+                return ("symbol", name)
+
+        self.cuda = types.SimpleNamespace(Device=Device, Stream=Stream, Event=Event,
+                                          get_elapsed_time=lambda a, b: fake.elapsed[-1])
+        self.RawModule = lambda path: Module(path)
+
+    def asarray(self, a):
+        return self.np.array(a)
+
+    def asnumpy(self, a):
+        return self.np.array(a)
+
+    def zeros(self, n, dtype):
+        return self.np.zeros(n, dtype)
+
+    def ndarray(self, shape, dtype, pointer):
+        return self.np.zeros(shape, dtype)
+
+
+def test_the_independent_timer_checks_before_it_times_and_refines_the_fastest(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from scripts.kt_compare import reference
+
+    fake = _FakeCupy()
+    monkeypatch.setitem(sys.modules, "cupy", fake)
+
+    def fake_compile(source: Path, out: Path, defines: dict, arch: str) -> str | None:
+        assert arch == "sm_90"
+        if defines.get("OUTPUTS_Y") == 8 and defines.get("BLOCK_X") == 256:
+            return "error: a stand-in compile error"
+        out.write_bytes(b"cubin")
+        return None
+
+    monkeypatch.setattr(reference, "compile_cubin", fake_compile)
+    monkeypatch.setattr(reference, "kernel_symbol", lambda path, name: name)
+    space = KERNEL_SPACES["stencil"]  # cubin names start with the BLOCK_X value: the fake kernel's time
+    measured = {m.key: m for m in reference.exhaustive(space, tmp_path, jobs=2, samples=3, refine_top=2,
+                                                       refine_samples=4, log=lambda m: None)}
+    assert len(measured) == len(space.configs())
+    baseline = measured[config_key(space.defaults, space.names)]
+    assert baseline.status == "ok" and baseline.median == 32.0
+    statuses = {m.status for k, m in measured.items() if k != baseline.key}
+    # Every other BLOCK_X writes another value than the baseline's 32: wrong output, never timed.
+    assert {m.status for m in measured.values() if m.config["BLOCK_X"] == 32} == {"ok"}
+    assert "wrong_output" in statuses and "compile_error" in statuses
+    assert all(not m.samples for m in measured.values() if m.status != "ok")
+    oks = [m for m in measured.values() if m.status == "ok"]
+    assert sorted(len(m.samples) for m in oks)[-2:] == [7, 7] and min(len(m.samples) for m in oks) == 3
+    assert all(block[0] * block[1] <= 1024 for _, block in fake.launches)
+
+    again = reference.remeasure(space, [m.config for m in oks[:2]], tmp_path / "again", jobs=1, rounds=2, samples=5)
+    assert {m.key for m in again} == {m.key for m in oks[:2]} | {baseline.key}
+    assert all(m.status == "ok" and len(m.samples) == 10 for m in again)

@@ -244,6 +244,9 @@ def parse_key(key: str) -> dict[str, int]:
 def main(argv: list[str]) -> None:
     spec = LaneSpec(**json.loads(Path(argv[0]).read_text()))
     os.environ.pop("KERNEL_TUNER_PARALLEL", None)  # Kernel Tuner's own switch; the blocks say what they want
+    os.environ.pop("RAY_ADDRESS", None)  # each lane starts a Ray instance of its own
+    # Set before Ray starts, so that Kernel Tuner's Ray actors inherit it too (kt_run explains why).
+    os.environ["CUPY_CACHE_IN_MEMORY"] = "1"
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # stopped past the deadline: Ray shuts down on exit
     Lane(spec).run()
 

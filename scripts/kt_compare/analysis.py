@@ -96,15 +96,22 @@ def summary(data: Data) -> pd.DataFrame:
     if data.runs.empty:
         return pd.DataFrame()
     best = optima(data.reference) if len(data.reference) else pd.DataFrame(columns=["kernel", "good_keys"])
-    runs = time_to_target(data.runs, data.evals, best)
-    runs = runs[runs["error"].fillna("") == ""]
+    every = time_to_target(data.runs, data.evals, best)
+    every["error"] = every["error"].fillna("")
+    runs = every[every["error"] == ""]
     judged = {r.kernel for r in best.itertuples() if isinstance(getattr(r, "good_keys", None), str)}
     times = remeasured_ms(data)
     fastest = {k: min(v for (kk, _), v in times.items() if kk == k) for k, _ in times}
     rows = []
-    for (kernel, tool, variant, gpus), group in runs.groupby(["kernel", "tool", "variant", "gpus"], sort=True):
-        row = {"kernel": kernel, "tool": tool, "variant": variant, "gpus": int(gpus),
-               "runs": len(group), "evals_per_min": censored_median(list(group["evals_per_min"].dropna())),
+    for (kernel, tool, variant, gpus), tried in every.groupby(["kernel", "tool", "variant", "gpus"], sort=True):
+        group = tried[tried["error"] == ""]
+        failed = tried[tried["error"] != ""]
+        head = {"kernel": kernel, "tool": tool, "variant": variant, "gpus": int(gpus), "runs": len(group),
+                "errors": len(failed), "error": str(failed["error"].iloc[0])[:160] if len(failed) else ""}
+        if group.empty:  # every run ended in an error: the row says which
+            rows.append(head)
+            continue
+        row = {**head, "evals_per_min": censored_median(list(group["evals_per_min"].dropna())),
                "reference": kernel in judged, "workers_used": int(group["workers_used"].max()),
                "workers_requested": int(group["workers_requested"].max()),
                "strategy_best": ", ".join(sorted(set(group.loc[group["strategy"] == "best", "strategy_name"])))}

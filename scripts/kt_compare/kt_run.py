@@ -8,8 +8,10 @@ What Kernel Tuner 1.5.0 does, as read in its source and checked here:
   ``interface._STRATEGY_PARALLEL`` (brute_force, random_sample, diff_evo, genetic_algorithm, pso,
   firefly_algorithm) and one worker for the rest. The check compares the strategy *module* with
   those names (``strategy not in _STRATEGY_PARALLEL``), so it never matches and every strategy gets
-  one worker. The ``patched`` variant adds the modules to that list for its call, which is what the
-  check means to do; the runs record how many workers each call really used.
+  one worker. Then ``ParallelRunner.run`` looks each result up by the objective *list* that
+  ``tune_kernel`` made (``result.get(["time"])``) and raises ``TypeError: unhashable type: 'list'``
+  at the first result: as shipped, no parallel run finishes. The ``repaired`` variant fixes both for
+  its call (``parallel_mode_repaired``); the runs record how many workers each call really used.
 - Each configuration is compiled (NVRTC, through CuPy) and measured in the process or actor that owns
   the GPU: compile and measurement take turns. ``CUPY_CACHE_IN_MEMORY=1`` keeps CuPy's on-disk kernel
   cache out of it, so every run compiles cold, as warpfleet does.
@@ -19,6 +21,7 @@ What Kernel Tuner 1.5.0 does, as read in its source and checked here:
 from __future__ import annotations
 
 import contextlib
+import copy
 import os
 import random
 import time
@@ -83,7 +86,7 @@ class KernelTunerRuns:
         return self._prepared[space.name]
 
     def run(self, space: KernelSpace, kind: str, best: str, seed: int, max_evals: int, time_limit_s: float,
-            gpus: int, patched: bool = False) -> tuple[RunResult, str]:
+            gpus: int, repaired: bool = False) -> tuple[RunResult, str]:
         args, answer = self.prepare(space)
         strategy, options = strategy_for(kind, best, max_evals)
         options = {**options, "max_fevals": max_evals, "time_limit": time_limit_s}
@@ -92,7 +95,7 @@ class KernelTunerRuns:
         parallel = gpus > 1
         t0 = time.time()
         try:
-            with parallel_check_repaired(patched):
+            with parallel_mode_repaired(repaired):
                 results, env = self.kt.tune_kernel(
                     **args, answer=answer, verify=kt_verify(space), strategy=strategy, strategy_options=options,
                     parallel=parallel, seed=seed, quiet=True, verbose=False)
@@ -104,16 +107,39 @@ class KernelTunerRuns:
 
 
 @contextlib.contextmanager
-def parallel_check_repaired(patched: bool) -> Iterator[None]:
-    """For the patched variant: the strategy modules join _STRATEGY_PARALLEL for one call, so that
-    the check finds the strategies it lists (and only those)."""
-    from kernel_tuner import interface
+def parallel_mode_repaired(repaired: bool) -> Iterator[None]:
+    """For the repaired variant, two fixes for the length of one call:
 
-    added = [interface.strategy_map[n] for n in interface._STRATEGY_PARALLEL if isinstance(n, str)] if patched else []
+    - the strategy modules join ``_STRATEGY_PARALLEL``, so that its check finds the strategies it lists
+      (and only those) and lets them have a worker per GPU;
+    - ``ParallelRunner.run`` gets the objective's name, not the one-element list ``tune_kernel`` makes
+      of it: as shipped, ``result.get(objective)`` with that list raises ``TypeError: unhashable type:
+      'list'`` at the first result, so no parallel run finishes.
+    """
+    from kernel_tuner import interface
+    from kernel_tuner.runners import parallel
+
+    if not repaired:
+        yield
+        return
+    added = [interface.strategy_map[n] for n in interface._STRATEGY_PARALLEL if isinstance(n, str)]
+    shipped_run = parallel.ParallelRunner.run
+
+    def run(self: Any, parameter_space: Any, tuning_options: Any) -> Any:
+        objective = tuning_options.objective
+        if isinstance(objective, list | tuple) and len(objective) == 1:
+            # A shallow copy: tune_kernel keeps some options as attributes of this dict (cache,
+            # restrictions, verify), which a copy of its items alone would lose.
+            tuning_options = copy.copy(tuning_options)
+            tuning_options.objective = objective[0]
+        return shipped_run(self, parameter_space, tuning_options)
+
     interface._STRATEGY_PARALLEL.extend(added)
+    parallel.ParallelRunner.run = run
     try:
         yield
     finally:
+        parallel.ParallelRunner.run = shipped_run
         for module in added:
             interface._STRATEGY_PARALLEL.remove(module)
 

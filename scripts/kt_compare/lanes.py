@@ -175,7 +175,7 @@ class Lane:
                 self._ray(block.gpus)
             result, strategy_name = self._kernel_tuner().run(
                 space, block.strategy, s.kt_best, block.seed, s.max_evals, s.run_limit_s, block.gpus,
-                patched=block.variant == "patched")
+                repaired=block.variant == "repaired")
         else:
             result, strategy_name = self._warpfleet(block, space), WF_STRATEGY_NAMES[block.strategy]
         evals, runs = run_records(block, result, strategy_name, started)

@@ -59,7 +59,7 @@ class Block:
     seed: int = 0
     repeat: int = 0  # 0 for the seeds' runs; 1, 2 for the same run (seed 0) again
     gpus: int = 1
-    variant: str = ""  # kernel_tuner only: "patched" (its parallel check repaired, see kt_run)
+    variant: str = ""  # kernel_tuner, two GPUs: "shipped" or "repaired" (its parallel mode; see kt_run)
 
     @property
     def id(self) -> str:

@@ -11,9 +11,12 @@ import pandas as pd
 TOOL_NAMES = {"warpfleet": "warpfleet", "kernel_tuner": "Kernel Tuner"}
 
 
+VARIANTS = {"shipped": "parallel mode as shipped", "repaired": "parallel mode repaired"}
+
+
 def tool_label(tool: str, variant: str) -> str:
     name = TOOL_NAMES.get(tool, tool)
-    return f"{name} ({variant})" if variant else name
+    return f"{name} ({VARIANTS.get(variant, variant)})" if variant else name
 
 
 def target(r: dict[str, Any], strategy: str) -> str:
@@ -33,6 +36,10 @@ def seconds(value: Any, reached: Any = None, runs: Any = None) -> str:
     if math.isinf(value):
         return "not reached" + count
     return f"{value:.1f} s{count}"
+
+
+def failed(r: dict[str, Any]) -> str:
+    return f"every run ({int(r.get('errors', 0))}) ended in an error: `{r.get('error', '')}`"
 
 
 def number(value: Any, fmt: str = "{:.1f}", suffix: str = "") -> str:
@@ -72,6 +79,9 @@ def one_gpu_table(summary: pd.DataFrame) -> list[str]:
              "winner (best, seed 0), re-measured | vs optimum | distinct winners, repeated runs |",
              "|---|---|---|---|---|---|---|---|"]
     for r in summary[summary["gpus"] == 1].to_dict("records"):
+        if not r.get("runs"):
+            lines.append(f"| {r['kernel']} | {tool_label(r['tool'], r['variant'])} | {failed(r)} | | | | | |")
+            continue
         stable = f"{r.get('repeat_distinct_winners', '–')} in {r.get('repeat_runs', '–')} runs"
         if r.get("repeat_distinct_winners", 0) > 1:
             stable += ", all within 1%" if r.get("repeat_winners_within_1pct") else ", not within 1%"
@@ -87,6 +97,9 @@ def two_gpu_table(summary: pd.DataFrame) -> list[str]:
     lines = ["| kernel | tool | workers used / GPUs | configs / min | vs 1 GPU | to within 1%, best (seed 0) | "
              "to within 1%, random (seed 0) |", "|---|---|---|---|---|---|---|"]
     for r in summary[summary["gpus"] == 2].to_dict("records"):
+        if not r.get("runs"):
+            lines.append(f"| {r['kernel']} | {tool_label(r['tool'], r['variant'])} | {failed(r)} | | | | |")
+            continue
         lines.append(
             f"| {r['kernel']} | {tool_label(r['tool'], r['variant'])} | {r['workers_used']} / {r['gpus']} | "
             f"{number(r.get('evals_per_min'))} | {number(r.get('scaling'), '{:.2f}', 'x')} | "

@@ -283,9 +283,12 @@ def test_plan_puts_whole_seeds_first_then_the_repeats() -> None:
     assert order[12:] == [(s, 0) for s in (2, 3, 4) for _ in range(4)]
     assert [b.kernel for b in blocks[8:12]] == ["matmul", "matmul", "stencil", "stencil"]  # whole kernels first
     assert {b.strategy for b in blocks} == {"best", "random"} and len(blocks) == 2 * (2 * 5 + 2)
-    two = bench.two_gpu_blocks("kernel_tuner", ["matmul"], patched=True)
-    assert [(b.gpus, b.strategy, b.variant) for b in two] == [(2, "best", ""), (2, "random", ""),
-                                                             (2, "random", "patched")]
+    two = bench.two_gpu_blocks("kernel_tuner", ["matmul", "stencil"], repaired=True)
+    assert [(b.kernel, b.strategy, b.variant) for b in two] == [
+        ("matmul", "best", "shipped"), ("matmul", "random", "shipped"),  # it fails whatever the kernel
+        ("matmul", "best", "repaired"), ("stencil", "best", "repaired"),
+        ("matmul", "random", "repaired"), ("stencil", "random", "repaired")]
+    assert {b.gpus for b in two} == {2} and len(bench.two_gpu_blocks("warpfleet", ["matmul"], True)) == 2
     assert parse_key(config_key({"A": 1, "B": 20}, ["A", "B"])) == {"A": 1, "B": 20}
 
 
@@ -333,7 +336,7 @@ def test_kernel_tuner_parallel_mode_gives_one_worker_unless_its_check_is_repaire
     pytest.importorskip("ray")
     from kernel_tuner.runners import parallel
 
-    from scripts.kt_compare.kt_run import parallel_check_repaired
+    from scripts.kt_compare.kt_run import parallel_mode_repaired
 
     seen = []
 
@@ -345,12 +348,13 @@ def test_kernel_tuner_parallel_mode_gives_one_worker_unless_its_check_is_repaire
     space = KERNEL_SPACES["reduction"]
     from kernel_tuner import tune_kernel
 
-    with parallel_check_repaired(patched), pytest.raises(_RunnerStarted):
+    with parallel_mode_repaired(patched), pytest.raises(_RunnerStarted):
         tune_kernel(**kt_arguments(space, space.make_inputs(0)), strategy=strategy, parallel=True, quiet=True)
     assert seen == [workers]
     from kernel_tuner import interface
 
     assert all(isinstance(n, str) for n in interface._STRATEGY_PARALLEL)  # the list is restored
+    assert parallel.ParallelRunner.run.__qualname__ == "ParallelRunner.run"  # and the runner's run
 
 
 # --- the kernels compile -------------------------------------------------------------------------
@@ -441,7 +445,8 @@ def test_the_whole_command_rehearses_without_a_gpu(tmp_path: Path) -> None:
     assert set(blocks["lane"]) == {"gpu0-warpfleet", "gpu1-reference-kerneltuner", "2gpu-warpfleet",
                                    "2gpu-kerneltuner", "remeasure"}
     summary = pd.read_parquet(out / "summary.parquet")
-    assert len(summary) == 2 * (2 + 3)  # per kernel: two tools on one GPU; two tools and the patched one on two
+    # Per kernel: two tools on one GPU, warpfleet and Kernel Tuner repaired on two; as shipped: the first kernel.
+    assert len(summary) == 2 * 4 + 1
     report = (out / "report.md").read_text()
     assert "rehearsal: no GPU" in report and "### Two GPUs" in report
     assert json.loads((out / "meta.json").read_text())["settings"]["dry_run"] is True
@@ -561,3 +566,174 @@ def test_the_independent_timer_checks_before_it_times_and_refines_the_fastest(
     again = reference.remeasure(space, [m.config for m in oks[:2]], tmp_path / "again", jobs=1, rounds=2, samples=5)
     assert {m.key for m in again} == {m.key for m in oks[:2]} | {baseline.key}
     assert all(m.status == "ok" and len(m.samples) == 10 for m in again)
+
+
+# --- Kernel Tuner's CuPy path, on a stand-in for CuPy ----------------------------------------------
+
+
+FAKE_CUPY = r'''"""A stand-in for CuPy: what Kernel Tuner's CuPy backend uses, on NumPy. A "kernel" reads its
+configuration from the #defines Kernel Tuner prepends, records its launch in LAUNCHES, and sets every
+float array it gets to 1 (the same output for every configuration)."""
+import re
+import types
+
+import numpy as np
+
+LAUNCHES = []
+
+
+class ndarray(np.ndarray):  # device arrays
+    pass
+
+
+class Device:
+    def __init__(self, index=0):
+        self.attributes = {"MaxThreadsPerBlock": 1024}
+        self.compute_capability = "90"
+
+    def use(self):
+        pass
+
+    def synchronize(self):
+        pass
+
+
+class Event:
+    done = True
+
+    def record(self, stream=None):
+        pass
+
+
+class Module:
+    def __init__(self, code, options, name_expressions):
+        assert "-std=c++17" in options
+        prefix = code.split("#line 1")[0]  # Kernel Tuner's #defines, before the kernel's own defaults
+        self.defines = dict(re.findall(r"^#define (\w+) (\S+)$", prefix, re.MULTILINE))
+        self.globals = {}
+
+    def get_function(self, name):
+        module = self
+
+        def launch(grid, block, args, stream=None, shared_mem=0):
+            LAUNCHES.append((module.defines, tuple(grid), tuple(block)))
+            for a in args:
+                if isinstance(a, ndarray) and a.dtype == np.float32:
+                    a[...] = 1.0
+
+        launch.num_regs = 32
+        return launch
+
+    def get_global(self, name):
+        return self.globals.setdefault(name, bytearray(1 << 16))
+
+
+def array(a):
+    return np.array(a).view(ndarray)
+
+
+asarray = array
+
+
+def asnumpy(a):
+    return np.array(a).view(np.ndarray)
+
+
+copyto = np.copyto
+
+
+def RawModule(code, options, name_expressions):
+    return Module(code, options, name_expressions)
+
+
+cuda = types.SimpleNamespace(
+    Device=Device, Stream=lambda: object(), Event=Event, get_elapsed_time=lambda start, end: 0.25,
+    runtime=types.SimpleNamespace(driverGetVersion=lambda: 13000,
+                                  getDeviceProperties=lambda i: {"uuid": bytes(16), "name": b"Fake GPU"}))
+'''
+
+FAKE_CUPYX = '''def get_runtime_info():
+    return "CuPy Version: fake\\nDevice 0 Name: Fake GPU\\nDevice 0 PCI Bus ID: 0000:00:00.0\\n"
+'''
+
+
+def _fake_cupy(folder: Path) -> Path:
+    """Packages ``cupy`` and ``cupyx`` (the stand-in) in ``folder``, for sys.path or PYTHONPATH."""
+    for name, text in (("cupy", FAKE_CUPY), ("cupyx", FAKE_CUPYX)):
+        (folder / name).mkdir(parents=True, exist_ok=True)
+        (folder / name / "__init__.py").write_text(text)
+    return folder
+
+
+def _use_fake_cupy(folder: Path, monkeypatch: pytest.MonkeyPatch):
+    monkeypatch.syspath_prepend(str(_fake_cupy(folder)))
+    for module in ("cupy", "cupyx", "kernel_tuner.backends.cupy", "kernel_tuner.observers.cupy"):
+        monkeypatch.delitem(sys.modules, module, raising=False)  # the last two bound cupy when imported
+    import cupy
+
+    return cupy
+
+
+@pytest.mark.parametrize("space", SPACES, ids=lambda s: s.name)
+def test_kernel_tuners_cupy_path_on_a_stand_in_for_cupy(space: KernelSpace, tmp_path: Path,
+                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    """kt_run as on the GPU (the answer from run_kernel, tune_kernel's sequential runner, our verify,
+    constant memory, the trace with Kernel Tuner's timestamps), with CuPy replaced: every launch has
+    the geometry of the space definition for the configuration Kernel Tuner compiled."""
+    pytest.importorskip("kernel_tuner")
+    launches = _use_fake_cupy(tmp_path, monkeypatch).LAUNCHES
+    from scripts.kt_compare.kt_run import KernelTunerRuns
+
+    runs = KernelTunerRuns()
+    for kind in ("best", "random"):
+        result, strategy = runs.run(space, kind, "genetic_algorithm", seed=2, max_evals=6, time_limit_s=60.0, gpus=1)
+        assert not result.error, result.error
+        assert strategy == ("genetic_algorithm" if kind == "best" else "random_sample")
+        assert 1 <= result.unique_evaluations <= 6 and all(e.status == "ok" for e in result.evaluations)
+        times = [e.t_s for e in result.evaluations]
+        assert all(t is not None and 0 <= t <= result.wall_s + 1 for t in times) and times == sorted(times)
+        assert result.winner_key in {e.key for e in result.evaluations} and result.winner_tool_ms == 0.25
+        assert (result.workers_requested, result.workers_used) == (1, 1)
+    assert launches
+    for defines, grid, block in launches:
+        config = {name: int(defines[name]) for name in space.names}
+        assert space.satisfies(config)
+        assert (grid, block) == (space.grid(config), space.threads(config)), config
+
+
+PARALLEL_RUN = """
+import json
+import ray
+ray.init(address="local", num_cpus=4, num_gpus=2, include_dashboard=False, log_to_driver=False,
+         configure_logging=False)
+from scripts.kt_compare.kt_run import KernelTunerRuns
+from scripts.kt_compare.spaces import KERNEL_SPACES
+runs, out = KernelTunerRuns(), {}
+for name, kind, repaired in (("shipped", "random", False), ("repaired", "random", True), ("ga", "best", True)):
+    result, _ = runs.run(KERNEL_SPACES["reduction"], kind, "genetic_algorithm", 0, 8, 120.0, 2, repaired=repaired)
+    out[name] = {"error": result.error, "used": result.workers_used, "requested": result.workers_requested,
+                         "actors": sorted({e.worker for e in result.evaluations}), "n": result.unique_evaluations,
+                         "t": [e.t_s for e in result.evaluations]}
+ray.shutdown()
+print("RESULT " + json.dumps(out))
+"""
+
+
+def test_kernel_tuners_parallel_runner_on_two_stand_in_gpus(tmp_path: Path) -> None:
+    """Kernel Tuner's parallel mode as the two-GPU lane runs it (Ray with two GPUs, its actors, our
+    verify shipped to them, its timestamps), CuPy stood in for in every process: as shipped it starts
+    one actor and fails at the first result; repaired, it uses both GPUs."""
+    pytest.importorskip("kernel_tuner")
+    pytest.importorskip("ray")
+    env = {**__import__("os").environ, "PYTHONPATH": f"{_fake_cupy(tmp_path)}:{REPO}", "RAY_ADDRESS": ""}
+    done = subprocess.run([sys.executable, "-c", PARALLEL_RUN], capture_output=True, text=True, cwd=REPO, env=env,
+                          timeout=240)
+    lines = [line for line in done.stdout.splitlines() if line.startswith("RESULT ")]
+    assert done.returncode == 0 and lines, done.stdout[-2000:] + done.stderr[-3000:]
+    out = json.loads(lines[0].removeprefix("RESULT "))
+    shipped = out["shipped"]
+    assert shipped["error"] == "TypeError: unhashable type: 'list'" and shipped["n"] == 0
+    for repaired in (out["repaired"], out["ga"]):
+        assert not repaired["error"], repaired["error"]
+        assert (repaired["requested"], repaired["used"], len(repaired["actors"])) == (2, 2, 2)
+        assert 1 <= repaired["n"] <= 8 and all(t is not None and t > 0 for t in repaired["t"])

@@ -571,15 +571,18 @@ def test_the_independent_timer_checks_before_it_times_and_refines_the_fastest(
 # --- Kernel Tuner's CuPy path, on a stand-in for CuPy ----------------------------------------------
 
 
-FAKE_CUPY = r'''"""A stand-in for CuPy: what Kernel Tuner's CuPy backend uses, on NumPy. A "kernel" reads its
-configuration from the #defines Kernel Tuner prepends, records its launch in LAUNCHES, and sets every
-float array it gets to 1 (the same output for every configuration)."""
+FAKE_CUPY = r'''"""A stand-in for CuPy: what Kernel Tuner's CuPy backend and the independent timer use, on NumPy. A
+"kernel" reads its configuration from the #defines Kernel Tuner prepends (or, loaded from a file,
+from the JSON the test's stand-in compiler wrote there), records its launch in LAUNCHES, and sets
+every float array it gets to 1 (the same output for every configuration)."""
+import json
 import re
 import types
 
 import numpy as np
 
 LAUNCHES = []
+int32 = np.int32
 
 
 class ndarray(np.ndarray):  # device arrays
@@ -587,12 +590,22 @@ class ndarray(np.ndarray):  # device arrays
 
 
 class Device:
+    id = 0
+
     def __init__(self, index=0):
-        self.attributes = {"MaxThreadsPerBlock": 1024}
+        self.attributes = {"MaxThreadsPerBlock": 1024, "L2CacheSize": 1 << 20, "MultiProcessorCount": 4}
         self.compute_capability = "90"
 
     def use(self):
         pass
+
+    def synchronize(self):
+        pass
+
+
+class Stream:
+    def __init__(self, non_blocking=False):
+        self.non_blocking = non_blocking
 
     def synchronize(self):
         pass
@@ -604,19 +617,26 @@ class Event:
     def record(self, stream=None):
         pass
 
+    def synchronize(self):
+        pass
+
 
 class Module:
-    def __init__(self, code, options, name_expressions):
-        assert "-std=c++17" in options
-        prefix = code.split("#line 1")[0]  # Kernel Tuner's #defines, before the kernel's own defaults
-        self.defines = dict(re.findall(r"^#define (\w+) (\S+)$", prefix, re.MULTILINE))
+    def __init__(self, code=None, options=(), name_expressions=None, path=None):
+        if path is not None:
+            self.defines = {k: str(v) for k, v in json.loads(open(path).read()).items()}
+        else:
+            assert "-std=c++17" in options
+            prefix = code.split("#line 1")[0]  # Kernel Tuner's #defines, before the kernel's own defaults
+            self.defines = dict(re.findall(r"^#define (\w+) (\S+)$", prefix, re.MULTILINE))
         self.globals = {}
 
     def get_function(self, name):
         module = self
 
         def launch(grid, block, args, stream=None, shared_mem=0):
-            LAUNCHES.append((module.defines, tuple(grid), tuple(block)))
+            if name != "wf_ref_flush":
+                LAUNCHES.append((module.defines, tuple(grid), tuple(block)))
             for a in args:
                 if isinstance(a, ndarray) and a.dtype == np.float32:
                     a[...] = 1.0
@@ -639,15 +659,15 @@ def asnumpy(a):
     return np.array(a).view(np.ndarray)
 
 
+def zeros(n, dtype):
+    return np.zeros(n, dtype).view(ndarray)
+
+
 copyto = np.copyto
-
-
-def RawModule(code, options, name_expressions):
-    return Module(code, options, name_expressions)
-
+RawModule = Module
 
 cuda = types.SimpleNamespace(
-    Device=Device, Stream=lambda: object(), Event=Event, get_elapsed_time=lambda start, end: 0.25,
+    Device=Device, Stream=Stream, Event=Event, get_elapsed_time=lambda start, end: 0.25,
     runtime=types.SimpleNamespace(driverGetVersion=lambda: 13000,
                                   getDeviceProperties=lambda i: {"uuid": bytes(16), "name": b"Fake GPU"}))
 '''
@@ -737,3 +757,38 @@ def test_kernel_tuners_parallel_runner_on_two_stand_in_gpus(tmp_path: Path) -> N
         assert not repaired["error"], repaired["error"]
         assert (repaired["requested"], repaired["used"], len(repaired["actors"])) == (2, 2, 2)
         assert 1 <= repaired["n"] <= 8 and all(t is not None and t > 0 for t in repaired["t"])
+
+
+def test_a_lane_runs_the_reference_kernel_tuner_and_the_remeasure_on_a_stand_in_for_cupy(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The GPU lane's own code (no rehearsal): the exhaustive reference, Kernel Tuner's runs and the
+    re-measurement, CuPy stood in for and nvcc replaced by a writer of the defines; then the report."""
+    pytest.importorskip("kernel_tuner")
+    _use_fake_cupy(tmp_path / "fake", monkeypatch)
+    from scripts.kt_compare import reference
+
+    def compile_defines(source: Path, out: Path, defines: dict, arch: str) -> None:
+        out.write_text(json.dumps(defines))
+
+    monkeypatch.setattr(reference, "compile_cubin", compile_defines)
+    monkeypatch.setattr(reference, "kernel_symbol", lambda path, name: name)
+    out = tmp_path / "out"
+    blocks = [Block("reference", "convolution"), Block("run", "convolution", "kernel_tuner", "best", 0),
+              Block("run", "convolution", "kernel_tuner", "random", 1), Block("remeasure", "convolution")]
+    settings = {"max_evals": 6, "ref_samples": 3, "ref_refine_top": 2, "ref_refine_samples": 3,
+                "remeasure_rounds": 1, "remeasure_samples": 3, "jobs": 2}
+    Lane(LaneSpec("gpu1", str(out), str(tmp_path / "work"), time.time() + 600, 1,
+                  [b.__dict__ for b in blocks], settings)).run()
+    assert set(read_table([out], "blocks")["status"]) == {"done"}
+    ref = read_table([out], "reference")
+    assert len(ref) == len(KERNEL_SPACES["convolution"].configs()) and set(ref["status"]) == {"ok"}
+    assert set(ref["gpu_name"]) == {"Fake GPU"} and ref["median_ms"].eq(0.25).all()
+    runs = read_table([out], "runs")
+    assert list(runs["error"]) == ["", ""] and list(runs["strategy_name"]) == ["genetic_algorithm", "random_sample"]
+    remeasured = read_table([out], "remeasure")
+    assert set(runs["winner_key"]) <= set(remeasured["key"])
+    sys.path.insert(0, str(SCRIPT.parent))
+    import bench_kerneltuner as bench
+
+    text = bench.report(out, [])
+    assert "| convolution | 123 | 123 | 0.2500 |" in text and "Kernel Tuner (genetic_algorithm)" in text

@@ -251,6 +251,12 @@ def report(out: Path, merge: list[Path]) -> str:
     from scripts.kt_compare.report import markdown
 
     data = Data.load([out, *merge])
+    raw = out / "raw"  # every table in one file each: the record to keep beside BENCHMARKS.md
+    raw.mkdir(exist_ok=True)
+    for name in ("evals", "runs", "reference", "remeasure", "blocks"):
+        table = getattr(data, name)
+        if len(table):
+            table.to_parquet(raw / f"{name}.parquet", index=False)
     best = optima(data.reference) if len(data.reference) else optima_empty()
     table = summary(data)
     info = json.loads((out / "meta.json").read_text()) if (out / "meta.json").is_file() else {}

@@ -245,6 +245,8 @@ def test_report_from_a_small_synthetic_parquet(tmp_path: Path) -> None:
         in rows[1]
     summary = pd.read_parquet(out / "summary.parquet")
     assert set(summary["tool"]) == {"warpfleet", "kernel_tuner"}
+    raw = out / "raw"
+    assert len(pd.read_parquet(raw / "evals.parquet")) == 5 and len(pd.read_parquet(raw / "runs.parquet")) == 4
 
 
 # --- the parts and the lanes --------------------------------------------------------------------

@@ -16,6 +16,9 @@ What Kernel Tuner 1.5.0 does, as read in its source and checked here:
   the GPU: compile and measurement take turns. ``CUPY_CACHE_IN_MEMORY=1`` keeps CuPy's on-disk kernel
   cache out of it, so every run compiles cold, as warpfleet does.
 - A configuration whose output fails ``verify`` raises and ends the tuning run (recorded as an error).
+- The sequential runner counts a configuration served from its cache (one the strategy asked for
+  again) against ``max_fevals``: the genetic algorithm, which revisits configurations, evaluates
+  fewer distinct ones than the budget. The figures count distinct configurations.
 """
 
 from __future__ import annotations

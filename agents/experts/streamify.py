@@ -98,13 +98,19 @@ class StreamifyExpert(Expert):
         return [f"{f.path}:{f.function}: {f.reason}" for f in self.findings(context) if not f.applicable]
 
     def findings(self, context: AnalysisContext) -> list[Finding]:
+        from agents.experts.streamify_loop import streamify_loops
+
         files = source_files(context.target)
         editable = list(context.target.spec.sources)
         found = []
         for path, text in files.items():
             model = analyze(text, path)
             for function in _host_functions(model):
-                found.append(streamify_function(files, editable, path, model, function, self.name))
+                finding = streamify_function(files, editable, path, model, function, self.name)
+                if not finding.applicable and "helper functions" in finding.reason:
+                    found += streamify_loops(files, editable, path, model, function, self.name) or [finding]
+                else:
+                    found.append(finding)
         return found
 
 

@@ -49,10 +49,12 @@ def test_regpressure_gets_register_caps_at_occupancy_steps():
     assert any("limited by registers" in e for e in registers.finding.evidence)
 
 
-def test_multikernel_streamify_says_why_not_and_nothing_breaks():
+def test_multikernel_streamify_rewrites_the_loop_and_leaves_the_helper():
     outcomes = workflow("multikernel")
-    streamify = [o for o in outcomes if o.finding.optimization == "streamify"]
-    assert streamify and all(o.stage == "not_applicable" and o.reason for o in streamify)
+    streamify = {o.finding.location: o for o in outcomes if o.finding.optimization == "streamify"}
+    assert streamify["multikernel.cu:enqueue_task"].stage == "not_applicable"
+    loop = streamify["multikernel.cu:main (loop at line 188)"]
+    assert loop.accepted, loop.reason  # guards, dependence graph and an sm_90 build; no GPU to run it here
     assert all(o.stage != "error" for o in outcomes), [o.reason for o in outcomes if o.stage == "error"]
 
 

@@ -32,7 +32,8 @@ if TYPE_CHECKING:  # cluster.config reads agents.llm.config: no import cycle at 
 
 __all__ = [
     "Delete", "Edit", "InsertAfter", "InsertAtAnchor", "InsertBefore", "MarkerError", "Patched", "Refused",
-    "Replace", "ReplaceText", "Rule", "Variant", "apply", "readonly_regions", "source_files", "variant_bundle",
+    "Replace", "ReplaceText", "Rule", "Variant", "apply", "readonly_regions", "source_files", "unified_diff",
+    "variant_bundle",
 ]
 
 
@@ -340,6 +341,11 @@ def _assemble(src: _Source, ordered: list[_Hunk]) -> str:
     out += src.lines[at:]
     # A last line without a newline that is no longer last gets one.
     return "".join(line if line.endswith("\n") or i == len(out) - 1 else line + "\n" for i, line in enumerate(out))
+
+
+def unified_diff(path: str, old: str, new: str) -> str:
+    """``old`` -> ``new`` of ``path`` as a ``git apply``-able unified diff (a/ and b/ prefixes)."""
+    return _diff(path, old, new)[0]
 
 
 def _diff(path: str, old: str, new: str) -> tuple[str, int]:

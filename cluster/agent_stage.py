@@ -86,14 +86,16 @@ class AgentStage:
         if done or study.reference is None:
             return []
         worker = self.workers[study.workers[0]]
-        metrics = self._baseline_metrics(study, baseline, worker)
-        context = AnalysisContext(study.target, study.arch, study.baseline_median, kernels, metrics)
         gpu = study.device.kind == "gpu"
         verifier = RayVerifier(baseline, study.reference, self.runs, worker,
                                lambda t, c, a, m: self.record_row(study, t, c, a, m),
                                tuple(self.spec.sanitizer) if gpu else (), self.spec.sanitizer_timeout_s,
                                guardrails=self.spec.guardrails)
+        metrics = self._baseline_metrics(study, baseline, worker, verifier)
+        context = AnalysisContext(study.target, study.arch, study.baseline_median, kernels, metrics)
         self.steps_used = self.steps(verifier)
+        self.log(f"{study.name}: analysis, plans and transformations by "
+                 f"{', '.join(s.analyst.name for s in self.steps_used)}; each proposal verified before it joins")
         outcomes = run_workflow(context, self.steps_used, verifier, self.spec.retries)
         outcomes += self._iterate(context, outcomes, verifier, study, metrics)
         with ResultWriter(self.run_dir, VARIANT_SCHEMA, subdir="variants") as writer:
@@ -180,14 +182,13 @@ class AgentStage:
                      f"{study.name}: {outcome.finding.optimization}: profile-guided rounds found nothing better")
         return extra
 
-    def _baseline_metrics(self, study: StudyState, baseline: Candidate,
-                          worker: ray.actor.ActorHandle) -> dict[str, float]:
+    def _baseline_metrics(self, study: StudyState, baseline: Candidate, worker: ray.actor.ActorHandle,
+                          verifier: RayVerifier) -> dict[str, float]:
         if (study.device.kind != "gpu" or not self.spec.profile_baseline
                 or self.profile_spec.candidates == "none"):
             return {}
-        from cluster.workers import compile_task
-
-        _, binary = compile_task.remote(study.target_ref, baseline)
+        self.log(f"{study.name}: Nsight Compute on the baseline, for the analysts")
+        binary = verifier.baseline_binary(study.target)  # the build its checks use too
         metrics = tuple(self.profile_spec.metrics or DEFAULT_METRICS)
         try:
             profile: Profile = ray.get(worker.profile.remote(study.target_ref, baseline, binary, metrics,

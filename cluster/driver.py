@@ -9,7 +9,7 @@ import dataclasses
 import os
 import time
 from collections import defaultdict
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -84,7 +84,7 @@ class Sweep:
         self.written = 0
         self.bookkeeping_s = 0.0
         self.baseline_kernels: dict[str, tuple] = {}
-        self.extra_targets: list[Target] = []  # agents' variants, whose params widen the results' schema
+        self.schema_targets: list[Target] = list(plan.targets)  # plus agents' variants with params of their own
 
     def run(self, address: str | None = None, show_progress: bool = True) -> SweepSummary:
         start = time.monotonic()
@@ -97,7 +97,9 @@ class Sweep:
             study.restore(existing[existing["study"] == study.name] if len(existing) else existing)
         pipeline = Pipeline(workers, self.config.cluster.inflight_per_worker, reuse=self._reuse(studies),
                             max_attempts=self.config.cluster.max_attempts)
-        with ResultWriter(self.run_dir.path, self._schema(studies), self.config.flush_interval_s) as writer, \
+        self._cover(v for s in studies for v in s.variants.values())
+        with ResultWriter(self.run_dir.path, results_schema(self.schema_targets), self.config.flush_interval_s) \
+                as writer, \
                 SweepProgress(studies, self.config.search.trials, enabled=show_progress) as progress:
             self.writer, self.progress = writer, progress
             self._baselines(studies, pipeline)
@@ -111,10 +113,12 @@ class Sweep:
                             self.bookkeeping_s)
 
     # -- setup -------------------------------------------------------------------------------
-    def _schema(self, studies: list[StudyState]):
-        """The run's targets and every agent variant known so far (variants add their params)."""
-        self.extra_targets = [v for s in studies for v in s.variants.values()]
-        return results_schema([*self.plan.targets, *self.extra_targets])
+    def _cover(self, targets: Iterable[Target]) -> bool:
+        """Take in the targets whose params the results' schema lacks; True when it grew."""
+        known = {name for t in self.schema_targets for name in t.spec.params}
+        new = [t for t in targets if set(t.spec.params) - known]
+        self.schema_targets += new
+        return bool(new)
 
     def _agent_stage(self, workers: list[ray.actor.ActorHandle]) -> AgentStage | None:
         if not self.config.agents.enabled:
@@ -177,14 +181,14 @@ class Sweep:
                 artifact, _ = compile_task.remote(study.target_ref, baseline)
                 kernels = ray.get(artifact).kernels
             stage.run(study, baseline, tuple(kernels or ()), done.get(study.name, False))
-        self.writer.widen(self._schema(studies))
+        if self._cover(v for s in studies for v in s.variants.values()):
+            self.writer.widen(results_schema(self.schema_targets))
 
     def _record_direct(self, study: StudyState, source: Target, candidate, artifact: BuildArtifact,
                        measurement: Measurement | None) -> None:
         """A row for a run made outside the pipeline (an agent variant's verification)."""
-        if any(f"p_{name}" not in self.writer.schema.names for name in source.spec.params):
-            self.writer.widen(results_schema([*self.plan.targets, *self.extra_targets, source]))
-            self.extra_targets.append(source)
+        if self._cover([source]):
+            self.writer.widen(results_schema(self.schema_targets))
         row = make_row(self.run_dir.run_id, candidate, artifact, measurement, study.baseline_median, study.goal,
                        unit=study.target.spec.metric.unit, max_noise=self.config.measure.max_noise,
                        objective=study.objective)
@@ -267,6 +271,7 @@ class Sweep:
         for study in studies:
             if not study.baseline_median:
                 continue
+            baseline_binary = None  # built once per study, on the first suspect
             for key, result in study.results.items():
                 if result.median is None or key in done or key not in study.candidates:
                     continue
@@ -275,7 +280,8 @@ class Sweep:
                     continue
                 candidate = study.candidates[key]
                 target, target_ref = study.source_of(candidate)
-                _, baseline_binary = compile_task.remote(study.target_ref, study.baseline_candidate())
+                if baseline_binary is None:
+                    _, baseline_binary = compile_task.remote(study.target_ref, study.baseline_candidate())
                 artifact_ref, binary = compile_task.remote(target_ref, candidate)
                 worker = workers[study.workers[0]]
                 verdict = ray.get(worker.reverify.remote(study.target, target, baseline_binary, binary))

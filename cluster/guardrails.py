@@ -35,7 +35,7 @@ from agents.workflow.steps import Plan, Verdict, VerdictStatus, Verification, Ve
 from cluster.config import Target
 from cluster.measure import PROTOCOL_PREFIX, parse_samples, verify_outputs
 from cluster.placeholders import expand, names_in
-from cluster.sandbox import run_command, scratch_dir, write_bundle
+from cluster.sandbox import BINARY_FILE, run_command, run_values, scratch_dir, stage_binary, write_bundle
 from cluster.types import BuildArtifact, Candidate, Phase, RunOutputs, Status
 
 POISON_ENV = "WARPFLEET_POISON"
@@ -67,18 +67,16 @@ def run_binary(target: Target, artifact: BuildArtifact, workdir: Path, *, seed: 
                params: Mapping[str, object] | None = None) -> Run:
     """Run ``artifact`` once in ``workdir`` (the bundle and binary written there if missing)."""
     spec = target.spec
-    binary = workdir / "candidate.bin"
-    if not binary.exists():
-        write_bundle(target.bundle.files, workdir)
-        binary.write_bytes(artifact.binary or b"")
-        binary.chmod(0o755)
+    params = params if params is not None else target.baseline_params
+    if (workdir / BINARY_FILE).exists():  # a second run in the same directory: what the first left stays
+        values = run_values(workdir, params, "", seed)
+    else:
+        values = stage_binary(target.bundle.files, artifact.binary, workdir, params, "", seed)
     if poison:
         for output in spec.verify.outputs:  # a run that leaves a file as it found it leaves poison
             path = workdir / output.path
             size = path.stat().st_size if path.exists() else 4096
             path.write_bytes(bytes([POISON_BYTE]) * max(size, 8))
-    values = {**(params if params is not None else target.baseline_params), "binary": str(binary),
-              "workdir": str(workdir), "arch": "", "seed": seed}
     env = {**os.environ, POISON_ENV: "1"} if poison else None
     result = run_command(expand(spec.run, values), workdir, timeout=spec.timeouts.run, env=env,
                          limits=spec.limits.for_run())

@@ -18,7 +18,7 @@ import numpy as np
 
 from cluster.config import MetricSpec, OutputSpec, Target, VerifySpec
 from cluster.placeholders import expand, names_in
-from cluster.sandbox import run_command, scratch_dir, write_bundle
+from cluster.sandbox import run_command, scratch_dir, stage_binary
 from cluster.telemetry import Monitor
 from cluster.types import BuildArtifact, Candidate, DeviceInfo, Measurement, RunOutputs, Status
 
@@ -157,12 +157,8 @@ def measure_candidate(
                            outputs=tuple(outputs) if reference is None else (), telemetry=telemetry)
 
     with scratch_dir(scratch_root, f"run-{candidate.key}-") as workdir, monitor or nullcontext():
-        write_bundle(target.bundle.files, workdir)
-        binary = workdir / "candidate.bin"
-        binary.write_bytes(artifact.binary or b"")
-        binary.chmod(0o755)
-        values: dict[str, Any] = {**dict(candidate.params), "binary": str(binary), "workdir": str(workdir),
-                                  "arch": candidate.arch, "seed": 0}
+        values: dict[str, Any] = stage_binary(target.bundle.files, artifact.binary, workdir,
+                                              dict(candidate.params), candidate.arch)
         for index in range(runs):
             # The baseline runs seeds 0..runs-1; candidates cycle through the seeds it ran.
             values["seed"] = index if reference is None else index % len(reference.runs)

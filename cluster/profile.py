@@ -19,7 +19,7 @@ import pyarrow as pa
 
 from cluster.config import Target
 from cluster.placeholders import expand
-from cluster.sandbox import run_command, scratch_dir, write_bundle
+from cluster.sandbox import run_command, scratch_dir, stage_binary
 from cluster.types import Candidate, Status
 
 if TYPE_CHECKING:
@@ -111,12 +111,7 @@ def profile_candidate(target: Target, candidate: Candidate, binary: bytes, metri
                       timeout: float, scratch_root: Path | None = None) -> Profile:
     """Run the candidate once under ncu in its own scratch directory."""
     with scratch_dir(scratch_root, f"ncu-{candidate.key}-") as workdir:
-        write_bundle(target.bundle.files, workdir)
-        path = workdir / "candidate.bin"
-        path.write_bytes(binary)
-        path.chmod(0o755)
-        values = {**dict(candidate.params), "binary": str(path), "workdir": str(workdir),
-                  "arch": candidate.arch, "seed": 0}
+        values = stage_binary(target.bundle.files, binary, workdir, dict(candidate.params), candidate.arch)
         env = {**os.environ, "WARPFLEET_PROFILE": "1"}
         result = run_command(ncu_command(expand(target.spec.run, values), metrics), workdir, timeout, env=env,
                              limits=target.spec.limits.for_run())

@@ -253,3 +253,23 @@ def write_bundle(files: Sequence[tuple[str, bytes]], into: Path) -> None:
         dest = into / rel
         dest.parent.mkdir(parents=True, exist_ok=True)
         dest.write_bytes(content)
+
+
+BINARY_FILE = "candidate.bin"
+
+
+def stage_binary(files: Sequence[tuple[str, bytes]], binary: bytes | None, into: Path,
+                 params: Mapping[str, object], arch: str, seed: int = 0) -> dict[str, object]:
+    """A built candidate ready to run in ``into``: its bundle's files and the executable
+    ``candidate.bin``; returns the run command's placeholder values (params, binary, workdir,
+    arch, seed)."""
+    write_bundle(files, into)
+    path = into / BINARY_FILE
+    path.write_bytes(binary or b"")
+    path.chmod(0o755)
+    return run_values(into, params, arch, seed)
+
+
+def run_values(workdir: Path, params: Mapping[str, object], arch: str, seed: int = 0) -> dict[str, object]:
+    """The run command's placeholder values for the candidate staged in ``workdir``."""
+    return {**params, "binary": str(workdir / BINARY_FILE), "workdir": str(workdir), "arch": arch, "seed": seed}

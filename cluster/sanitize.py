@@ -15,7 +15,7 @@ from pathlib import Path
 
 from cluster.config import Target
 from cluster.placeholders import expand
-from cluster.sandbox import run_command, scratch_dir, write_bundle
+from cluster.sandbox import run_command, scratch_dir, stage_binary
 from cluster.types import Candidate
 
 ERROR_EXIT = 86
@@ -58,12 +58,7 @@ def sanitize_candidate(target: Target, candidate: Candidate, binary: bytes, tool
     results = []
     for tool in tools:
         with scratch_dir(scratch_root, f"san-{candidate.key}-") as workdir:
-            write_bundle(target.bundle.files, workdir)
-            path = workdir / "candidate.bin"
-            path.write_bytes(binary)
-            path.chmod(0o755)
-            values = {**dict(candidate.params), "binary": str(path), "workdir": str(workdir),
-                      "arch": candidate.arch, "seed": 0}
+            values = stage_binary(target.bundle.files, binary, workdir, dict(candidate.params), candidate.arch)
             env = {**os.environ, "WARPFLEET_PROFILE": "1"}
             argv = expand(target.spec.verify.sanitize_run or target.spec.run, values)
             run = run_command(sanitizer_command(tool, argv), workdir, timeout, env=env,

@@ -75,13 +75,10 @@ def outcome_record(run_id: str, study: str, target: Target, outcome: Outcome) ->
 
 
 def _diff(target: Target, files: tuple[tuple[str, str], ...]) -> str:
-    import difflib
-
-    from agents.patch import source_files
+    from agents.patch import source_files, unified_diff
 
     original = source_files(target)
-    return "".join("".join(difflib.unified_diff(original.get(p, "").splitlines(True), text.splitlines(True),
-                                                f"a/{p}", f"b/{p}")) for p, text in files)
+    return "".join(unified_diff(path, original.get(path, ""), text) for path, text in files)
 
 
 def _files_dir(run_dir: Path) -> Path:

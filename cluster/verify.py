@@ -149,7 +149,7 @@ class RayVerifier(Verifier):
         self.timeout = sanitizer_timeout_s
         self.guardrails = guardrails
         self._baseline_sanitizer: dict[str, SanitizerResult] | None = None
-        self._baseline_binary: ray.ObjectRef | None = None
+        self._baseline_refs: tuple[ray.ObjectRef, ray.ObjectRef] | None = None  # (artifact, binary)
         self.measured: dict[str, Measurement] = {}  # proposal key -> its verification run (profile-guided rounds)
 
     def candidate(self, variant: Target) -> Candidate:
@@ -188,20 +188,21 @@ class RayVerifier(Verifier):
                                                          dict(proposal.files)))
         return Verification(tuple(verdicts))
 
-    def baseline_binary(self, target: Target) -> ray.ObjectRef:
-        """The baseline's binary, built once, for the checks that run both."""
-        if self._baseline_binary is None:
+    def _baseline_build(self, target: Target) -> tuple[ray.ObjectRef, ray.ObjectRef]:
+        """The baseline built once per verifier, for every check that runs it beside a variant."""
+        if self._baseline_refs is None:
             from cluster.workers import compile_task
 
-            _, self._baseline_binary = compile_task.remote(target, self.baseline)
-        return self._baseline_binary
+            self._baseline_refs = tuple(compile_task.remote(target, self.baseline))
+        return self._baseline_refs
+
+    def baseline_binary(self, target: Target) -> ray.ObjectRef:
+        return self._baseline_build(target)[1]
 
     def _baseline_results(self, target: Target) -> dict[str, SanitizerResult]:
         """The baseline under the same tools, once: errors it has too are not the variant's fault."""
         if self._baseline_sanitizer is None:
-            from cluster.workers import compile_task
-
-            artifact_ref, binary = compile_task.remote(target, self.baseline)
+            artifact_ref, binary = self._baseline_build(target)
             if ray.get(artifact_ref).status is not Status.OK:
                 self._baseline_sanitizer = {}
             else:

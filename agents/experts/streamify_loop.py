@@ -63,11 +63,14 @@ def _split_args(text: str) -> tuple[str, ...]:
     return (*out, current.strip()) if current.strip() else tuple(out)
 
 
+def _constants(model: SourceModel) -> _ts.ConstEnv:
+    """The file's macros and integral constants, for evaluating loop bounds and conditions."""
+    return _ts.ConstEnv({**model.macros, **{name: str(value) for name, value in model.constants.items()}})
+
+
 def find_loops(model: SourceModel, text: str, function: str) -> list[LoopCall]:
     """Counted one-line loops in `function` that call a helper of this file with launches in it."""
-    env = _ts.ConstEnv(model.macros)
-    for name, value in model.constants.items():
-        env._values[name] = value
+    env = _constants(model)
     helpers = {op.function for op in model.host_ops if op.kind == HostOpKind.LAUNCH and op.function}
     lines = text.split("\n")
     found = []
@@ -127,9 +130,7 @@ def instantiate(model: SourceModel, root: _ts.Node, loop: LoopCall) -> list[Iter
     iterations = []
     for value in loop.values:
         names = {p: (str(value) if a.strip() == loop.var else a) for p, a in zip(params, loop.args, strict=True)}
-        env = _ts.ConstEnv(model.macros)
-        for name, constant in model.constants.items():
-            env._values[name] = constant
+        env = _constants(model)
         found: list = []
         problem = _walk(helper.child_by_field_name("body"), names, env, launches, found)
         if problem:

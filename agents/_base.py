@@ -8,9 +8,9 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from cluster.types import KernelResources
+from cluster.core.types import KernelResources
 
-if TYPE_CHECKING:  # cluster.config reads agents.llm.config: no import cycle at run time
+if TYPE_CHECKING:  # cluster.config reads cluster.config.agents: no import cycle at run time
     from cluster.config import Target
 
 

@@ -25,9 +25,9 @@ from enum import StrEnum
 from pathlib import PurePosixPath
 from typing import TYPE_CHECKING
 
-from cluster.types import SourceBundle
+from cluster.core.types import SourceBundle
 
-if TYPE_CHECKING:  # cluster.config reads agents.llm.config: no import cycle at run time
+if TYPE_CHECKING:  # cluster.config reads cluster.config.agents: no import cycle at run time
     from cluster.config import Target
 
 __all__ = [

@@ -9,16 +9,16 @@
 """
 import importlib
 
-# Public names, imported on first use: cluster.config reads agents.llm.config, and the rest of
+# Public names, imported on first use: cluster.config reads cluster.config.agents, and the rest of
 # this package reads cluster, so an eager import here would be a cycle.
 _WHERE = {
-    "AgentsConfig": "agents.llm.config",
+    "AgentsConfig": "cluster.config.agents",
     "Attempts": "agents.llm.fake_server",
     "ChatClient": "agents.llm.client",
     "ChatRequest": "agents.llm.client",
     "Completion": "agents.llm.client",
     "Conversation": "agents.llm.fake_server",
-    "CustomSpec": "agents.llm.config",
+    "CustomSpec": "cluster.config.agents",
     "EndpointError": "agents.llm.client",
     "ExchangeStore": "agents.llm.store",
     "Fail": "agents.llm.fake_server",
@@ -29,18 +29,18 @@ _WHERE = {
     "LLMPlanner": "agents.llm.steps",
     "LLMProposal": "agents.llm.accounting",
     "LLMReviewer": "agents.llm.steps",
-    "LLMSpec": "agents.llm.config",
+    "LLMSpec": "cluster.config.agents",
     "LLMStepError": "agents.llm.steps",
     "LLMTransformer": "agents.llm.steps",
     "OpenAIChat": "agents.llm.client",
-    "Prices": "agents.llm.config",
+    "Prices": "cluster.config.agents",
     "Prompts": "agents.llm.prompts",
     "ReplayChat": "agents.llm.store",
     "Reply": "agents.llm.fake_server",
     "Round": "agents.llm.iterate",
     "Services": "agents.llm.tools",
     "Stall": "agents.llm.fake_server",
-    "StepChoice": "agents.llm.config",
+    "StepChoice": "cluster.config.agents",
     "TokenBudget": "agents.llm.accounting",
     "ToolCall": "agents.llm.fake_server",
     "Trial": "agents.llm.iterate",

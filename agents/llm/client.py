@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 import openai
 
 from agents.llm.accounting import TokenBudget, Usage
-from agents.llm.config import LLMSpec
+from cluster.config.agents import LLMSpec
 
 if TYPE_CHECKING:
     from agents.llm.store import ExchangeStore

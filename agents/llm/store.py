@@ -25,7 +25,7 @@ from typing import Any
 
 from agents.llm.accounting import TokenBudget
 from agents.llm.client import ChatClient, ChatRequest, Completion, EndpointError
-from agents.llm.config import LLMSpec
+from cluster.config.agents import LLMSpec
 
 LLM_DIR = "llm"
 

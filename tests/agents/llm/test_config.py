@@ -23,9 +23,9 @@ from agents.llm import (
     load_custom,
     steps_from_config,
 )
-from agents.llm.config import DEFAULT_PROMPTS
 from agents.llm.custom import prompt_values
 from agents.workflow.steps import Level
+from cluster.config.agents import DEFAULT_PROMPTS
 from tests.conftest import REPO
 
 SPEC = {"base_url": "http://127.0.0.1:9/v1", "model": "m", "api_key_env": None}

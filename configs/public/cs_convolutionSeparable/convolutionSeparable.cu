@@ -45,10 +45,19 @@ extern "C" void setConvolutionKernel(float *h_Kernel)
 ////////////////////////////////////////////////////////////////////////////////
 // Row convolution filter
 ////////////////////////////////////////////////////////////////////////////////
-#define ROWS_BLOCKDIM_X   16
-#define ROWS_BLOCKDIM_Y   4
+// warpfleet: each guarded by #ifndef, so that -D overrides it (tuning params)
+#ifndef ROWS_BLOCKDIM_X
+#define ROWS_BLOCKDIM_X 16
+#endif
+#ifndef ROWS_BLOCKDIM_Y
+#define ROWS_BLOCKDIM_Y 4
+#endif
+#ifndef ROWS_RESULT_STEPS
 #define ROWS_RESULT_STEPS 8
-#define ROWS_HALO_STEPS   1
+#endif
+#ifndef ROWS_HALO_STEPS
+#define ROWS_HALO_STEPS 1
+#endif
 
 __global__ void convolutionRowsKernel(float *d_Dst, float *d_Src, int imageW, int imageH, int pitch)
 {
@@ -119,10 +128,19 @@ extern "C" void convolutionRowsGPU(float *d_Dst, float *d_Src, int imageW, int i
 ////////////////////////////////////////////////////////////////////////////////
 // Column convolution filter
 ////////////////////////////////////////////////////////////////////////////////
-#define COLUMNS_BLOCKDIM_X   16
-#define COLUMNS_BLOCKDIM_Y   8
+// warpfleet: each guarded by #ifndef, so that -D overrides it (tuning params)
+#ifndef COLUMNS_BLOCKDIM_X
+#define COLUMNS_BLOCKDIM_X 16
+#endif
+#ifndef COLUMNS_BLOCKDIM_Y
+#define COLUMNS_BLOCKDIM_Y 8
+#endif
+#ifndef COLUMNS_RESULT_STEPS
 #define COLUMNS_RESULT_STEPS 8
-#define COLUMNS_HALO_STEPS   1
+#endif
+#ifndef COLUMNS_HALO_STEPS
+#define COLUMNS_HALO_STEPS 1
+#endif
 
 __global__ void convolutionColumnsKernel(float *d_Dst, float *d_Src, int imageW, int imageH, int pitch)
 {

@@ -51,6 +51,14 @@
 #include <helper_cuda.h>
 #include <helper_functions.h>
 
+// warpfleet: the timing harness (wf::bench), seeded inputs and the output file
+#include <warpfleet/harness.cuh>
+
+// warpfleet: the tile side (the template's BLOCK_SIZE), a tuning param: -DBLOCK_DIM=8, 16 or 32
+#ifndef BLOCK_DIM
+#define BLOCK_DIM 32
+#endif
+
 /**
  * Matrix multiplication (CUDA Kernel) on the device: C = A * B
  * wA is A's width and wB is B's width
@@ -137,6 +145,10 @@ void ConstantInit(float *data, int size, float val)
  */
 int MatrixMultiply(int argc, char **argv, int block_size, const dim3 &dimsA, const dim3 &dimsB)
 {
+    // warpfleet: --seed and the harness's options; the sample's own -name=value flags are left
+    std::vector<std::string> sampleArgs;
+    const wf::Options        opt = wf::parse_options(argc, argv, &sampleArgs);
+
     // Allocate host memory for matrices A and B
     unsigned int size_A     = dimsA.x * dimsA.y;
     unsigned int mem_size_A = sizeof(float) * size_A;
@@ -149,9 +161,12 @@ int MatrixMultiply(int argc, char **argv, int block_size, const dim3 &dimsA, con
     cudaStream_t stream;
 
     // Initialize host memory
-    const float valB = 0.01f;
-    ConstantInit(h_A, size_A, 1.0f);
-    ConstantInit(h_B, size_B, valB);
+    // warpfleet: readonly begin
+    // warpfleet: random inputs in [0, 1) from --seed instead of constants (1.0 and 0.01), so that
+    // the output file tells a wrong index from a right one
+    wf::fill_uniform(h_A, size_A, opt.seed, 0.0f, 1.0f);
+    wf::fill_uniform(h_B, size_B, opt.seed + 1, 0.0f, 1.0f);
+    // warpfleet: readonly end
 
     // Allocate device memory
     float *d_A, *d_B, *d_C;
@@ -188,40 +203,18 @@ int MatrixMultiply(int argc, char **argv, int block_size, const dim3 &dimsA, con
     // Create and start timer
     printf("Computing result using CUDA Kernel...\n");
 
-    // Performs warmup operation using matrixMul CUDA kernel
-    if (block_size == 16) {
-        MatrixMulCUDA<16><<<grid, threads, 0, stream>>>(d_C, d_A, d_B, dimsA.x, dimsB.x);
-    }
-    else {
-        MatrixMulCUDA<32><<<grid, threads, 0, stream>>>(d_C, d_A, d_B, dimsA.x, dimsB.x);
-    }
+    // warpfleet: the warm-up and the 300 timed launches between two events replaced by the
+    // harness, which warms up, flushes the L2 before each sample and prints every sample
+    const wf::Result timing = wf::bench(
+        opt,
+        [&](cudaStream_t s) {
+            MatrixMulCUDA<BLOCK_DIM><<<grid, threads, 0, s>>>(d_C, d_A, d_B, dimsA.x, dimsB.x);
+        },
+        stream);
 
     printf("done\n");
-    checkCudaErrors(cudaStreamSynchronize(stream));
-
-    // Record the start event
-    checkCudaErrors(cudaEventRecord(start, stream));
-
-    // Execute the kernel
-    int nIter = 300;
-
-    for (int j = 0; j < nIter; j++) {
-        if (block_size == 16) {
-            MatrixMulCUDA<16><<<grid, threads, 0, stream>>>(d_C, d_A, d_B, dimsA.x, dimsB.x);
-        }
-        else {
-            MatrixMulCUDA<32><<<grid, threads, 0, stream>>>(d_C, d_A, d_B, dimsA.x, dimsB.x);
-        }
-    }
-
-    // Record the stop event
-    checkCudaErrors(cudaEventRecord(stop, stream));
-
-    // Wait for the stop event to complete
-    checkCudaErrors(cudaEventSynchronize(stop));
-
-    float msecTotal = 0.0f;
-    checkCudaErrors(cudaEventElapsedTime(&msecTotal, start, stop));
+    float msecTotal = timing.median_ms;
+    int   nIter     = 1;
 
     // Compute and print the performance
     float  msecPerMatrixMul = msecTotal / nIter;
@@ -235,6 +228,7 @@ int MatrixMultiply(int argc, char **argv, int block_size, const dim3 &dimsA, con
            flopsPerMatrixMul,
            threads.x * threads.y);
 
+    // warpfleet: readonly begin
     // Copy result from device to host
     checkCudaErrors(cudaMemcpyAsync(h_C, d_C, mem_size_C, cudaMemcpyDeviceToHost, stream));
     checkCudaErrors(cudaStreamSynchronize(stream));
@@ -246,17 +240,37 @@ int MatrixMultiply(int argc, char **argv, int block_size, const dim3 &dimsA, con
     //     |<x, y>_cpu - <x,y>_gpu|/<|x|, |y|>  < eps
     double eps = 1.e-6; // machine zero
 
-    for (int i = 0; i < static_cast<int>(dimsC.x * dimsC.y); i++) {
-        double abs_err    = fabs(h_C[i] - (dimsA.x * valB));
-        double dot_length = dimsA.x;
-        double abs_val    = fabs(h_C[i]);
-        double rel_err    = abs_err / abs_val / dot_length;
+    // warpfleet: the reference is a CPU product (double) of every 64th row and the last one,
+    // instead of the constant dimsA.x * valB; the sample's error test is unchanged
+    std::vector<double> refRow(dimsC.x);
+    for (int row = 0; row < static_cast<int>(dimsC.y); row++) {
+        if (row % 64 != 0 && row != static_cast<int>(dimsC.y) - 1) {
+            continue;
+        }
+        std::fill(refRow.begin(), refRow.end(), 0.0);
+        for (int k = 0; k < static_cast<int>(dimsA.x); k++) {
+            const double a = h_A[row * dimsA.x + k];
+            for (int col = 0; col < static_cast<int>(dimsC.x); col++) {
+                refRow[col] += a * h_B[k * dimsB.x + col];
+            }
+        }
+        for (int col = 0; col < static_cast<int>(dimsC.x); col++) {
+            int    i          = row * dimsC.x + col;
+            double abs_err    = fabs(h_C[i] - refRow[col]);
+            double dot_length = dimsA.x;
+            double abs_val    = fabs(h_C[i]);
+            double rel_err    = abs_err / abs_val / dot_length;
 
-        if (rel_err > eps) {
-            printf("Error! Matrix[%05d]=%.8f, ref=%.8f error term is > %E\n", i, h_C[i], dimsA.x * valB, eps);
-            correct = false;
+            if (rel_err > eps) {
+                printf("Error! Matrix[%05d]=%.8f, ref=%.8f error term is > %E\n", i, h_C[i], refRow[col], eps);
+                correct = false;
+            }
         }
     }
+
+    // warpfleet: the output file, compared with the baseline's (C, float32, row-major)
+    wf::write_output("out.bin", h_C, dimsC.x * dimsC.y);
+    // warpfleet: readonly end
 
     printf("%s\n", correct ? "Result = PASS" : "Result = FAIL");
 
@@ -302,7 +316,7 @@ int main(int argc, char **argv)
     // override the device ID based on input provided at the command line
     int dev = findCudaDevice(argc, (const char **)argv);
 
-    int block_size = 32;
+    int block_size = BLOCK_DIM; // warpfleet: was 32
 
     dim3 dimsA(5 * 2 * block_size, 5 * 2 * block_size, 1);
     dim3 dimsB(5 * 4 * block_size, 5 * 2 * block_size, 1);

@@ -72,6 +72,23 @@
 // includes, project
 #include "reduction.h"
 
+// warpfleet: the timing harness (wf::bench), --seed and the output file; reduction.cpp is
+// compiled as CUDA (nvcc -x cu) for it
+#include <warpfleet/harness.cuh>
+
+// warpfleet: the defaults of --kernel and --threads as tuning params (-DREDUCE_KERNEL=7,
+// -DMAX_THREADS=512); the sample's defaults are kernel 7 and 256 threads
+#ifndef REDUCE_KERNEL
+#define REDUCE_KERNEL 2
+#endif
+#ifndef MAX_THREADS
+#define MAX_THREADS 256
+#endif
+
+// warpfleet: the harness's options (main) and the median of the timed samples (benchmarkReduce)
+static wf::Options wfOptions;
+static double      wfMedianMs = 0;
+
 enum ReduceType { REDUCE_INT, REDUCE_FLOAT, REDUCE_DOUBLE };
 
 ////////////////////////////////////////////////////////////////////////////////
@@ -106,6 +123,10 @@ const char *getReduceTypeString(const ReduceType type)
 int main(int argc, char **argv)
 {
     printf("%s Starting...\n\n", argv[0]);
+
+    // warpfleet: --seed and the harness's options; the sample's own -name=value flags are left
+    std::vector<std::string> sampleArgs;
+    wfOptions = wf::parse_options(argc, argv, &sampleArgs);
 
     char *typeInput = 0;
     getCmdLineArgumentString(argc, (const char **)argv, "type", &typeInput);
@@ -154,6 +175,7 @@ int main(int argc, char **argv)
     }
 
     printf(bResult ? "Test passed\n" : "Test failed!\n");
+    return bResult ? 0 : 1; // warpfleet: a failed test is a failed run
 }
 
 ////////////////////////////////////////////////////////////////////////////////
@@ -264,11 +286,10 @@ T benchmarkReduce(int                 n,
     T *d_intermediateSums;
     checkCudaErrors(cudaMalloc((void **)&d_intermediateSums, sizeof(T) * numBlocks));
 
-    for (int i = 0; i < testIterations; ++i) {
+    // warpfleet: the testIterations loop timed by a host timer replaced by the harness, which warms
+    // up, flushes the L2 before each sample and prints every sample; the body is the sample's
+    const wf::Result timing = wf::bench(wfOptions, [&](cudaStream_t) {
         gpu_result = 0;
-
-        cudaDeviceSynchronize();
-        sdkStartTimer(&timer);
 
         // execute the kernel
         reduce<T>(n, numThreads, numBlocks, whichKernel, d_idata, d_odata);
@@ -318,9 +339,8 @@ T benchmarkReduce(int                 n,
             }
         }
 
-        cudaDeviceSynchronize();
-        sdkStopTimer(&timer);
-    }
+    });
+    wfMedianMs = timing.median_ms;
 
     if (needReadBack) {
         // copy final sum from device to host
@@ -438,8 +458,8 @@ template <class T> void shmoo(int minN, int maxN, int maxThreads, int maxBlocks,
 template <class T> bool runTest(int argc, char **argv, ReduceType datatype)
 {
     int  size              = 1 << 24; // number of elements to reduce
-    int  maxThreads        = 256;     // number of threads per block
-    int  whichKernel       = 7;
+    int  maxThreads        = MAX_THREADS;   // number of threads per block (warpfleet: was 256)
+    int  whichKernel       = REDUCE_KERNEL; // warpfleet: was 7
     int  maxBlocks         = 64;
     bool cpuFinalReduction = false;
     int  cpuFinalThreshold = 1;
@@ -480,6 +500,9 @@ template <class T> bool runTest(int argc, char **argv, ReduceType datatype)
 
         T *h_idata = (T *)malloc(bytes);
 
+        // warpfleet: readonly begin
+        srand((unsigned)wfOptions.seed); // warpfleet: seeded (the sample does not call srand)
+
         for (int i = 0; i < size; i++) {
             // Keep the numbers small so we don't get truncation error in the sum
             if (datatype == REDUCE_INT) {
@@ -489,6 +512,7 @@ template <class T> bool runTest(int argc, char **argv, ReduceType datatype)
                 h_idata[i] = (rand() & 0xFF) / (T)RAND_MAX;
             }
         }
+        // warpfleet: readonly end
 
         int numBlocks  = 0;
         int numThreads = 0;
@@ -538,7 +562,7 @@ template <class T> bool runTest(int argc, char **argv, ReduceType datatype)
                                         d_idata,
                                         d_odata);
 
-        double reduceTime = sdkGetAverageTimerValue(&timer) * 1e-3;
+        double reduceTime = wfMedianMs * 1e-3; // warpfleet: was the host timer's average
         printf("Reduction, Throughput = %.4f GB/s, Time = %.5f s, Size = %u Elements, "
                "NumDevsUsed = %d, Workgroup = %u\n",
                1.0e-9 * ((double)bytes) / reduceTime,
@@ -547,6 +571,7 @@ template <class T> bool runTest(int argc, char **argv, ReduceType datatype)
                1,
                numThreads);
 
+        // warpfleet: readonly begin
         // compute reference solution
         T cpu_result = reduceCPU<T>(h_idata, size);
 
@@ -573,6 +598,10 @@ template <class T> bool runTest(int argc, char **argv, ReduceType datatype)
 
             diff = fabs((double)gpu_result - (double)cpu_result);
         }
+
+        // warpfleet: the output file, compared with the baseline's (the sum, one value of type T)
+        wf::write_output("out.bin", &gpu_result, 1);
+        // warpfleet: readonly end
 
         // cleanup
         sdkDeleteTimer(&timer);

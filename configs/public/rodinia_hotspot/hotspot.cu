@@ -3,6 +3,15 @@
 #include <time.h>
 #include <assert.h>
 
+// warpfleet: the timing harness (wf::bench), seeded inputs and the output file
+#include <warpfleet/harness.cuh>
+
+// warpfleet: the pyramid height (time steps per launch), a tuning param; it was the second
+// command-line argument
+#ifndef PYRAMID_HEIGHT
+#define PYRAMID_HEIGHT 2
+#endif
+
 #ifdef RD_WG_SIZE_0_0                                                            
         #define BLOCK_SIZE RD_WG_SIZE_0_0                                        
 #elif defined(RD_WG_SIZE_0)                                                      
@@ -252,13 +261,11 @@ int compute_tran_temp(float *MatrixPower,float *MatrixTemp[2], int col, int row,
 
 void usage(int argc, char **argv)
 {
-	fprintf(stderr, "Usage: %s <grid_rows/grid_cols> <pyramid_height> <sim_time> <temp_file> <power_file> <output_file>\n", argv[0]);
+	// warpfleet: the pyramid height is PYRAMID_HEIGHT; the input files are generated from --seed
+	fprintf(stderr, "Usage: %s [--seed N] <grid_rows/grid_cols> <sim_time> <output_file>\n", argv[0]);
 	fprintf(stderr, "\t<grid_rows/grid_cols>  - number of rows/cols in the grid (positive integer)\n");
-	fprintf(stderr, "\t<pyramid_height> - pyramid heigh(positive integer)\n");
 	fprintf(stderr, "\t<sim_time>   - number of iterations\n");
-	fprintf(stderr, "\t<temp_file>  - name of the file containing the initial temperature values of each cell\n");
-	fprintf(stderr, "\t<power_file> - name of the file containing the dissipated power values of each cell\n");
-	fprintf(stderr, "\t<output_file> - name of the output file\n");
+	fprintf(stderr, "\t<output_file> - name of the output file (float32, binary)\n");
 	exit(1);
 }
 
@@ -276,22 +283,22 @@ void run(int argc, char** argv)
     int size;
     int grid_rows,grid_cols;
     float *FilesavingTemp,*FilesavingPower,*MatrixOut; 
-    char *tfile, *pfile, *ofile;
+    char *ofile; // warpfleet: tfile and pfile are gone (the inputs are generated)
     
     int total_iterations = 60;
-    int pyramid_height = 1; // number of iterations
-	
-	if (argc != 7)
+    int pyramid_height = PYRAMID_HEIGHT; // number of iterations (warpfleet: was argv[2])
+
+	// warpfleet: --seed and the harness's options first; the positional arguments are left
+	std::vector<std::string> args;
+	const wf::Options opt = wf::parse_options(argc, argv, &args);
+	if (args.size() != 3)
 		usage(argc, argv);
-	if((grid_rows = atoi(argv[1]))<=0||
-	   (grid_cols = atoi(argv[1]))<=0||
-       (pyramid_height = atoi(argv[2]))<=0||
-       (total_iterations = atoi(argv[3]))<=0)
+	if((grid_rows = atoi(args[0].c_str()))<=0||
+	   (grid_cols = atoi(args[0].c_str()))<=0||
+       (total_iterations = atoi(args[1].c_str()))<=0)
 		usage(argc, argv);
 		
-	tfile=argv[4];
-    pfile=argv[5];
-    ofile=argv[6];
+    ofile=(char *)args[2].c_str();
 	
     size=grid_rows*grid_cols;
 
@@ -314,8 +321,12 @@ void run(int argc, char** argv)
     printf("pyramidHeight: %d\ngridSize: [%d, %d]\nborder:[%d, %d]\nblockGrid:[%d, %d]\ntargetBlock:[%d, %d]\n",\
 	pyramid_height, grid_cols, grid_rows, borderCols, borderRows, blockCols, blockRows, smallBlockCol, smallBlockRow);
 	
-    readinput(FilesavingTemp, grid_rows, grid_cols, tfile);
-    readinput(FilesavingPower, grid_rows, grid_cols, pfile);
+    // warpfleet: readonly begin
+    // warpfleet: seeded random inputs instead of the temp_file and power_file: temperatures in
+    // [323, 343) K, power in [0, 1e-3) W per cell (3e6 W/m^2, MAX_PD, over a cell of 1024^2 is 7e-4)
+    wf::fill_uniform(FilesavingTemp, size, opt.seed, 323.0f, 343.0f);
+    wf::fill_uniform(FilesavingPower, size, opt.seed + 1, 0.0f, 1.0e-3f);
+    // warpfleet: readonly end
 
     float *MatrixTemp[2], *MatrixPower;
     cudaMalloc((void**)&MatrixTemp[0], sizeof(float)*size);
@@ -324,13 +335,29 @@ void run(int argc, char** argv)
 
     cudaMalloc((void**)&MatrixPower, sizeof(float)*size);
     cudaMemcpy(MatrixPower, FilesavingPower, sizeof(float)*size, cudaMemcpyHostToDevice);
-    printf("Start computing the transient temperature\n");
-    int ret = compute_tran_temp(MatrixPower,MatrixTemp,grid_cols,grid_rows, \
-	 total_iterations,pyramid_height, blockCols, blockRows, borderCols, borderRows);
-	printf("Ending simulation\n");
-    cudaMemcpy(MatrixOut, MatrixTemp[ret], sizeof(float)*size, cudaMemcpyDeviceToHost);
+    // warpfleet: the initial temperatures kept on the device, copied into MatrixTemp[0] before
+    // each timed run (the simulation overwrites them)
+    float *MatrixTempInit;
+    WF_CHECK(cudaMalloc((void**)&MatrixTempInit, sizeof(float)*size));
+    WF_CHECK(cudaMemcpy(MatrixTempInit, MatrixTemp[0], sizeof(float)*size, cudaMemcpyDeviceToDevice));
 
-    writeoutput(MatrixOut,grid_rows, grid_cols, ofile);
+    printf("Start computing the transient temperature\n");
+    // warpfleet: timed by the harness (it warms up, flushes the L2 before each sample, and prints
+    // every sample); each sample is a whole simulation from the initial temperatures
+    int ret = 0;
+    wf::bench(opt, [&](cudaStream_t s) {
+        WF_CHECK(cudaMemcpyAsync(MatrixTemp[0], MatrixTempInit, sizeof(float)*size, cudaMemcpyDeviceToDevice, s));
+        ret = compute_tran_temp(MatrixPower,MatrixTemp,grid_cols,grid_rows, \
+	 total_iterations,pyramid_height, blockCols, blockRows, borderCols, borderRows);
+    });
+	printf("Ending simulation\n");
+    // warpfleet: readonly begin
+    WF_CHECK(cudaMemcpy(MatrixOut, MatrixTemp[ret], sizeof(float)*size, cudaMemcpyDeviceToHost));
+
+    // warpfleet: the output in binary float32 (the text of writeoutput is 10x larger and slower)
+    wf::write_output(ofile, MatrixOut, size);
+    // warpfleet: readonly end
+    cudaFree(MatrixTempInit);
 
     cudaFree(MatrixPower);
     cudaFree(MatrixTemp[0]);

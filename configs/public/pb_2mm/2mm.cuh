@@ -66,8 +66,13 @@
 # endif
 
 /* Thread block dimensions */
+/* warpfleet: both guarded by #ifndef, so that -D overrides them (tuning params) */
+#ifndef DIM_THREAD_BLOCK_X
 #define DIM_THREAD_BLOCK_X 32
+#endif
+#ifndef DIM_THREAD_BLOCK_Y
 #define DIM_THREAD_BLOCK_Y 8
+#endif
 
 
 #endif /* !TWOMM*/

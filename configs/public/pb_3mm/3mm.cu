@@ -22,6 +22,12 @@
 #include <polybench.h>
 #include <polybenchUtilFuncts.h>
 
+// warpfleet: the timing harness (wf::bench) and the output file
+#include <warpfleet/harness.cuh>
+
+// warpfleet: the harness's options, read in main
+static wf::Options wfOptions;
+
 #define GPU_DEVICE 0
 
 //define the error threshold for the results "not matching"
@@ -30,6 +36,7 @@
 #define RUN_ON_CPU
 
 
+// warpfleet: readonly begin
 void init_array(int ni, int nj, int nk, int nl, int nm, DATA_TYPE POLYBENCH_2D(A, NI, NK, ni, nk), DATA_TYPE POLYBENCH_2D(B, NK, NJ, nk, nj), 
 		DATA_TYPE POLYBENCH_2D(C, NJ, NM, nj, nm), DATA_TYPE POLYBENCH_2D(D, NM, NL, nm, nl))
 {
@@ -69,7 +76,8 @@ void init_array(int ni, int nj, int nk, int nl, int nm, DATA_TYPE POLYBENCH_2D(A
 }
 
 
-void compareResults(int ni, int nl, DATA_TYPE POLYBENCH_2D(G, NI, NL, ni, nl), DATA_TYPE POLYBENCH_2D(G_outputFromGpu, NI, NL, ni, nl))
+// warpfleet: returns the number of mismatches (was void)
+int compareResults(int ni, int nl, DATA_TYPE POLYBENCH_2D(G, NI, NL, ni, nl), DATA_TYPE POLYBENCH_2D(G_outputFromGpu, NI, NL, ni, nl))
 {
 	int i,j,fail;
 	fail = 0;
@@ -87,7 +95,9 @@ void compareResults(int ni, int nl, DATA_TYPE POLYBENCH_2D(G, NI, NL, ni, nl), D
 	
 	// print results
 	printf("Non-Matching CPU-GPU Outputs Beyond Error Threshold of %4.2f Percent: %d\n", PERCENT_DIFF_ERROR_THRESHOLD, fail);
+	return fail;
 }
+// warpfleet: readonly end
 
 
 void GPU_argv_init()
@@ -150,6 +160,7 @@ __global__ void mm3_kernel3(int ni, int nj, int nk, int nl, int nm, DATA_TYPE *E
 }
 
 
+// warpfleet: readonly begin
 /* Main computational kernel on CPU */
 void mm3_cpu(int ni, int nj, int nk, int nl, int nm,
 		DATA_TYPE POLYBENCH_2D(E,NI,NJ,ni,nj),
@@ -242,21 +253,21 @@ void mm3Cuda(int ni, int nj, int nk, int nl, int nm,
 	dim3 grid2((size_t)(ceil( ((float)NL) / ((float)DIM_THREAD_BLOCK_X) )),(size_t)(ceil((float)NJ/ ((float)DIM_THREAD_BLOCK_Y) )));
 	dim3 grid3((size_t)(ceil( ((float)NL) / ((float)DIM_THREAD_BLOCK_X) )),(size_t)(ceil((float)NI/ ((float)DIM_THREAD_BLOCK_Y) )));
 
-	/* Start timer. */
-  	polybench_start_instruments;
+	// warpfleet: the host timer (polybench_start_instruments ... polybench_print_instruments)
+	// replaced by the harness, which warms up, flushes the L2 before each sample and prints every
+	// sample; cudaThreadSynchronize, gone from CUDA 13, is cudaDeviceSynchronize
+	wf::bench(wfOptions, [&](cudaStream_t) {
+		mm3_kernel1<<<grid1,block>>>(ni, nj, nk, nl, nm, A_gpu, B_gpu, E_gpu);
+		cudaDeviceSynchronize();
+		mm3_kernel2<<<grid2,block>>>(ni, nj, nk, nl, nm, C_gpu, D_gpu, F_gpu);
+		cudaDeviceSynchronize();
+		mm3_kernel3<<<grid3,block>>>(ni, nj, nk, nl, nm, E_gpu, F_gpu, G_gpu);
+		cudaDeviceSynchronize();
+	});
 
-	mm3_kernel1<<<grid1,block>>>(ni, nj, nk, nl, nm, A_gpu, B_gpu, E_gpu);
-	cudaThreadSynchronize();
-	mm3_kernel2<<<grid2,block>>>(ni, nj, nk, nl, nm, C_gpu, D_gpu, F_gpu);
-	cudaThreadSynchronize();
-	mm3_kernel3<<<grid3,block>>>(ni, nj, nk, nl, nm, E_gpu, F_gpu, G_gpu);
-	cudaThreadSynchronize();
-
-	/* Stop and print timer. */
-	printf("GPU Time in seconds:\n");
-  	polybench_stop_instruments;
- 	polybench_print_instruments;
+	// warpfleet: readonly begin
 	cudaMemcpy(G_outputFromGpu, G_gpu, sizeof(DATA_TYPE) * NI * NL, cudaMemcpyDeviceToHost);
+	// warpfleet: readonly end
 	
 	cudaFree(A_gpu);
 	cudaFree(B_gpu);
@@ -266,6 +277,9 @@ void mm3Cuda(int ni, int nj, int nk, int nl, int nm,
 	cudaFree(F_gpu);
 	cudaFree(G_gpu);
 }
+
+
+// warpfleet: readonly end
 
 
 /* DCE code. Must scan the entire live-out data.
@@ -287,6 +301,9 @@ void print_array(int ni, int nl,
 
 int main(int argc, char** argv)
 {
+	// warpfleet: the harness's options (it takes no others)
+	wfOptions = wf::parse_options(argc, argv);
+
 	int ni = NI;
 	int nj = NJ;
 	int nk = NK;
@@ -307,23 +324,33 @@ int main(int argc, char** argv)
 
 	GPU_argv_init();
 
-	mm3Cuda(ni, nj, nk, nl, nm, POLYBENCH_ARRAY(A), POLYBENCH_ARRAY(B), POLYBENCH_ARRAY(C), POLYBENCH_ARRAY(D), POLYBENCH_ARRAY(E), 
-		POLYBENCH_ARRAY(F), POLYBENCH_ARRAY(G), POLYBENCH_ARRAY(G_outputFromGpu));
+	// warpfleet: the arrays in the order of mm3Cuda's parameters (E, A, B, F, C, D, G, ...); the
+	// original passed A, B, C, D, E, F, so both versions multiplied uninitialized E and F and G
+	// came out all zeros
+	mm3Cuda(ni, nj, nk, nl, nm, POLYBENCH_ARRAY(E), POLYBENCH_ARRAY(A), POLYBENCH_ARRAY(B), POLYBENCH_ARRAY(F), POLYBENCH_ARRAY(C), 
+		POLYBENCH_ARRAY(D), POLYBENCH_ARRAY(G), POLYBENCH_ARRAY(G_outputFromGpu));
 
 	#ifdef RUN_ON_CPU
 
 		/* Start timer. */
 	  	polybench_start_instruments;
 
-		mm3_cpu(ni, nj, nk, nl, nm, POLYBENCH_ARRAY(A), POLYBENCH_ARRAY(B), POLYBENCH_ARRAY(C), POLYBENCH_ARRAY(D), POLYBENCH_ARRAY(E), 
-			POLYBENCH_ARRAY(F), POLYBENCH_ARRAY(G));
+		// warpfleet: the arrays in the order of mm3_cpu's parameters (E, A, B, F, C, D, G), as above
+		mm3_cpu(ni, nj, nk, nl, nm, POLYBENCH_ARRAY(E), POLYBENCH_ARRAY(A), POLYBENCH_ARRAY(B), POLYBENCH_ARRAY(F), POLYBENCH_ARRAY(C), 
+			POLYBENCH_ARRAY(D), POLYBENCH_ARRAY(G));
 	
 		/* Stop and print timer. */
 		printf("CPU Time in seconds:\n");
 	  	polybench_stop_instruments;
 	 	polybench_print_instruments;
 
-		compareResults(ni, nl, POLYBENCH_ARRAY(G), POLYBENCH_ARRAY(G_outputFromGpu));
+		// warpfleet: readonly begin
+		// warpfleet: the output file, compared with the baseline's (G, float32, NI * NL values),
+		// and a mismatch is a failed run
+		wf::write_output("out.bin", (DATA_TYPE *)POLYBENCH_ARRAY(G_outputFromGpu), (size_t)NI * NL);
+		if (compareResults(ni, nl, POLYBENCH_ARRAY(G), POLYBENCH_ARRAY(G_outputFromGpu)) != 0)
+			return 1;
+		// warpfleet: readonly end
 
 	#else //prevent dead code elimination
 

@@ -214,6 +214,9 @@ void mm3_cpu(int ni, int nj, int nk, int nl, int nm,
 }
 
 
+// warpfleet: readonly end
+
+
 void mm3Cuda(int ni, int nj, int nk, int nl, int nm,
 		DATA_TYPE POLYBENCH_2D(E,NI,NJ,ni,nj),
 		DATA_TYPE POLYBENCH_2D(A,NI,NK,ni,nk),
@@ -277,9 +280,6 @@ void mm3Cuda(int ni, int nj, int nk, int nl, int nm,
 	cudaFree(F_gpu);
 	cudaFree(G_gpu);
 }
-
-
-// warpfleet: readonly end
 
 
 /* DCE code. Must scan the entire live-out data.

@@ -229,7 +229,11 @@ void getNumBlocksAndThreads(int whichKernel, int n, int maxBlocks, int maxThread
     cudaDeviceProp prop;
     int            device;
     checkCudaErrors(cudaGetDevice(&device));
-    checkCudaErrors(cudaGetDeviceProperties(&prop, device));
+    // warpfleet: the two fields used below, read with cudaDeviceGetAttribute instead of
+    // cudaGetDeviceProperties, which can take milliseconds on recent CUDA versions: this function
+    // runs in every pass of the timed region, whose kernels take tens of microseconds
+    checkCudaErrors(cudaDeviceGetAttribute(&prop.maxGridSize[0], cudaDevAttrMaxGridDimX, device));
+    checkCudaErrors(cudaDeviceGetAttribute(&prop.maxThreadsPerBlock, cudaDevAttrMaxThreadsPerBlock, device));
 
     if (whichKernel < 3) {
         threads = (n < maxThreads) ? nextPow2(n) : maxThreads;

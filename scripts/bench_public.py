@@ -29,13 +29,13 @@ sys.path[:0] = [str(REPO), str(REPO / "scripts")]
 from bench_agents import log, table  # noqa: E402
 from bench_suite import noise  # noqa: E402
 
-from cluster.build import compile_candidate  # noqa: E402
 from cluster.config import RunPlan, load_run, load_target  # noqa: E402
-from cluster.driver import Sweep  # noqa: E402
-from cluster.measure import Reference, measure_candidate  # noqa: E402
-from cluster.optimize_report import write_report  # noqa: E402
-from cluster.rundir import RunDir  # noqa: E402
-from cluster.types import Candidate, DeviceInfo, Phase, Status  # noqa: E402
+from cluster.core.types import Candidate, DeviceInfo, Phase, Status  # noqa: E402
+from cluster.engine.driver import Sweep  # noqa: E402
+from cluster.outputs.optimize_report import write_report  # noqa: E402
+from cluster.runners.build import compile_candidate  # noqa: E402
+from cluster.runners.measure import Reference, measure_candidate  # noqa: E402
+from cluster.store.rundir import RunDir  # noqa: E402
 
 PUBLIC = REPO / "configs" / "public.yaml"
 FOLDERS = REPO / "configs" / "public"
@@ -60,7 +60,7 @@ def _smoke_one(path: Path, device: DeviceInfo, reference: Reference | None) -> t
 
 
 def smoke(out: Path) -> None:
-    from cluster.devices import gpu_device
+    from cluster.runners.devices import gpu_device
 
     device = gpu_device(0, "smoke")
     records = []
@@ -98,7 +98,7 @@ def public_sweep(targets: list[str], trials: int, agents: bool, out: Path) -> Pa
 
 
 def hand_speedups(names: list[str], repeats: int) -> dict[str, dict]:
-    from cluster.devices import gpu_device
+    from cluster.runners.devices import gpu_device
 
     device = gpu_device(0, "bench")
     out = {}

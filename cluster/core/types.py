@@ -27,6 +27,7 @@ class Status(StrEnum):
     CRASHED = "crashed"
     TIMEOUT = "timeout"
     METRIC_MISSING = "metric_missing"
+    METRIC_INVALID = "metric_invalid"  # samples that cannot be measurements: a time of 0 or below
     VERIFY_FAILED = "verify_failed"
     TEST_FAILED = "test_failed"
     WORKER_LOST = "worker_lost"

@@ -18,12 +18,13 @@ from pathlib import Path
 import ray
 
 from agents._base import AnalysisContext
+from agents.patch import variant_target
 from agents.workflow import Outcome, Steps, Verifier, run_workflow
 from cluster.config import AgentsSpec, ProfileSpec, Target
 from cluster.core.registry import EXPERTS
 from cluster.core.types import BuildArtifact, Candidate, Measurement, Status
 from cluster.engine.studies import StudyState, storage_retry
-from cluster.engine.verify import RayVerifier, variant_target
+from cluster.engine.verify import RayVerifier
 from cluster.runners.profile import DEFAULT_METRICS, PROFILE_SCHEMA, Profile, profile_records
 from cluster.store.results import ResultWriter
 from cluster.store.variants import (

@@ -20,7 +20,7 @@ import ray
 from agents._base import AnalysisContext, Proposal
 from agents.cuda_source import HostOpKind, analyze
 from agents.depgraph import check, extract
-from agents.patch import MarkerError, readonly_regions, source_files, variant_bundle
+from agents.patch import MarkerError, readonly_regions, source_files, variant_target
 from agents.workflow.steps import Plan, Verdict, Verification, Verifier
 from agents.workflow.steps import VerdictStatus as V
 from cluster.config import Target
@@ -80,20 +80,6 @@ def static_verdicts(target: Target, proposal: Proposal) -> list[Verdict]:
 
 # -- the variant as a target --------------------------------------------------------------------
 
-def variant_target(target: Target, proposal: Proposal) -> Target:
-    """The target with the proposal's files, and its searched params added (first value: default)."""
-    bundle = variant_bundle(target, proposal) if proposal.files else target.bundle
-    params = dict(target.spec.params)
-    defaults = dict(target.spec.defaults)
-    for name, values in proposal.search_params.items():
-        if name == "maxrregcount":
-            continue  # a flag of the space, not a define
-        params[name] = list(values)
-        defaults.setdefault(name, values[0])
-    spec = target.spec.model_copy(update={"params": params, "defaults": defaults})
-    return dataclasses.replace(target, spec=spec, bundle=bundle)
-
-
 def run_verdicts(artifact: BuildArtifact, measurement: Measurement | None) -> list[Verdict]:
     if artifact.status is not Status.OK:
         return [Verdict("build", V.FAILED, f"{artifact.status.value}: {_last_line(artifact.error_tail)}")]
@@ -122,9 +108,27 @@ def sanitizer_verdicts(results: tuple[SanitizerResult, ...],
             verdicts.append(Verdict(r.tool, V.SKIPPED, f"the baseline fails {r.tool} too: {base.detail}"))
         elif r.outcome == "errors":
             verdicts.append(Verdict(r.tool, V.FAILED, r.detail))
+        elif r.outcome == "timeout":
+            verdicts.append(_timeout_verdict(r, base))
         else:
             verdicts.append(Verdict(r.tool, V.SKIPPED, f"inconclusive: {r.detail}"))
     return verdicts
+
+
+SANITIZER_TIMEOUT = "sanitizer_timeout"
+
+
+def _timeout_verdict(result: SanitizerResult, base: SanitizerResult | None) -> Verdict:
+    """The policy for a sanitizer that ran out of its budget (README, "Bounded verification"): when
+    the baseline itself ran out, the tool cannot judge this target (skipped, and said so); when the
+    baseline finished within its budget, a variant that does not is rejected (a hang, or far more
+    work than the program it replaces)."""
+    if base is None or base.outcome == "timeout":
+        return Verdict(result.tool, V.SKIPPED, f"{SANITIZER_TIMEOUT}: the baseline's own {result.tool} run does not "
+                                              f"finish within its budget either; give verify.sanitize_run a "
+                                              f"smaller problem")
+    return Verdict(result.tool, V.FAILED, f"{SANITIZER_TIMEOUT}: no verdict within {result.seconds:.0f} s "
+                                          f"(the baseline took {base.seconds:.1f} s)")
 
 
 def _last_line(text: str) -> str:

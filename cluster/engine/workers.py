@@ -17,6 +17,7 @@ import ray
 from cluster.config import ClusterSpec, Target
 from cluster.core.errors import ConfigError
 from cluster.core.types import BuildArtifact, Candidate, DeviceInfo, Measurement, Status
+from cluster.runners._base import ProcessRunner
 from cluster.runners.build import compile_candidate
 from cluster.runners.devices import cpu_device, gpu_device
 from cluster.runners.measure import Reference, measure_candidate
@@ -49,6 +50,7 @@ class MeasureWorker:
         self.device: DeviceInfo = (gpu_device(int(gpu_ids[0]), worker_id) if gpu_ids
                                    else cpu_device(worker_id))
         self.nvml = NvmlSource(int(gpu_ids[0])) if gpu_ids else None
+        self.runner = ProcessRunner(scratch_root=_scratch_root())
 
     def device_info(self) -> DeviceInfo:
         return self.device
@@ -58,15 +60,14 @@ class MeasureWorker:
         queue_s = max(0.0, time.time() - submitted_at)
         artifact = BuildArtifact(candidate.key, Status.OK, binary)
         monitor = Monitor(self.nvml) if self.nvml else None
-        result = measure_candidate(target, candidate, artifact, self.device, reference, runs,
-                                   _scratch_root(), monitor)
+        result = measure_candidate(target, candidate, artifact, self.device, reference, runs, self.runner, monitor)
         return dataclasses.replace(result, queue_s=queue_s)
 
     def sanitize(self, target: Target, candidate: Candidate, binary: bytes | None, tools: tuple[str, ...],
                  timeout: float) -> tuple[SanitizerResult, ...]:
         if binary is None:
             return tuple(SanitizerResult(t, "inconclusive", "no binary") for t in tools)
-        return sanitize_candidate(target, candidate, binary, tools, timeout, _scratch_root())
+        return sanitize_candidate(target, candidate, binary, tools, timeout, self.runner)
 
     def guard(self, target: Target, baseline_binary: bytes | None, binary: bytes | None,
               files: dict[str, str]) -> tuple:
@@ -77,7 +78,7 @@ class MeasureWorker:
         if not baseline_binary or not binary:
             return (Verdict("cheat_checks", VerdictStatus.SKIPPED, "no binary"),)
         return cheat_checks(target, BuildArtifact("baseline", Status.OK, baseline_binary),
-                            BuildArtifact("candidate", Status.OK, binary), files)
+                            BuildArtifact("candidate", Status.OK, binary), files, self.runner)
 
     def reverify(self, target: Target, variant: Target, baseline_binary: bytes | None, binary: bytes | None):
         """A suspiciously fast candidate against the baseline on fresh seeds (cluster.runners.guardrails)."""
@@ -87,7 +88,7 @@ class MeasureWorker:
         if not baseline_binary or not binary:
             return Verdict("fresh_seeds", VerdictStatus.SKIPPED, "no binary")
         return reverify_fresh_seeds(variant, BuildArtifact("baseline", Status.OK, baseline_binary),
-                                    BuildArtifact("candidate", Status.OK, binary))
+                                    BuildArtifact("candidate", Status.OK, binary), runner=self.runner)
 
     def profile(self, target: Target, candidate: Candidate, binary: bytes | None, metrics: tuple[str, ...],
                 timeout: float) -> Profile:
@@ -95,7 +96,7 @@ class MeasureWorker:
             return Profile(candidate.key, Status.COMPILE_ERROR, error_tail="no binary to profile")
         if shutil.which("ncu") is None:
             return Profile(candidate.key, Status.CRASHED, error_tail=f"ncu not found on {self.device.hostname}")
-        return profile_candidate(target, candidate, binary, metrics, timeout, _scratch_root())
+        return profile_candidate(target, candidate, binary, metrics, timeout, self.runner)
 
 
 MAX_RESTARTS = 10  # per actor; a poison candidate is quarantined long before (Pipeline.max_attempts)

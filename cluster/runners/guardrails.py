@@ -23,10 +23,10 @@ run again on inputs that no run has seen before it is believed, and flagged for 
 from __future__ import annotations
 
 import dataclasses
-import os
 import re
 import statistics
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -34,10 +34,11 @@ from agents._base import AnalysisContext, Proposal
 from agents.workflow.steps import Plan, Verdict, VerdictStatus, Verification, Verifier
 from cluster.config import Target
 from cluster.core.encodings import SUSPECT_SPEEDUP, suspect_speedup  # noqa: F401  (re-exported: the 10x rule)
-from cluster.core.placeholders import expand, names_in
+from cluster.core.placeholders import names_in
 from cluster.core.types import BuildArtifact, Candidate, Phase, RunOutputs, Status
+from cluster.runners._base import Invocation, ProcessRunner, Runner, Staged
 from cluster.runners.measure import PROTOCOL_PREFIX, parse_samples, verify_outputs
-from cluster.runners.sandbox import BINARY_FILE, run_command, run_values, scratch_dir, stage_binary, write_bundle
+from cluster.runners.sandbox import scratch_dir, write_bundle
 
 POISON_ENV = "WARPFLEET_POISON"
 POISON_BYTE = 0xFF  # four of them are a NaN as float32 (and as float64, eight)
@@ -58,23 +59,16 @@ class Run:
     stdout: str
 
 
-def run_binary(target: Target, artifact: BuildArtifact, workdir: Path, *, seed: int = 0, poison: bool = False,
-               params: Mapping[str, object] | None = None) -> Run:
-    """Run ``artifact`` once in ``workdir`` (the bundle and binary written there if missing)."""
-    spec = target.spec
-    params = params if params is not None else target.baseline_params
-    if (workdir / BINARY_FILE).exists():  # a second run in the same directory: what the first left stays
-        values = run_values(workdir, params, "", seed)
-    else:
-        values = stage_binary(target.bundle.files, artifact.binary, workdir, params, "", seed)
+def run_binary(staged: Staged, *, seed: int = 0, poison: bool = False) -> Run:
+    """Run a staged candidate once; a second run in the same directory sees what the first left."""
+    spec = staged.target.spec
+    workdir = staged.workdir
     if poison:
         for output in spec.verify.outputs:  # a run that leaves a file as it found it leaves poison
             path = workdir / output.path
             size = path.stat().st_size if path.exists() else 4096
             path.write_bytes(bytes([POISON_BYTE]) * max(size, 8))
-    env = {**os.environ, POISON_ENV: "1"} if poison else None
-    result = run_command(expand(spec.run, values), workdir, timeout=spec.timeouts.run, env=env,
-                         limits=spec.limits.for_run())
+    result = staged.run(Invocation(seed=seed, env={POISON_ENV: "1"} if poison else {}))
     files = tuple((o.path, (workdir / o.path).read_bytes()) for o in spec.verify.outputs
                   if (workdir / o.path).is_file())
     stdout_values: tuple[float, ...] = ()
@@ -85,9 +79,17 @@ def run_binary(target: Target, artifact: BuildArtifact, workdir: Path, *, seed: 
                RunOutputs(files, stdout_values), result.stdout)
 
 
-def _fresh(target: Target, artifact: BuildArtifact, **kwargs: object) -> Run:
-    with scratch_dir(None, "guard-") as workdir:
-        return run_binary(target, artifact, workdir, **kwargs)  # type: ignore[arg-type]
+@contextmanager
+def _staged(target: Target, artifact: BuildArtifact, runner: Runner | None) -> Iterator[Staged]:
+    with (runner or ProcessRunner()).stage(target, target.baseline_params, "", artifact.binary,
+                                           prefix="guard-") as staged:
+        yield staged
+
+
+def _fresh(target: Target, artifact: BuildArtifact, runner: Runner | None, *, seed: int = 0,
+           poison: bool = False) -> Run:
+    with _staged(target, artifact, runner) as staged:
+        return run_binary(staged, seed=seed, poison=poison)
 
 
 def _differs(target: Target, run: Run, reference: Run) -> str | None:
@@ -103,13 +105,14 @@ def _seeded(target: Target) -> bool:
     return "seed" in names_in(target.spec.run)
 
 
-def check_poisoned_outputs(target: Target, baseline: BuildArtifact, candidate: BuildArtifact) -> Verdict:
+def check_poisoned_outputs(target: Target, baseline: BuildArtifact, candidate: BuildArtifact,
+                           runner: Runner | None = None) -> Verdict:
     name = "poisoned_outputs"
     seed = FRESH_SEEDS[0] if _seeded(target) else 0
-    want = _fresh(target, baseline, seed=seed, poison=True)
+    want = _fresh(target, baseline, runner, seed=seed, poison=True)
     if not want.ok:
         return Verdict(name, VerdictStatus.SKIPPED, "the baseline itself fails with poisoned outputs")
-    got = _fresh(target, candidate, seed=seed, poison=True)
+    got = _fresh(target, candidate, runner, seed=seed, poison=True)
     problem = _differs(target, got, want)
     if problem:
         return Verdict(name, VerdictStatus.FAILED, f"with its output buffers poisoned: {problem} (outputs left "
@@ -117,12 +120,13 @@ def check_poisoned_outputs(target: Target, baseline: BuildArtifact, candidate: B
     return Verdict(name, VerdictStatus.PASSED)
 
 
-def check_cached_results(target: Target, baseline: BuildArtifact, candidate: BuildArtifact) -> Verdict:
+def check_cached_results(target: Target, baseline: BuildArtifact, candidate: BuildArtifact,
+                         runner: Runner | None = None) -> Verdict:
     name = "cached_results"
-    with scratch_dir(None, "guard-cache-") as workdir:
+    with _staged(target, candidate, runner) as staged:
         if not _seeded(target):
-            first = run_binary(target, candidate, workdir)
-            second = run_binary(target, candidate, workdir)
+            first = run_binary(staged)
+            second = run_binary(staged)
             if not (first.ok and second.ok and first.samples and second.samples):
                 return Verdict(name, VerdictStatus.SKIPPED, "no {seed} in the run command, and no samples to compare")
             ratio = statistics.median(first.samples) / max(statistics.median(second.samples), 1e-300)
@@ -131,8 +135,8 @@ def check_cached_results(target: Target, baseline: BuildArtifact, candidate: Bui
                                                            f"faster than the first: results cached across runs")
             return Verdict(name, VerdictStatus.PASSED, "no {seed} in the run command: timing compared only")
         for index, seed in enumerate(FRESH_SEEDS):
-            got = run_binary(target, candidate, workdir, seed=seed)
-            problem = _differs(target, got, _fresh(target, baseline, seed=seed))
+            got = run_binary(staged, seed=seed)
+            problem = _differs(target, got, _fresh(target, baseline, runner, seed=seed))
             if problem:
                 return Verdict(name, VerdictStatus.FAILED, f"run {index + 1} on fresh seed {seed}, in the directory "
                                                            f"of the run before: {problem} (results cached across runs "
@@ -141,7 +145,7 @@ def check_cached_results(target: Target, baseline: BuildArtifact, candidate: Bui
 
 
 def check_untimed_work(target: Target, baseline: BuildArtifact, candidate: BuildArtifact,
-                       repeats: int = 3, confirm: int = 6) -> Verdict:
+                       repeats: int = 3, confirm: int = 6, runner: Runner | None = None) -> Verdict:
     """The time a run spends outside its samples (start-up, inputs, outputs) must not grow while
     its samples shrink: what the samples lost and the process did not is work that no timer saw.
     Each side's median over ``repeats`` interleaved runs counts; a difference that looks like moved
@@ -157,7 +161,7 @@ def check_untimed_work(target: Target, baseline: BuildArtifact, candidate: Build
     def more(pairs: int) -> None:
         for _ in range(pairs):  # interleaved, so that a burst of load on the node hits both sides
             for label, artifact in (("baseline", baseline), ("candidate", candidate)):
-                run = _fresh(target, artifact)
+                run = _fresh(target, artifact, runner)
                 if run.ok and run.samples:
                     runs[label].append(run)
 
@@ -288,23 +292,25 @@ def sample_lines_problem(stdout: str, target: Target) -> str | None:
 
 
 def reverify_fresh_seeds(target: Target, baseline: BuildArtifact, candidate: BuildArtifact,
-                         seeds: Sequence[int] = FRESH_SEEDS) -> Verdict:
+                         seeds: Sequence[int] = FRESH_SEEDS, runner: Runner | None = None) -> Verdict:
     """The candidate against the baseline on inputs from ``seeds``, each run in a fresh directory."""
     name = "fresh_seeds"
     if not _seeded(target):
         return Verdict(name, VerdictStatus.SKIPPED, "the run command takes no {seed}: no fresh inputs to give")
     for seed in seeds:
-        problem = _differs(target, _fresh(target, candidate, seed=seed), _fresh(target, baseline, seed=seed))
+        problem = _differs(target, _fresh(target, candidate, runner, seed=seed),
+                          _fresh(target, baseline, runner, seed=seed))
         if problem:
             return Verdict(name, VerdictStatus.FAILED, f"seed {seed}: {problem}")
     return Verdict(name, VerdictStatus.PASSED, f"seeds {', '.join(map(str, seeds))}")
 
 
 def cheat_checks(target: Target, baseline: BuildArtifact, candidate: BuildArtifact,
-                 files: Mapping[str, str]) -> tuple[Verdict, ...]:
+                 files: Mapping[str, str], runner: Runner | None = None) -> tuple[Verdict, ...]:
     """Every check, for a candidate built from ``files`` (its changed sources)."""
-    return (check_timing_code(target, files), check_poisoned_outputs(target, baseline, candidate),
-            check_cached_results(target, baseline, candidate), check_untimed_work(target, baseline, candidate))
+    return (check_timing_code(target, files), check_poisoned_outputs(target, baseline, candidate, runner),
+            check_cached_results(target, baseline, candidate, runner),
+            check_untimed_work(target, baseline, candidate, runner=runner))
 
 
 class GuardedVerifier(Verifier):
@@ -318,7 +324,7 @@ class GuardedVerifier(Verifier):
         self._baseline_artifacts: dict[str, BuildArtifact] = {}
 
     def verify(self, context: AnalysisContext, plan: Plan, proposal: Proposal) -> Verification:
-        from cluster.engine.verify import variant_target
+        from agents.patch import variant_target
         from cluster.runners.build import compile_candidate
 
         verification = self.base.verify(context, plan, proposal)

@@ -12,14 +12,13 @@ import time
 from contextlib import nullcontext
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 
 from cluster.config import MetricSpec, OutputSpec, Target, VerifySpec
-from cluster.core.placeholders import expand, names_in
+from cluster.core.placeholders import names_in
 from cluster.core.types import BuildArtifact, Candidate, DeviceInfo, Measurement, RunOutputs, Status
-from cluster.runners.sandbox import run_command, scratch_dir, stage_binary
+from cluster.runners._base import Invocation, ProcessRunner, Runner
 from cluster.runners.telemetry import Monitor
 
 PROTOCOL_PREFIX = "@warpfleet"
@@ -134,13 +133,15 @@ def measure_candidate(
     device: DeviceInfo,
     reference: Reference | None,
     runs: int,
-    scratch_root: Path | None = None,
+    runner: Runner | None = None,
     monitor: Monitor | None = None,
+    first_seed: int = 0,
 ) -> Measurement:
-    """Run a built candidate ``runs`` times on this worker, each run with its own ``{seed}``.
+    """Run a built candidate ``runs`` times through ``runner`` (default: a process per run), each
+    run with its own ``{seed}``: ``first_seed``, ``first_seed + 1``, ...
 
-    ``reference`` None: this is the baseline, and its outputs are returned as the reference.
-    ``monitor``: device telemetry (NVML) recorded over the runs.
+    ``reference`` None: this is the baseline, and its outputs (one per seed) are returned as the
+    reference. ``monitor``: device telemetry (NVML) recorded over the runs.
     """
     started = time.time()
     spec = target.spec
@@ -156,43 +157,57 @@ def measure_candidate(
                            error_tail=error, started_at=started, finished_at=time.time(),
                            outputs=tuple(outputs) if reference is None else (), telemetry=telemetry)
 
-    with scratch_dir(scratch_root, f"run-{candidate.key}-") as workdir, monitor or nullcontext():
-        values: dict[str, Any] = stage_binary(target.bundle.files, artifact.binary, workdir,
-                                              dict(candidate.params), candidate.arch)
-        for index in range(runs):
+    runner = runner or ProcessRunner()
+    with runner.stage(target, dict(candidate.params), candidate.arch, artifact.binary) as staged, \
+            monitor or nullcontext():
+        for index in range(first_seed, first_seed + runs):
             # The baseline runs seeds 0..runs-1; candidates cycle through the seeds it ran.
-            values["seed"] = index if reference is None else index % len(reference.runs)
-            result = run_command(expand(spec.run, values), workdir, timeout=spec.timeouts.run,
-                                 limits=spec.limits.for_run())
+            seed = index if reference is None else index % len(reference.runs)
+            result = staged.run(Invocation(seed=seed))
             run_s += result.seconds
             if result.timed_out:
                 return done(Status.TIMEOUT, result.tail())
             if not result.ok:
                 return done(Status.CRASHED, result.tail())
             found = parse_samples(result.stdout, spec.metric)
-            if not found or not all(math.isfinite(s) for s in found):
-                what = "no finite metric samples" if found else "no metric samples"
-                return done(Status.METRIC_MISSING, f"{what} in stdout\n{result.stdout[-2048:]}")
+            problem = metric_problem(found, spec.metric)
+            if problem:
+                status = Status.METRIC_MISSING if not found or problem.startswith("no ") else Status.METRIC_INVALID
+                return done(status, f"{problem}\n{result.stdout[-2048:]}")
             samples.extend(found)
             region = harness_region(result.stdout)
             if region:
                 regions.append(region)
             t0 = time.perf_counter()
-            problem = verify_outputs(workdir, result.stdout, spec.verify,
-                                     reference.for_run(index) if reference else None)
+            problem = verify_outputs(staged.workdir, result.stdout, spec.verify,
+                                     reference.for_run(seed) if reference else None)
             if reference is None and not problem and (seeded or not outputs):
-                outputs.append(_run_outputs(workdir, result.stdout, spec.verify))
+                outputs.append(_run_outputs(staged.workdir, result.stdout, spec.verify))
             verify_s += time.perf_counter() - t0
             if problem:
                 return done(Status.VERIFY_FAILED, problem)
             if spec.verify.test:
                 t0 = time.perf_counter()
-                test = run_command(expand(spec.verify.test, values), workdir, timeout=spec.timeouts.run,
-                                   limits=spec.limits.for_run())
+                test = staged.run(Invocation("test", seed=seed))
                 verify_s += time.perf_counter() - t0
                 if not test.ok:
                     return done(Status.TEST_FAILED, test.tail())
         return done(Status.OK)
+
+
+TIME_UNITS = {"s", "ms", "us", "µs", "ns", "cycles"}
+
+
+def metric_problem(samples: list[float], metric: MetricSpec) -> str | None:
+    """Why these samples cannot be measurements, or None. A time or an energy is positive and
+    finite; any metric is finite."""
+    if not samples:
+        return "no metric samples in stdout"
+    if not all(math.isfinite(s) for s in samples):
+        return "no finite metric samples: NaN or Inf among them"
+    if metric.unit in TIME_UNITS | {"J", "mJ"} and min(samples) <= 0:
+        return f"a sample of {min(samples):g} {metric.unit}: a time or an energy must be positive"
+    return None
 
 
 def _run_outputs(workdir: Path, stdout: str, verify: VerifySpec) -> RunOutputs:

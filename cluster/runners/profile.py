@@ -10,17 +10,14 @@ from __future__ import annotations
 
 import csv
 import io
-import os
 from dataclasses import dataclass
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pyarrow as pa
 
 from cluster.config import Target
-from cluster.core.placeholders import expand
 from cluster.core.types import Candidate, Status
-from cluster.runners.sandbox import run_command, scratch_dir, stage_binary
+from cluster.runners._base import Invocation, ProcessRunner, Runner
 
 if TYPE_CHECKING:
     from cluster.engine.studies import StudyState
@@ -79,10 +76,14 @@ class Profile:
         return [v.value for v in self.values if v.metric == name and v.value is not None]
 
 
-def ncu_command(run_argv: list[str], metrics: tuple[str, ...] | list[str]) -> list[str]:
+def ncu_prefix(metrics: tuple[str, ...] | list[str]) -> list[str]:
     # --print-units base: bytes and nanoseconds, not "Kbyte" and "usecond" chosen per value.
     return ["ncu", "--csv", "--clock-control", "none", "--print-units", "base", "--target-processes", "all",
-            "--metrics", ",".join(metrics), *run_argv]
+            "--metrics", ",".join(metrics)]
+
+
+def ncu_command(run_argv: list[str], metrics: tuple[str, ...] | list[str]) -> list[str]:
+    return [*ncu_prefix(metrics), *run_argv]
 
 
 def parse_ncu_csv(text: str) -> list[MetricValue]:
@@ -108,13 +109,12 @@ def parse_ncu_csv(text: str) -> list[MetricValue]:
 
 
 def profile_candidate(target: Target, candidate: Candidate, binary: bytes, metrics: tuple[str, ...],
-                      timeout: float, scratch_root: Path | None = None) -> Profile:
+                      timeout: float, runner: Runner | None = None) -> Profile:
     """Run the candidate once under ncu in its own scratch directory."""
-    with scratch_dir(scratch_root, f"ncu-{candidate.key}-") as workdir:
-        values = stage_binary(target.bundle.files, binary, workdir, dict(candidate.params), candidate.arch)
-        env = {**os.environ, "WARPFLEET_PROFILE": "1"}
-        result = run_command(ncu_command(expand(target.spec.run, values), metrics), workdir, timeout, env=env,
-                             limits=target.spec.limits.for_run())
+    runner = runner or ProcessRunner()
+    with runner.stage(target, dict(candidate.params), candidate.arch, binary, prefix="ncu-") as staged:
+        result = staged.run(Invocation(wrapper=tuple(ncu_prefix(metrics)), env={"WARPFLEET_PROFILE": "1"},
+                                       timeout=timeout))
         if not result.ok:
             status = Status.TIMEOUT if result.timed_out else Status.CRASHED
             return Profile(candidate.key, status, error_tail=result.tail())

@@ -21,6 +21,7 @@ import signal
 import subprocess
 import tempfile
 import time
+from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -78,6 +79,29 @@ class ProcessResult:
         return head + ("\n" + text[-limit:] if text else "")
 
 
+@dataclass(frozen=True)
+class Prepared:
+    """A command as a sandbox starts it: the argv and environment to exec, and what to do in the
+    child between fork and exec."""
+
+    argv: list[str]
+    env: dict[str, str]
+    preexec: Callable[[], None] | None = None
+
+
+class Sandbox(ABC):
+    """Isolation around each command that runs candidate code (built or run): a plug-in, so that
+    the runners and the builder never know which one a node uses."""
+
+    name: str = ""
+
+    @abstractmethod
+    def prepare(self, argv: Sequence[str], cwd: Path, env: Mapping[str, str], limits: Limits | None,
+                gpu: bool = False) -> Prepared:
+        """``argv`` to run in ``cwd`` (the only writable place) with ``env`` and ``limits``;
+        ``gpu``: the device's nodes are needed."""
+
+
 def scrubbed_env(base: Mapping[str, str] = os.environ) -> dict[str, str]:
     """``base`` without the variables whose names look like secrets (keys, tokens, passwords).
 
@@ -113,19 +137,25 @@ def run_command(
     env: Mapping[str, str] | None = None,
     stdout_limit: int = STDOUT_READ_LIMIT,
     limits: Limits | None = None,
+    sandbox: Sandbox | None = None,
+    gpu: bool = False,
 ) -> ProcessResult:
-    """Run ``argv`` in ``cwd`` under ``limits``; never raises for the command's own failures.
+    """Run ``argv`` in ``cwd`` under ``limits`` (inside ``sandbox`` when given); never raises for
+    the command's own failures.
 
     ``env`` (default: this process's environment) reaches the command without its secrets.
     """
     out_path, err_path = cwd / ".warpfleet.stdout", cwd / ".warpfleet.stderr"
     start = time.perf_counter()
     with out_path.open("w+b") as out, err_path.open("w+b") as err:
+        environment = scrubbed_env(os.environ if env is None else env)
+        launch = Prepared(list(argv), environment, _set_rlimits(limits.rlimits()) if limits else None)
         try:
+            if sandbox is not None:
+                launch = sandbox.prepare(argv, cwd, environment, limits, gpu)
             proc = subprocess.Popen(
-                list(argv), cwd=cwd, stdout=out, stderr=err, stdin=subprocess.DEVNULL,
-                env=scrubbed_env(os.environ if env is None else env), start_new_session=True,
-                preexec_fn=_set_rlimits(limits.rlimits()) if limits else None,
+                launch.argv, cwd=cwd, stdout=out, stderr=err, stdin=subprocess.DEVNULL,
+                env=launch.env, start_new_session=True, preexec_fn=launch.preexec,
             )
         except (OSError, subprocess.SubprocessError) as exc:
             return ProcessResult(None, "", "", time.perf_counter() - start, start_error=str(exc))
@@ -214,23 +244,3 @@ def write_bundle(files: Sequence[tuple[str, bytes]], into: Path) -> None:
         dest = into / rel
         dest.parent.mkdir(parents=True, exist_ok=True)
         dest.write_bytes(content)
-
-
-BINARY_FILE = "candidate.bin"
-
-
-def stage_binary(files: Sequence[tuple[str, bytes]], binary: bytes | None, into: Path,
-                 params: Mapping[str, object], arch: str, seed: int = 0) -> dict[str, object]:
-    """A built candidate ready to run in ``into``: its bundle's files and the executable
-    ``candidate.bin``; returns the run command's placeholder values (params, binary, workdir,
-    arch, seed)."""
-    write_bundle(files, into)
-    path = into / BINARY_FILE
-    path.write_bytes(binary or b"")
-    path.chmod(0o755)
-    return run_values(into, params, arch, seed)
-
-
-def run_values(workdir: Path, params: Mapping[str, object], arch: str, seed: int = 0) -> dict[str, object]:
-    """The run command's placeholder values for the candidate staged in ``workdir``."""
-    return {**params, "binary": str(workdir / BINARY_FILE), "workdir": str(workdir), "arch": arch, "seed": seed}

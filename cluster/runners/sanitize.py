@@ -7,16 +7,14 @@ become the verdict's detail. A run that times out says nothing either way: ``inc
 
 from __future__ import annotations
 
-import os
+import dataclasses
 import re
 import shutil
 from dataclasses import dataclass
-from pathlib import Path
 
 from cluster.config import Target
-from cluster.core.placeholders import expand
 from cluster.core.types import Candidate
-from cluster.runners.sandbox import run_command, scratch_dir, stage_binary
+from cluster.runners._base import Invocation, ProcessRunner, Runner
 
 ERROR_EXIT = 86
 _SUMMARY = re.compile(r"(?:ERROR|RACECHECK) SUMMARY: (\d+) (?:errors?|hazards?)[^\n]*")
@@ -25,19 +23,24 @@ _SUMMARY = re.compile(r"(?:ERROR|RACECHECK) SUMMARY: (\d+) (?:errors?|hazards?)[
 @dataclass(frozen=True)
 class SanitizerResult:
     tool: str
-    outcome: str  # clean, errors, inconclusive (timed out, or the tool could not run)
+    outcome: str  # clean, errors, timeout, inconclusive (the tool could not run)
     detail: str = ""
+    seconds: float = 0.0
+
+
+def sanitizer_prefix(tool: str) -> list[str]:
+    return ["compute-sanitizer", "--tool", tool, "--error-exitcode", str(ERROR_EXIT), "--print-limit", "10",
+            "--target-processes", "all"]
 
 
 def sanitizer_command(tool: str, run_argv: list[str]) -> list[str]:
-    return ["compute-sanitizer", "--tool", tool, "--error-exitcode", str(ERROR_EXIT), "--print-limit", "10",
-            "--target-processes", "all", *run_argv]
+    return [*sanitizer_prefix(tool), *run_argv]
 
 
 def interpret(tool: str, returncode: int | None, timed_out: bool, output: str) -> SanitizerResult:
     """The verdict from one compute-sanitizer run's exit status and output."""
     if timed_out:
-        return SanitizerResult(tool, "inconclusive", "timed out")
+        return SanitizerResult(tool, "timeout", "timed out")
     summaries = _SUMMARY.findall(output)
     errors = sum(int(n) for n in summaries)
     if returncode == ERROR_EXIT or errors:
@@ -52,16 +55,19 @@ def interpret(tool: str, returncode: int | None, timed_out: bool, output: str) -
 
 
 def sanitize_candidate(target: Target, candidate: Candidate, binary: bytes, tools: tuple[str, ...],
-                       timeout: float, scratch_root: Path | None = None) -> tuple[SanitizerResult, ...]:
+                       timeout: float, runner: Runner | None = None,
+                       timeouts: dict[str, float] | None = None) -> tuple[SanitizerResult, ...]:
+    """Each tool once, on ``verify.sanitize_run`` (default: ``run``), each in a fresh directory;
+    ``timeouts`` per tool override ``timeout``."""
     if shutil.which("compute-sanitizer") is None:
         return tuple(SanitizerResult(t, "inconclusive", "compute-sanitizer not found") for t in tools)
+    runner = runner or ProcessRunner()
     results = []
     for tool in tools:
-        with scratch_dir(scratch_root, f"san-{candidate.key}-") as workdir:
-            values = stage_binary(target.bundle.files, binary, workdir, dict(candidate.params), candidate.arch)
-            env = {**os.environ, "WARPFLEET_PROFILE": "1"}
-            argv = expand(target.spec.verify.sanitize_run or target.spec.run, values)
-            run = run_command(sanitizer_command(tool, argv), workdir, timeout, env=env,
-                              limits=target.spec.limits.for_run())
-            results.append(interpret(tool, run.returncode, run.timed_out, run.stdout + "\n" + run.stderr))
+        budget = (timeouts or {}).get(tool, timeout)
+        with runner.stage(target, dict(candidate.params), candidate.arch, binary, prefix="san-") as staged:
+            run = staged.run(Invocation("sanitize_run", wrapper=tuple(sanitizer_prefix(tool)),
+                                        env={"WARPFLEET_PROFILE": "1"}, timeout=budget))
+            result = interpret(tool, run.returncode, run.timed_out, run.stdout + "\n" + run.stderr)
+            results.append(dataclasses.replace(result, seconds=run.seconds))
     return tuple(results)

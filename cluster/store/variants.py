@@ -18,9 +18,9 @@ import pyarrow as pa
 
 from agents._base import Proposal
 from agents.llm.accounting import usage_record
+from agents.patch import variant_target
 from agents.workflow.engine import Outcome
 from cluster.config import Target
-from cluster.engine.verify import variant_target
 
 VARIANTS_DIR = "variants"
 

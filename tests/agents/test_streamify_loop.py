@@ -13,9 +13,10 @@ from agents.cuda_source import analyze
 from agents.experts import StreamifyExpert
 from agents.experts.streamify import plan_streams
 from agents.experts.streamify_loop import check, dependencies, find_loops, instantiate, rewrite, stream_parameter
+from agents.patch import variant_target
 from cluster.config import load_target
 from cluster.core.types import Candidate, Phase, Status
-from cluster.engine.verify import static_verdicts, variant_target
+from cluster.engine.verify import static_verdicts
 from cluster.runners.build import compile_candidate
 from tests.conftest import needs
 

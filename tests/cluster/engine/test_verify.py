@@ -7,7 +7,7 @@ import pytest
 from agents._base import Proposal
 from agents.cuda_source import analyze
 from agents.experts.streamify import streamify_function
-from agents.patch import source_files
+from agents.patch import source_files, variant_target
 from agents.workflow import VerdictStatus
 from cluster.config import load_target
 from cluster.core.types import BuildArtifact, DeviceInfo, Measurement, Status
@@ -17,7 +17,6 @@ from cluster.engine.verify import (
     run_verdicts,
     sanitizer_verdicts,
     static_verdicts,
-    variant_target,
 )
 from cluster.runners.sanitize import ERROR_EXIT, SanitizerResult, interpret, sanitizer_command
 from tests.agents.test_streamify import JOIN, kernel_target, program
@@ -109,7 +108,7 @@ def test_sanitizer_output_is_read_and_the_baselines_own_errors_are_not_held_agai
     race = interpret("racecheck", ERROR_EXIT, False, hazard)
     assert race.outcome == "errors" and "1 errors" in race.detail
     assert interpret("memcheck", 0, False, "========= ERROR SUMMARY: 0 errors\n").outcome == "clean"
-    assert interpret("memcheck", None, True, "").outcome == "inconclusive"
+    assert interpret("memcheck", None, True, "").outcome == "timeout"
     assert interpret("memcheck", 1, False, "wf: out of memory").outcome == "inconclusive"
     clean = SanitizerResult("memcheck", "clean")
     verdicts = sanitizer_verdicts((clean, race), {"racecheck": SanitizerResult("racecheck", "clean")})

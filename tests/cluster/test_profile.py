@@ -1,6 +1,6 @@
 """The Nsight Compute stage's parsing (the real ncu runs in the GPU tests)."""
 
-from cluster.profile import DEFAULT_METRICS, Profile, ncu_command, parse_ncu_csv, top_stalls
+from cluster.profile import DEFAULT_METRICS, LaunchFilter, Profile, ncu_command, parse_ncu_csv, top_stalls
 from cluster.types import Status
 
 NCU_OUTPUT = '''==PROF== Connected to process 4242 (/tmp/run/candidate.bin)
@@ -41,3 +41,24 @@ def test_command_pins_clock_control_off_and_is_an_argument_list():
     assert argv[:4] == ["ncu", "--csv", "--clock-control", "none"]
     assert argv[-3:] == ["/x/candidate.bin", "--seed", "0"]
     assert argv[argv.index("--metrics") + 1] == ",".join(DEFAULT_METRICS[:2])
+
+
+def test_command_bounds_the_launches_profiled_per_launch_configuration():
+    argv = ncu_command(["/x/candidate.bin"], DEFAULT_METRICS[:1])
+    assert argv[argv.index("--filter-mode") + 1] == "per-launch-config"
+    assert argv[argv.index("--launch-count") + 1] == "1" and argv[argv.index("--launch-skip") + 1] == "0"
+    assert argv.index("--launch-count") < argv.index("--metrics") < argv.index("/x/candidate.bin")
+    warmed = ncu_command(["/x/candidate.bin"], DEFAULT_METRICS[:1], LaunchFilter(count=3, skip=2, per_config=False))
+    assert "--filter-mode" not in warmed
+    assert warmed[warmed.index("--launch-skip") + 1] == "2" and warmed[warmed.index("--launch-count") + 1] == "3"
+    every = ncu_command(["/x/candidate.bin"], DEFAULT_METRICS[:1], LaunchFilter(count=None))
+    assert not {"--launch-count", "--launch-skip", "--filter-mode"} & set(every)
+
+
+def test_default_metrics_give_sectors_per_request_and_the_l1_hit_rate():
+    for op in ("ld", "st"):
+        assert f"l1tex__t_sectors_pipe_lsu_mem_global_op_{op}.sum" in DEFAULT_METRICS
+        assert f"l1tex__t_requests_pipe_lsu_mem_global_op_{op}.sum" in DEFAULT_METRICS
+    assert {"l1tex__t_sector_hit_rate.pct", "l1tex__t_bytes_pipe_lsu_mem_global_op_ld.sum.per_second"} <= set(
+        DEFAULT_METRICS)
+    assert len(set(DEFAULT_METRICS)) == len(DEFAULT_METRICS)

@@ -17,8 +17,9 @@ from agents.llm.client import OpenAIChat
 from agents.llm.config import AgentsConfig, CustomSpec, LLMSpec, StepChoice
 from agents.llm.custom import custom_steps
 from agents.llm.prompts import Prompts
+from agents.llm.replay import ReplayChat
 from agents.llm.steps import Kit, LLMAnalyst, LLMPlanner, LLMTransformer
-from agents.llm.store import ExchangeStore, ReplayChat
+from agents.llm.store import ExchangeStore
 from agents.llm.tools import Services, local_build
 from agents.workflow.steps import Steps
 

@@ -10,8 +10,8 @@ from pathlib import Path
 
 from agents._base import AnalysisContext
 from agents.llm import LLMProposal, Services, build_steps, local_build, usage_record
-from agents.llm.fake_server import Attempts, Conversation, Fail, Reply, Stall, ToolCall, call
 from agents.llm.steps import LLMReviewer
+from agents.llm.testing import Attempts, Conversation, Fail, Reply, Stall, ToolCall, call
 from agents.patch import readonly_regions
 from agents.workflow import run_workflow
 from agents.workflow.steps import Finding, Level, Plan

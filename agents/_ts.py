@@ -231,7 +231,9 @@ class ConstEnv:
         self.undefined_is_zero = undefined_is_zero
         self.declared: dict[str, Node] = {}  # constexpr/const name -> its initializer
         self.hidden: set[str] = set()  # names that are not constants here (loop variables, params)
+        self.types: dict[str, str] = {}  # a template's type parameter -> the type bound to it
         self._values: dict[str, int | None] = {}
+        self._bound: set[str] = set()  # names given a value by `bind`, kept by child scopes
         self._busy: set[str] = set()
         self._depth = 0
 
@@ -240,7 +242,16 @@ class ConstEnv:
         env = ConstEnv(self.macros, self.undefined_is_zero)
         env.declared = dict(self.declared)
         env.hidden = set(self.hidden)
+        env.types = dict(self.types)
+        env._values = {name: value for name, value in self._values.items() if name in self._bound}
+        env._bound = set(self._bound)
         return env
+
+    def bind(self, name: str, value: int) -> None:
+        """`name` is `value` here: a template's value parameter bound by a launch."""
+        self.hidden.discard(name)
+        self._values[name] = value
+        self._bound.add(name)
 
     def declare(self, name: str, initializer: Node) -> None:
         self.declared[name] = initializer
@@ -286,8 +297,11 @@ class ConstEnv:
         kind = node.type
         if kind == "number_literal":
             return int_literal(text(node))
-        if kind in ("identifier", "qualified_identifier"):
+        if kind == "identifier":
             return self.value(text(node))
+        if kind == "qualified_identifier":  # `Cfg::kTile`, with a type parameter `Cfg` bound to a type
+            scope, _, member = text(node).partition("::")
+            return self.value(f"{self.types.get(scope.strip(), scope.strip())}::{member.strip()}")
         if kind in ("true", "false"):
             return int(kind == "true")
         if kind == "parenthesized_expression":

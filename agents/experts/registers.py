@@ -13,9 +13,8 @@ import re
 from collections.abc import Callable, Mapping
 
 from agents._base import AnalysisContext, Proposal
-from agents.cuda_source import SourceModel, analyze
-from agents.experts._expert import Expert
-from agents.patch import source_files
+from agents.cuda_source import SourceModel
+from agents.experts._expert import Expert, source_models
 from agents.workflow.steps import Finding, Level, Plan
 from cluster.occupancy import DeviceLimits, Occupancy, limits_for, occupancy_of_kernel, register_steps
 from cluster.types import KernelResources
@@ -42,7 +41,7 @@ class RegisterExpert(Expert):
         except KeyError:
             why = f"no occupancy model for {context.arch}"
             return [Finding(self.name, self.level, context.arch, False, reason=why)]
-        models = [analyze(text, path) for path, text in source_files(context.target).items()]
+        models = list(source_models(context).values())
         findings = []
         achieved = context.metrics.get(ACHIEVED_OCCUPANCY)
         for kernel in context.kernels:

@@ -530,6 +530,53 @@ def trip_count(loop: Node, env: ConstEnv, template_names: set[str]) -> tuple[str
         return declared_name(loop.child_by_field_name("declarator")) or None, None, None
     if loop.type != "for_statement":
         return None, None, None
+    variable, start, compare, bound, step_op, step = _header(loop)
+    local = env.child()
+    local.hidden.add(variable or "")
+    values = [local.eval(n) for n in (start, bound, step)]
+    count = None
+    if None not in values and step_op is not None and compare is not None:
+        count = _count(values[0], compare, values[1], step_op, values[2])
+    depends = None
+    if count is None:
+        names = [text(n) for part in (start, bound, step) if part is not None for n in walk(part)]
+        depends = next((name for name in names if name in template_names), None)
+    return variable, count, depends
+
+
+@dataclass(frozen=True)
+class CountedLoop:
+    """A `for` loop's variable and, where `env` gives them, its start, step and every value."""
+
+    variable: str | None
+    start: int | None
+    step: int | None  # the additive step (negative counting down); None for other updates
+    values: tuple[int, ...] | None  # in order, when the loop ends after at most `limit` iterations
+
+
+def counted_loop(loop: Node, env: ConstEnv, limit: int) -> CountedLoop:
+    if loop.type != "for_statement":
+        return CountedLoop(None, None, None, None)
+    variable, start_node, compare, bound_node, step_op, step_node = _header(loop)
+    local = env.child()
+    local.hidden.add(variable or "")
+    start, bound, step = (local.eval(n) for n in (start_node, bound_node, step_node))
+    additive = None if step is None or step_op not in ("+", "-") else (step if step_op == "+" else -step)
+    values: list[int] | None = None
+    if None not in (start, bound, step) and compare is not None and step_op in _BINARY:
+        values, value = [], start
+        while values is not None and _BINARY[compare](value, bound):
+            following = _BINARY[step_op](value, step)
+            if len(values) == limit or following is None or following == value:  # too many, or never ends
+                values = None
+                break
+            values.append(value)
+            value = following
+    return CountedLoop(variable, start, additive, tuple(values) if values is not None else None)
+
+
+def _header(loop: Node) -> tuple[str | None, Node | None, str | None, Node | None, str | None, Node | None]:
+    """(variable, start, comparison, bound, step operator, step) of a `for` statement's header."""
     init, cond, update = (loop.child_by_field_name(f) for f in ("initializer", "condition", "update"))
     variable, start = None, None
     if init is not None and init.type == "declaration":
@@ -542,17 +589,7 @@ def trip_count(loop: Node, env: ConstEnv, template_names: set[str]) -> tuple[str
     if variable is None and step_op is not None and update is not None:
         variable = text(update.child_by_field_name("argument") or update.child_by_field_name("left") or update)
     compare, bound = _bound(cond, variable)
-    local = env.child()
-    local.hidden.add(variable or "")
-    values = [local.eval(n) for n in (start, bound, step)]
-    count = None
-    if None not in values and step_op is not None and compare is not None:
-        count = _count(values[0], compare, values[1], step_op, values[2])
-    depends = None
-    if count is None:
-        names = [text(n) for part in (start, bound, step) if part is not None for n in walk(part)]
-        depends = next((name for name in names if name in template_names), None)
-    return variable, count, depends
+    return variable, start, compare, bound, step_op, step
 
 
 def _step(update: Node | None) -> tuple[str | None, Node | None]:

@@ -35,7 +35,7 @@ from agents._ts import (
 )
 
 _LOOPS = {"for_statement": "for", "for_range_loop": "for", "while_statement": "while", "do_statement": "do"}
-_DEFAULT_STREAMS = {"0", "nullptr", "NULL", "cudaStreamLegacy"}
+DEFAULT_STREAMS = frozenset({"0", "nullptr", "NULL", "cudaStreamLegacy"})  # the legacy default stream
 _FUNCTIONS = frozenset({"function_definition"})
 
 
@@ -169,7 +169,7 @@ class Launch:
 
     @property
     def on_default_stream(self) -> bool:
-        return self.stream is None or self.stream in _DEFAULT_STREAMS
+        return self.stream is None or self.stream in DEFAULT_STREAMS
 
     def bound_args(self, kernel: Kernel) -> dict[str, str]:
         """The argument expression passed to each of `kernel`'s parameters."""
@@ -204,6 +204,7 @@ class HostOp:
     src: str | None = None
     direction: str | None = None  # cudaMemcpyHostToDevice, ...
     launch: Launch | None = None
+    at: int = -1  # the call's byte offset in the parsed text: its node in `SourceModel.root`
 
 
 # api -> (kind, dst, src, direction, stream): argument positions, None where the call has none.
@@ -248,6 +249,10 @@ class SourceModel:
     instances: tuple[Kernel, ...] = ()
     macros: Mapping[str, str] = field(default_factory=dict, hash=False)
     constants: Mapping[str, int] = field(default_factory=dict, hash=False)  # file-scope, evaluated
+    # The syntax tree and the text it indexes (comments and directives blanked), for the readers
+    # that walk statements (agents.hostflow).
+    root: Node | None = field(default=None, compare=False, hash=False, repr=False)
+    clean: bytes = field(default=b"", compare=False, hash=False, repr=False)
 
     def kernel(self, name: str) -> Kernel:
         """The kernel named `name` (KeyError when there is none)."""
@@ -307,6 +312,7 @@ class _Analysis:
             shared=tuple(s for k, _ in kernels for s in k.shared) + tuple(file_shared),
             launches=tuple(launches), host_ops=tuple(ops), errors=tuple(self.errors()), instances=tuple(instances),
             macros=dict(self.pre.macros), constants={k: v for k, v in values.items() if v is not None},
+            root=self.root, clean=self.pre.clean,
         )
 
     # -- positions and text ----------------------------------------------------------------
@@ -516,14 +522,15 @@ class _Analysis:
                     launches.append(launch)
                     kernel_name = api if chevrons is None else launch.kernel
                     ops.append((node.start_byte, HostOp(HostOpKind.LAUNCH, kernel_name, line, function, args, loops,
-                                                        launch.stream, launch=launch)))
+                                                        launch.stream, launch=launch, at=node.start_byte)))
             elif api in _HOST_APIS:
                 kind, *positions = _HOST_APIS[api]
                 dst, src, direction, stream = (args[i] if i is not None and i < len(args) else None for i in positions)
                 ops.append((node.start_byte, HostOp(kind, api, line, function, args, loops, stream, dst, src,
-                                                    direction or _DEFAULT_DIRECTION.get(api))))
+                                                    direction or _DEFAULT_DIRECTION.get(api), at=node.start_byte)))
             elif api in self.functions:
-                calls.append((node.start_byte, HostOp(HostOpKind.CALL, api, line, function, args, loops)))
+                calls.append((node.start_byte, HostOp(HostOpKind.CALL, api, line, function, args, loops,
+                                                      at=node.start_byte)))
         active = {op.function for _, op in ops}
         while more := {c.function for _, c in calls if c.api in active} - active:  # their callers do host ops too
             active |= more

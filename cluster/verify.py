@@ -53,13 +53,15 @@ def guard_verdict(target: Target, proposal: Proposal) -> Verdict:
 
 
 def depgraph_verdict(target: Target, proposal: Proposal) -> Verdict:
-    """Every host function that launches kernels keeps every kernel and every dependence."""
+    """Every host function that launches kernels, itself or through helpers of its file, keeps
+    every kernel and every dependence (agents.depgraph follows the helpers and unfolds loops)."""
     original = source_files(target)
+    defines = {name: str(value) for name, value in target.baseline_params.items()}
     checked, problems = 0, []
     for path, text in proposal.files:
-        before, after = analyze(original[path], path), analyze(text, path)
+        before, after = analyze(original[path], path, defines=defines), analyze(text, path, defines=defines)
         functions = dict.fromkeys(op.function for op in before.host_ops
-                                  if op.function and op.kind is HostOpKind.LAUNCH)
+                                  if op.function and op.kind in (HostOpKind.LAUNCH, HostOpKind.CALL))
         for function in functions:
             checked += 1
             result = check(extract(before, function), extract(after, function))

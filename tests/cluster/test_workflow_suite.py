@@ -53,7 +53,7 @@ def test_multikernel_streamify_rewrites_the_loop_and_leaves_the_helper():
     outcomes = workflow("multikernel")
     streamify = {o.finding.location: o for o in outcomes if o.finding.optimization == "streamify"}
     assert streamify["multikernel.cu:enqueue_task"].stage == "not_applicable"
-    loop = streamify["multikernel.cu:main (loop at line 188)"]
+    loop = streamify["multikernel.cu:main (line 188)"]
     assert loop.accepted, loop.reason  # guards, dependence graph and an sm_90 build; no GPU to run it here
     assert all(o.stage != "error" for o in outcomes), [o.reason for o in outcomes if o.stage == "error"]
 

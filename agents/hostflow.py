@@ -320,7 +320,8 @@ class _Unfolder:
 
         launch = op.launch
         if launch is not None:
-            launch = replace(launch, args=tuple(resolve(a) or "" for a in launch.args), stream=resolve(launch.stream))
+            launch = replace(launch, args=tuple(resolve(a) or "" for a in launch.args), stream=resolve(launch.stream),
+                             grid=resolve(launch.grid) or "", block=resolve(launch.block) or "")
         return replace(op, args=tuple(resolve(a) or "" for a in op.args), stream=resolve(op.stream),
                        dst=resolve(op.dst), src=resolve(op.src), launch=launch)
 
@@ -339,8 +340,8 @@ def may_exit(node: Node | None, inside_loop: bool = False) -> bool:
             return True
         if current.type == "lambda_expression":
             continue
-        looped = current.type in _LOOPS and current is not node
-        switched = current.type == "switch_statement" and current is not node
+        looped = current.type in _LOOPS  # `node` itself too: its own `break` ends only it
+        switched = current.type == "switch_statement"
         stack += [(c, breaks or looped or switched, continues or looped) for c in current.children]
     return False
 

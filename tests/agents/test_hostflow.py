@@ -107,3 +107,18 @@ def test_the_graph_of_slices_and_the_check_of_a_loop_on_streams() -> None:
         "fill<<<1, 32>>>", "fill<<<1, 32, 0, s[p]>>>").replace("copy<<<1, 32>>>", "copy<<<1, 32, 0, s[0]>>>")
     result = check(graph, extract(analyze(KERNELS + streams, "k.cu"), "run"))
     assert [v.dependency.source for v in result.violations if v.dependency] == [1, 2]  # 0 shares s[0]
+
+
+def test_what_may_leave_a_statement_early() -> None:
+    from agents import _ts
+    from agents.hostflow import may_exit
+
+    def statement(code: str) -> _ts.Node:
+        root = _ts.parser().parse(f"void f() {{ {code} }}".encode()).root_node
+        return next(n for n in _ts.walk(root) if n.type == "compound_statement").named_children[0]
+
+    assert not may_exit(statement("for (int i = 0; i < 4; ++i) { if (i == 2) break; }"))
+    assert not may_exit(statement("while (x) { continue; }"))
+    assert may_exit(statement("if (x) return;")) and may_exit(statement("{ if (x) break; }"))
+    assert may_exit(statement("for (int i = 0; i < 4; ++i) { return; }"))
+    assert not may_exit(statement("g([&] { return 1; });"))  # a lambda's return is its own

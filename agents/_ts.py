@@ -419,6 +419,20 @@ def arguments(call: Node) -> list[Node]:
     return [a for a in args.named_children if a.type != "comment"] if args is not None else []
 
 
+def split_top(text: str) -> list[str]:
+    """`a, f(b, c), d` -> ["a", "f(b, c)", "d"]."""
+    parts, depth, current = [], 0, ""
+    for char in text:
+        depth += {"(": 1, ")": -1, "[": 1, "]": -1, "{": 1, "}": -1}.get(char, 0)
+        if char == "," and depth == 0:
+            parts.append(current.strip())
+            current = ""
+        else:
+            current += char
+    parts.append(current.strip())
+    return parts
+
+
 def squash(source: str) -> str:
     """Whitespace runs collapsed: multi-line expressions read as one line."""
     return " ".join(source.split())

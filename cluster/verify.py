@@ -18,6 +18,7 @@ from collections.abc import Callable, Mapping
 import ray
 
 from agents._base import AnalysisContext, Proposal
+from agents.contracts import CUDA_SOURCES, violations
 from agents.cuda_source import HostOpKind, analyze
 from agents.depgraph import check, extract
 from agents.patch import MarkerError, readonly_regions, source_files, variant_bundle
@@ -73,11 +74,24 @@ def depgraph_verdict(target: Target, proposal: Proposal) -> Verdict:
     return Verdict("depgraph", V.PASSED, f"{checked} host functions keep every kernel and dependence")
 
 
+def contracts_verdict(target: Target, proposal: Proposal) -> Verdict:
+    """The kernel-level promises the variant adds hold (agents.contracts): launch bounds that
+    every launch fits, `__restrict__` only where no launch hands aliasing arguments, vector
+    accesses under an alignment test."""
+    if not any(path.endswith(CUDA_SOURCES) for path, _ in proposal.files):
+        return Verdict("contracts", V.SKIPPED, "no CUDA source changed")
+    defines = {name: str(value) for name, value in target.baseline_params.items()}
+    problems = violations(source_files(target), dict(proposal.files), defines)
+    if problems:
+        return Verdict("contracts", V.FAILED, "; ".join(problems[:3]))
+    return Verdict("contracts", V.PASSED, "launch bounds, __restrict__ and vector accesses hold")
+
+
 def static_verdicts(target: Target, proposal: Proposal) -> list[Verdict]:
     guards = guard_verdict(target, proposal)
     if guards.failed or not proposal.files:
         return [guards]
-    return [guards, depgraph_verdict(target, proposal)]
+    return [guards, depgraph_verdict(target, proposal), contracts_verdict(target, proposal)]
 
 
 # -- the variant as a target --------------------------------------------------------------------

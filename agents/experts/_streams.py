@@ -98,20 +98,6 @@ def check_macro(text: str) -> str | None:
     return found.most_common(1)[0][0] if found else None
 
 
-def split_top(text: str) -> list[str]:
-    """`a, f(b, c), d` -> ["a", "f(b, c)", "d"]."""
-    parts, depth, current = [], 0, ""
-    for char in text:
-        depth += {"(": 1, ")": -1, "[": 1, "]": -1, "{": 1, "}": -1}.get(char, 0)
-        if char == "," and depth == 0:
-            parts.append(current.strip())
-            current = ""
-        else:
-            current += char
-    parts.append(current.strip())
-    return parts
-
-
 def stream_parameter(root: Node, helper: str) -> int | None:
     """The position of `helper`'s `cudaStream_t` parameter."""
     fn = next((n for n in _ts.walk(root) if n.type == "function_definition"

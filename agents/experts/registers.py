@@ -95,14 +95,14 @@ def block_size(kernel: str, models: list[SourceModel], metrics: Mapping[str, flo
     file's constants; else ``metrics["block_size"]``; else the default."""
     for model in models:
         for launch in model.launches:
-            if _names_kernel(kernel, launch.kernel):
+            if names_kernel(kernel, launch.kernel):
                 value = evaluate(launch.block, model.constants)
                 if value is not None and value > 0:
                     return value
     return int(metrics.get("block_size", DEFAULT_BLOCK_SIZE))
 
 
-def _names_kernel(reported: str, name: str) -> bool:
+def names_kernel(reported: str, name: str) -> bool:
     """Whether ptxas's (mangled, or extern "C") name ``reported`` is the kernel ``name``."""
     return reported == name or re.search(rf"(?:^_Z|\d){len(name)}{re.escape(name)}(?:I|E|[A-Za-z]|$)",
                                          reported) is not None

@@ -24,11 +24,11 @@ from dataclasses import dataclass, field
 from agents._base import AnalysisContext, Proposal
 from agents.cuda_source import HostOpKind, SourceModel, analyze
 from agents.depgraph import CheckResult, KernelGraph, check, extract
-from agents.experts._expert import Expert, defines
+from agents.experts._expert import Expert, defines, line_edits
 from agents.experts._streams import POOL_STREAMS, Plan, Region, plan_streams
 from agents.experts.streamify_regions import analyse as analyse_regions
 from agents.experts.streamify_regions import pool_problem, task_edges
-from agents.experts.streamify_rewrite import Rewrite, line_edits
+from agents.experts.streamify_rewrite import Rewrite
 from agents.patch import Refused, apply, source_files
 from agents.workflow import steps as wf
 

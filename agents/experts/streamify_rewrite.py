@@ -13,22 +13,10 @@ edits overlap; `line_edits` turns the byte replacements into the patch tools' li
 
 from __future__ import annotations
 
-import bisect
-from dataclasses import dataclass
-
 from agents import _ts
-from agents._ts import Node
-from agents.experts._streams import POOL_STREAMS, Plan, Region, check_macro, split_top, stream_parameter
-from agents.patch import Edit, Replace
-
-
-@dataclass(frozen=True)
-class Change:
-    """Replace bytes [start, end) of the source with `text`."""
-
-    start: int
-    end: int
-    text: str
+from agents._ts import Node, split_top
+from agents.experts._expert import Change
+from agents.experts._streams import POOL_STREAMS, Plan, Region, check_macro, stream_parameter
 
 
 class Rewrite:
@@ -179,30 +167,3 @@ class Rewrite:
             out += [self.text(at, change.start), change.text]
             at = change.end
         return "".join(out) + self.text(at, end)
-
-
-def line_edits(path: str, source: bytes, changes: list[Change]) -> list[Edit]:
-    """Byte replacements as `Replace`s of whole lines (changes on common lines merged)."""
-    starts = [0] + [i + 1 for i, b in enumerate(source) if b == 0x0A]
-
-    def line_of(offset: int) -> int:  # 1-based
-        return bisect.bisect_right(starts, offset)
-
-    groups: list[list[Change]] = []
-    for change in sorted(changes, key=lambda c: c.start):
-        if groups and line_of(change.start) <= line_of(max(groups[-1][-1].end - 1, groups[-1][-1].start)):
-            groups[-1].append(change)
-        else:
-            groups.append([change])
-    edits: list[Edit] = []
-    for group in groups:
-        first, last = line_of(group[0].start), line_of(max(group[-1].end - 1, group[-1].start))
-        begin = starts[first - 1]
-        end = starts[last] - 1 if last < len(starts) else len(source)
-        out, at = [], begin
-        for change in group:
-            out += [source[at:change.start].decode("utf-8", "surrogateescape"), change.text]
-            at = change.end
-        out.append(source[at:end].decode("utf-8", "surrogateescape"))
-        edits.append(Replace(path, first, last, "".join(out)))
-    return edits

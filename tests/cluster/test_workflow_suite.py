@@ -38,7 +38,8 @@ def test_transpose_gets_a_padded_tile_that_builds():
     outcomes = workflow("transpose")
     [padding] = [o for o in outcomes if o.finding.optimization == "padding" and o.proposal]
     checks = {v.check: v.status.value for v in padding.verification.verdicts}
-    assert checks == {"guards": "passed", "depgraph": "passed", "build": "passed", "outputs": "skipped"}
+    assert checks == {"guards": "passed", "depgraph": "passed", "contracts": "passed", "build": "passed",
+                      "outputs": "skipped"}
     assert "[TILE + 1]" in dict(padding.proposal.files)["transpose.cu"] or "+ 1]" in padding.proposal.description
 
 

@@ -222,7 +222,7 @@ class _Unfolder:
         """What a block that surely ran assigned to names from outside it."""
         declared = {_ts.declared_name(d) for n in _walk_code(node) if n.type == "declaration"
                     for d in n.children_by_field_name("declarator")}
-        for name in _assigned(node) - declared:
+        for name in assigned(node) - declared:
             if name in inner.names:
                 frame.names[name] = inner.names[name]
 
@@ -230,7 +230,7 @@ class _Unfolder:
         """Names assigned inside `node` (which may have run any number of times) hold an unknown
         value after it; an allocation keeps its name."""
         allocated = _allocated(node)
-        for name in _assigned(node):
+        for name in assigned(node):
             frame.names[name] = name if name in allocated else self.token(name)
 
     def declaration(self, node: Node, frame: _Frame) -> None:
@@ -351,7 +351,7 @@ def _walk_code(node: Node) -> Iterator[Node]:
     return _ts.walk(node, skip=frozenset({"lambda_expression"}))
 
 
-def _assigned(node: Node) -> set[str]:
+def assigned(node: Node) -> set[str]:
     """Names assigned, updated or having their address handed to a call in `node`."""
     out = set()
     for n in _walk_code(node):

@@ -23,7 +23,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 from agents.workflow.steps import Level
 
 DEFAULT_PROMPTS = Path(__file__).resolve().parents[2] / "configs" / "prompts"
-EXPERT_OPTIMIZATIONS = ("registers", "unroll", "padding", "streamify")
+EXPERT_OPTIMIZATIONS = ("registers", "unroll", "padding", "streamify", "launch_bounds", "restrict", "vectorize")
 NO_KEY = "not-needed"  # what the client sends to a local server that takes no key
 
 
@@ -166,7 +166,7 @@ class AgentsConfig(_Model):
     llm: LLMSpec | None = None
     steps: dict[str, StepChoice] = {}  # optimization -> choice; the experts' default is all-expert
     custom: list[CustomSpec] = []
-    only: list[str] | None = None  # the optimizations to run; default: the four experts' and every custom one
+    only: list[str] | None = None  # the optimizations to run; default: every expert's and every custom one
 
     @model_validator(mode="after")
     def _consistent(self) -> AgentsConfig:

@@ -10,7 +10,15 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
-from agents.experts import PaddingExpert, RegisterExpert, StreamifyExpert, UnrollExpert
+from agents.experts import (
+    LaunchBoundsExpert,
+    PaddingExpert,
+    RegisterExpert,
+    RestrictExpert,
+    StreamifyExpert,
+    UnrollExpert,
+    VectorizeExpert,
+)
 from agents.experts._expert import Expert
 from agents.llm.accounting import TokenBudget
 from agents.llm.client import OpenAIChat
@@ -25,6 +33,7 @@ from agents.workflow.steps import Steps
 
 EXPERTS: dict[str, Callable[[], Expert]] = {
     "registers": RegisterExpert, "unroll": UnrollExpert, "padding": PaddingExpert, "streamify": StreamifyExpert,
+    "launch_bounds": LaunchBoundsExpert, "restrict": RestrictExpert, "vectorize": VectorizeExpert,
 }
 
 
@@ -49,7 +58,7 @@ def build_steps(spec: LLMSpec | None, choice: Mapping[str, Mapping[str, str] | S
     """The workflow's steps for each optimization of ``choice`` (in its order), e.g.
     ``{"unroll": {"analyst": "expert", "planner": "expert", "transformer": "llm"}, "fusion": {...}}``:
     an expert or an LLM agent at each step (missing steps: expert). Optimizations are the experts'
-    (registers, unroll, padding, streamify) and the ``custom`` ones, which are LLM at every step.
+    (``EXPERTS``) and the ``custom`` ones, which are LLM at every step.
 
     The LLM agents share ``kit``, or one made from ``spec`` (``make_kit``: ``run_dir`` stores the
     exchanges, ``replay`` answers from them). Raises ValueError for an unknown optimization, an

@@ -18,7 +18,15 @@ from pathlib import Path
 import ray
 
 from agents._base import AnalysisContext
-from agents.experts import PaddingExpert, RegisterExpert, StreamifyExpert, UnrollExpert
+from agents.experts import (
+    LaunchBoundsExpert,
+    PaddingExpert,
+    RegisterExpert,
+    RestrictExpert,
+    StreamifyExpert,
+    UnrollExpert,
+    VectorizeExpert,
+)
 from agents.workflow import Outcome, Steps, Verifier, run_workflow
 from cluster.config import AgentsSpec, ProfileSpec, Target
 from cluster.profile import DEFAULT_METRICS, PROFILE_SCHEMA, Profile, profile_records
@@ -40,6 +48,9 @@ EXPERTS: dict[str, Callable[[], Steps]] = {
     "unroll": lambda: Steps.of(UnrollExpert()),
     "padding": lambda: Steps.of(PaddingExpert()),
     "streamify": lambda: Steps.of(StreamifyExpert()),
+    "launch_bounds": lambda: Steps.of(LaunchBoundsExpert()),
+    "restrict": lambda: Steps.of(RestrictExpert()),
+    "vectorize": lambda: Steps.of(VectorizeExpert()),
 }
 MAX_ENQUEUED = 64  # points per variant entered ahead of the sampler; the rest is the sampler's
 ENQUEUED_SHARE = 0.5  # of the trial budget, at most, spent on agents' points ahead of the sampler

@@ -209,7 +209,8 @@ def _show_pareto(console: Console, rows: Any) -> None:
 
 @main.command()
 @click.argument("target", type=click.Path(dir_okay=False))
-@click.option("--experts", default="registers,unroll,padding,streamify", show_default=True,
+@click.option("--experts", default="registers,unroll,padding,streamify,launch_bounds,restrict,vectorize",
+              show_default=True,
               help="Comma-separated rule-based experts to run.")
 @click.option("--trials", type=click.IntRange(min=1), default=24, show_default=True,
               help="Candidates searched over the verified variants and the flags.")

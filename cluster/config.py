@@ -216,8 +216,8 @@ class AgentsSpec(_Model):
     verified. Verified variants join the search as a dimension beside the compiler options."""
 
     enabled: bool = False
-    experts: list[Literal["registers", "unroll", "padding", "streamify"]] = ["registers", "unroll", "padding",
-                                                                              "streamify"]
+    experts: list[Literal["registers", "unroll", "padding", "streamify", "launch_bounds", "restrict", "vectorize"]] = [
+        "registers", "unroll", "padding", "streamify", "launch_bounds", "restrict", "vectorize"]
     sanitizer: list[Literal["memcheck", "racecheck", "initcheck", "synccheck"]] = ["memcheck", "racecheck"]
     sanitizer_timeout_s: float = Field(300, gt=0, le=86400)
     retries: int = Field(1, ge=0, le=10)  # more tries with the failure as feedback, for agents that take it

@@ -18,14 +18,13 @@ else is left alone, with the reason. Evidence: global sectors per request, when 
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 
 from agents import _ts
 from agents._base import AnalysisContext, Proposal
 from agents._ts import Node
 from agents.cuda_source import Kernel
 from agents.experts._expert import Change, Expert, kernel_node, line_edits, source_models
-from agents.experts.vectorize_rewrite import rewrite
+from agents.experts.vectorize_rewrite import Candidate, rewrite
 from agents.hostflow import assigned, may_exit
 from agents.patch import Patched, apply, readonly_regions, source_files
 from agents.workflow.steps import Finding, Level, Plan
@@ -35,35 +34,6 @@ _CONDITIONAL = {"if_statement", "for_statement", "while_statement", "do_statemen
                 "switch_statement", "for_range_loop"}
 _GLOBAL_METRICS = {op: (f"l1tex__t_sectors_pipe_lsu_mem_global_op_{op}.sum",
                         f"l1tex__t_requests_pipe_lsu_mem_global_op_{op}.sum") for op in ("ld", "st")}
-
-
-@dataclass(frozen=True)
-class Candidate:
-    """A loop the expert can vectorize, and what the rewrite needs of it."""
-
-    loop: Node
-    variable: str
-    type: str  # of the loop variable
-    start: str
-    end: str
-    stride: str | None  # None: one element at a time; else the grid-stride loop's step
-    offset: str  # B of every access `p[B + v]`, "" for none
-    element: str
-    vector: str
-    accesses: tuple[tuple[Node, str, bool], ...]  # (subscript, pointer, is a store)
-
-    @property
-    def width(self) -> int:
-        return 2 if self.vector.endswith("2") else 4
-
-    @property
-    def readers(self) -> list[str]:
-        stores = {id(n) for n, _, store in self.accesses if store and _compound(n)}
-        return list(dict.fromkeys(p for n, p, store in self.accesses if not store or id(n) in stores))
-
-    @property
-    def writers(self) -> list[str]:
-        return list(dict.fromkeys(p for _, p, store in self.accesses if store))
 
 
 class VectorizeExpert(Expert):
@@ -252,14 +222,6 @@ def _plain_statement(access: Node, body: Node) -> bool:
     statement = assignment.parent if assignment is not None else None
     return statement is not None and statement.type == "expression_statement" and (
         statement == body or statement.parent == body)
-
-
-def _compound(access: Node) -> bool:
-    """`p[i] += x` (and `++p[i]`) read what they write."""
-    parent = access.parent
-    operator = parent.child_by_field_name("operator") if parent is not None else None
-    return parent is not None and (parent.type == "update_expression" or (
-        parent.type == "assignment_expression" and operator is not None and operator.type != "="))
 
 
 def _declared(node: Node) -> set[str]:

@@ -1,4 +1,4 @@
-"""The vectorizing expert's code: a `Candidate` loop rewritten (see agents.experts.vectorize).
+"""The vectorizing expert's code: a `Candidate` loop (what agents.experts.vectorize found) rewritten.
 
     one element at a time                       grid-stride
     {                                           {
@@ -16,12 +16,48 @@
 from __future__ import annotations
 
 import re
-from typing import TYPE_CHECKING
+from dataclasses import dataclass
 
-if TYPE_CHECKING:  # the expert's module imports this one
-    from agents.experts.vectorize import Candidate
+from agents._ts import Node
 
 _LANES = ("x", "y", "z", "w")
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """A loop the expert can vectorize, and what the rewrite needs of it."""
+
+    loop: Node
+    variable: str
+    type: str  # of the loop variable
+    start: str
+    end: str
+    stride: str | None  # None: one element at a time; else the grid-stride loop's step
+    offset: str  # B of every access `p[B + v]`, "" for none
+    element: str
+    vector: str
+    accesses: tuple[tuple[Node, str, bool], ...]  # (subscript, pointer, is a store)
+
+    @property
+    def width(self) -> int:
+        return 2 if self.vector.endswith("2") else 4
+
+    @property
+    def readers(self) -> list[str]:
+        stores = {id(n) for n, _, store in self.accesses if store and _compound(n)}
+        return list(dict.fromkeys(p for n, p, store in self.accesses if not store or id(n) in stores))
+
+    @property
+    def writers(self) -> list[str]:
+        return list(dict.fromkeys(p for _, p, store in self.accesses if store))
+
+
+def _compound(access: Node) -> bool:
+    """`p[i] += x` (and `++p[i]`) read what they write."""
+    parent = access.parent
+    operator = parent.child_by_field_name("operator") if parent is not None else None
+    return parent is not None and (parent.type == "update_expression" or (
+        parent.type == "assignment_expression" and operator is not None and operator.type != "="))
 
 
 def rewrite(found: Candidate, source: bytes) -> str:

@@ -99,7 +99,9 @@ def read_only(model: SourceModel, kernel: Kernel, sites: list[LaunchSite]) -> tu
     written, read = written_params(kernel), read_params(kernel)
     candidates = [p.name for p in pointers if p.name not in written and p.name in read]
     if not candidates:
-        return f"every pointer it reads it may write too ({', '.join(p.name for p in pointers)})"
+        names = [p.name for p in pointers]
+        return (f"{', '.join(names)}, not const __restrict__ yet, {'is' if len(names) == 1 else 'are'} written "
+                "(or never read)")
     again = _declarations(model, kernel)
     if again:
         return f"declared again at line {again[0]}: the declarations would disagree"

@@ -121,8 +121,8 @@ def streamify(files: dict[str, str], editable: list[str], path: str, model: Sour
 def _no_region(model: SourceModel, function: str, reasons: tuple[str, ...]) -> str:
     """Why `function` has no region: the reasons other than "fewer than two tasks" first (those
     name what is in the way); a helper's callers are named, for they are streamified instead."""
-    telling = [r for r in reasons if not r.startswith("fewer than two tasks")]
-    reason = "; ".join(telling or list(reasons[:1])) or "no launches"
+    telling = [r for r in reasons if not r.startswith("fewer than two tasks")] or list(reasons[:1])
+    reason = "; ".join(telling[:3]) + (f"; and {len(telling) - 3} more" if len(telling) > 3 else "") or "no launches"
     callers = [f"{op.function} line {op.line}{' (in a loop)' if op.loops else ''}" for op in model.host_ops
                if op.kind is HostOpKind.CALL and op.api == function]
     return f"a helper called from {', '.join(callers)}: {reason}" if callers else reason

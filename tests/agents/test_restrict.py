@@ -68,7 +68,7 @@ def test_read_only_unaliased_pointers_and_the_reasons_for_the_rest(tmp_path: Pat
     assert found["gather"].applies and found["gather"].reason.startswith("table, index of gather: never written")
     assert found["shift"].reason == "in: its argument `y` may share memory with out's `y` (line 22)"
     assert found["widen"].reason == "in: line 11 keeps it in a non-const pointer"
-    assert found["unused"].reason == "every pointer it reads it may write too (p)"
+    assert found["unused"].reason == "p, not const __restrict__ yet, is written (or never read)"
     assert found["axpy"].evidence == ("no profile: decided from the source alone",)
 
 

@@ -72,6 +72,7 @@ class _Frame:
     top: bool = True  # in the unfolded function's own statements (not a helper's)
     call: int = -1
     lambdas: dict[str, Node] = field(default_factory=dict)
+    times: int = 1  # how many times the enclosing unfolded loops repeat this code
 
     def inner(self, **changes: object) -> _Frame:
         return replace(self, names=dict(self.names), lambdas=dict(self.lambdas), **changes)
@@ -196,19 +197,22 @@ class _Unfolder:
         init = node.child_by_field_name("initializer")
         if init is not None:
             self.expression(init, frame)
-        exact = counted.values is not None
-        if counted.values is not None:
-            values, conditional = [str(v) for v in counted.values], frame.conditional
+        # Exactly, while the loops around it and it repeat the body at most MAX_UNFOLD times.
+        exact = counted.values is not None and frame.times * len(counted.values) <= MAX_UNFOLD
+        taken = max(1, min(REPRESENTATIVE, MAX_UNFOLD // frame.times))
+        if exact:
+            values, conditional = [str(v) for v in counted.values or ()], frame.conditional
         elif counted.start is not None and counted.step is not None:
-            values, conditional = [str(counted.start + i * counted.step) for i in range(REPRESENTATIVE)], True
+            values, conditional = [str(counted.start + i * counted.step) for i in range(taken)], True
         else:
-            count = 1 if node.type == "do_statement" else 2
+            count = 1 if node.type == "do_statement" else min(2, taken)
             loop_id = next(self.tokens)
             values, conditional = [f"wf_iter_{loop_id}_{i}" for i in range(count)], node.type != "do_statement"
         variable = counted.variable or _ts.declared_name(node.child_by_field_name("declarator")) or None
         exits = may_exit(node.child_by_field_name("body"), inside_loop=True)
         trail = frame.trail[:-1] if frame.trail and frame.trail[-1].node == node.id else frame.trail
-        inner = frame.inner()  # one frame for every iteration: what one assigns, the next reads
+        # One frame for every iteration: what one assigns, the next reads.
+        inner = frame.inner(times=frame.times * max(1, len(values)))
         for i, value in enumerate(values):
             inner.conditional = conditional or frame.conditional or (exits and i > 0)
             if variable:
@@ -310,7 +314,7 @@ class _Unfolder:
                   if p.type.endswith("parameter_declaration")] if plist is not None else []
         args = [self.resolve(self.text(a), frame) or "" for a in _ts.arguments(call)]
         names = {**(captured or {}), **{p: a for p, a in zip(params, args, strict=False) if p}}
-        inner = _Frame(names, frame.trail, frame.conditional, frame.depth + 1, False, frame.call)
+        inner = _Frame(names, frame.trail, frame.conditional, frame.depth + 1, False, frame.call, times=frame.times)
         self.statement(callee.child_by_field_name("body"), inner)
 
     def bound(self, op: HostOp, frame: _Frame) -> HostOp:

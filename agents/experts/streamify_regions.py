@@ -58,9 +58,11 @@ def analyse(model: SourceModel, function: str, text: str) -> Analysis:
                and _ts.declared_name(n.child_by_field_name("declarator")) == function), None)
     regions: list[Region] = []
     reasons: list[str] = []
-    devices = _device_names(graph)
+    seen = _Seen(_device_names(graph), frozenset(op.at for op in model.host_ops),
+                 frozenset(_ts.declared_name(n.child_by_field_name("declarator")) for n in _ts.walk(model.root)
+                           if n.type == "function_definition"))
     for block in _blocks(fn):
-        statements = [_classify(model, s, steps, devices) for s in block.named_children if s.type != "comment"]
+        statements = [_classify(model, s, steps, seen) for s in block.named_children if s.type != "comment"]
         if not any(s.steps for s in statements):
             continue
         found, why = _regions(model, function, statements, graph)
@@ -82,13 +84,13 @@ def _inside(node: Node, at: int) -> bool:
     return node.start_byte <= at < node.end_byte
 
 
-def _classify(model: SourceModel, node: Node, steps: list[Step], devices: set[str]) -> _Statement:
+def _classify(model: SourceModel, node: Node, steps: list[Step], seen: _Seen) -> _Statement:
     mine = tuple(s for s in steps if any(site.node == node.id for site in s.trail))
     where = f"line {node.start_point[0] + 1}"
     if may_exit(node):
         return _Statement(node, mine, f"a return, break or continue ({where}) that would skip the join")
     if not mine:
-        hidden = _unseen_gpu_work(model, node, devices)
+        hidden = _unseen_gpu_work(node, seen)
         return _Statement(node, (), f"{hidden} ({where}) may work on the GPU unseen" if hidden else None)
     for step in mine:
         op = step.op
@@ -104,7 +106,7 @@ def _classify(model: SourceModel, node: Node, steps: list[Step], devices: set[st
     origins = {_stream_key(s.op.stream) for s in mine}
     if len(origins) > 1:
         return _Statement(node, mine, f"launches on several streams ({', '.join(sorted(map(str, origins)))}, {where})")
-    if (hidden := _unseen_gpu_work(model, node, devices)) is not None:
+    if (hidden := _unseen_gpu_work(node, seen)) is not None:
         return _Statement(node, mine, f"{hidden} ({where}) may work on the GPU unseen")
     return _Statement(node, mine, None, origins.pop())
 
@@ -113,20 +115,27 @@ def _stream_key(stream: str | None) -> str | None:
     return None if stream is None or stream.strip() in DEFAULT_STREAMS else stream.strip()
 
 
-def _unseen_gpu_work(model: SourceModel, node: Node, devices: set[str]) -> str | None:
+@dataclass(frozen=True)
+class _Seen:
+    """What the analysis sees of a file: its device buffers and streams, the calls it reads as
+    CUDA operations, the functions it defines."""
+
+    devices: set[str]
+    calls: frozenset[int]
+    defined: frozenset[str]
+
+
+def _unseen_gpu_work(node: Node, seen: _Seen) -> str | None:
     """A call in `node` to a CUDA library, or to a function not of this file that is handed a
     device buffer or a stream."""
-    ours = {op.at for op in model.host_ops}
-    defined = {_ts.declared_name(n.child_by_field_name("declarator")) for n in _ts.walk(model.root)
-               if n.type == "function_definition"}
-    for call in (n for n in _ts.walk(node) if n.type == "call_expression" and n.start_byte not in ours):
+    for call in (n for n in _ts.walk(node) if n.type == "call_expression" and n.start_byte not in seen.calls):
         name = _ts.callee_name(call) or _ts.text(call.child_by_field_name("function") or call)
         qualified = _ts.text(call.child_by_field_name("function") or call)
         if _LIBRARIES.match(name) or _LIBRARIES.match(qualified):
             return f"{name}()"
         handed = {_ts.text(p) for a in _ts.arguments(call) for p in _ts.pointer_names(a)}
-        if name not in defined and handed & devices:
-            return f"{name}({', '.join(sorted(handed & devices))})"
+        if name not in seen.defined and handed & seen.devices:
+            return f"{name}({', '.join(sorted(handed & seen.devices))})"
     return None
 
 

@@ -122,3 +122,13 @@ def test_what_may_leave_a_statement_early() -> None:
     assert may_exit(statement("if (x) return;")) and may_exit(statement("{ if (x) break; }"))
     assert may_exit(statement("for (int i = 0; i < 4; ++i) { return; }"))
     assert not may_exit(statement("g([&] { return 1; });"))  # a lambda's return is its own
+
+
+def test_nested_counted_loops_are_unfolded_exactly_only_up_to_the_limit() -> None:
+    nested = "void run(float* d, int n) { for (int i = 0; i < 16; ++i) for (int j = 0; j < 16; ++j) " \
+             "fill<<<1, 32>>>(d + (i * 16 + j) * n, n); }"
+    found = launches(nested)
+    assert len(found) == 16 * 4 and all(conditional for *_, conditional in found)  # 64 // 16 of each inner loop
+    assert found[5][1] == ("d + (1 * 16 + 1) * n", "n")
+    small = launches(nested.replace("j < 16", "j < 4"))
+    assert len(small) == 64 and not any(conditional for *_, conditional in small)

@@ -67,7 +67,10 @@ class Node:
     writes: frozenset[str]
     event: str | None = None  # the event recorded, waited on or synchronised on
     blocks_host: bool = False  # the host waits for it before issuing anything after it
-    conditional: bool = False  # it may not run (agents.hostflow): it orders nothing for others
+    conditional: bool = False  # it may not run (agents.hostflow)
+    # The conditions it runs under: a node orders later ones only if they run only when it does
+    # (its guards are a subset of theirs).
+    guards: frozenset[int] = field(default=frozenset(), compare=False)
     trail: tuple[Site, ...] = field(default=(), compare=False)  # the statements around it
     call: int = field(default=-1, compare=False)  # byte offset of the function's call that led to it
 
@@ -134,8 +137,8 @@ def graph_of(model: SourceModel, function: str, steps: list[Step]) -> KernelGrap
         reads, writes = _effects(model, op)
         label = _label(op)
         nodes.append(Node(len(nodes), op.kind, label, seen[label], op.line, op.stream, frozenset(reads),
-                          frozenset(writes), _event(op), _blocks_host(op) and not step.conditional, step.conditional,
-                          step.trail, step.call))
+                          frozenset(writes), _event(op), _blocks_host(op), step.conditional, step.guards, step.trail,
+                          step.call))
         seen[label] += 1
     return KernelGraph(function, tuple(nodes), tuple(_hazards(nodes)), _blocking_streams(model))
 
@@ -233,9 +236,8 @@ def streams_ordered(earlier: str | None, later: str | None, blocking: frozenset[
 def _direct_predecessors(graph: KernelGraph, node: Node) -> set[int]:
     """The earlier nodes that `node` waits for by one rule, before the transitive closure."""
     earlier = graph.nodes[: node.index]
-    preds = {a.index for a in earlier if a.blocks_host}  # the host issued `node` after they finished
-    if node.kind == HostOpKind.DEVICE_SYNC and node.conditional:
-        return preds
+    # The host issued `node` after they finished (when they ran, which they did if `node` runs).
+    preds = {a.index for a in earlier if a.blocks_host and _runs_with(a, node)}
     if node.kind == HostOpKind.DEVICE_SYNC:
         return {a.index for a in earlier}
     if node.kind == HostOpKind.STREAM_SYNC:  # its own stream only: the conservative reading
@@ -244,7 +246,7 @@ def _direct_predecessors(graph: KernelGraph, node: Node) -> set[int]:
     if node.kind in (HostOpKind.EVENT_SYNC, HostOpKind.STREAM_WAIT_EVENT):
         record = next((a for a in reversed(earlier) if a.kind == HostOpKind.EVENT_RECORD and a.event == node.event),
                       None)  # waiting on an event waits for its latest record
-        if record is not None:
+        if record is not None and _runs_with(record, node):  # else an earlier record may be the latest
             preds.add(record.index)
     if node.kind in _STREAM_OPS:
         preds |= {a.index for a in earlier if a.kind in _STREAM_OPS
@@ -260,9 +262,14 @@ def ordering(graph: KernelGraph) -> set[tuple[int, int]]:
     before: list[set[int]] = []
     for node in graph.nodes:  # every rule points forward in program order: one pass closes it
         direct = _direct_predecessors(graph, node)
-        # Not through a node that may not run: what it waited for, others need not have.
-        before.append(direct.union(*(before[a] for a in direct if not graph.nodes[a].conditional)))
+        # Only through a node that surely ran when `node` runs: what it waited for is then done.
+        before.append(direct.union(*(before[a] for a in direct if _runs_with(graph.nodes[a], node))))
     return {(a, b) for b, preds in enumerate(before) for a in preds}
+
+
+def _runs_with(a: Node, b: Node) -> bool:
+    """Whether `a` surely runs when `b` does: every condition of a's is one of b's."""
+    return a.guards <= b.guards
 
 
 # -- checking ------------------------------------------------------------------------------------

@@ -3,17 +3,18 @@ parameters bound to the call's arguments), counted loops unfolded (the loop vari
 each value), `if`s with a constant condition decided, pointer locals and constant arrays read.
 
     SourceModel (its tree) + function ─► unfold ─► [Step]: a HostOp with its arguments
-        substituted, the statements (and loop iterations) of the function around it, and whether
-        it may not run (an undecided condition, a loop whose count is not a constant, a path
-        after a `return` or `break`)
+        substituted, the statements (and loop iterations) of the function around it, and the
+        conditions it runs under (guards): an undecided `if`, a loop whose count is not a
+        constant, a path after a `return` or `break`. A step surely runs when another does if its
+        guards are a subset of the other's, so an early return guards everything after it alike.
 
-A loop with a constant count of at most MAX_UNFOLD iterations is unfolded exactly. Any other
-loop is unfolded REPRESENTATIVE times, every operation in it marked conditional (it may run
-fewer times): a `for` with a constant start and step gets its values from there, others a token
-per iteration (`wf_iter_3_1`) that no expression evaluates, so that what depends on the
-iteration stays apart. Names are substituted textually, once: a parameter or local by the text
-it was bound to, which reads the caller's names. A variable assigned from something the
-analysis cannot follow becomes ANY_PREFIX-token: the dependence graph takes it for every buffer.
+A loop with a constant count is unfolded exactly while the loops around it and it repeat their
+body at most MAX_UNFOLD times. Any other loop is unfolded REPRESENTATIVE times under one guard
+(it may run fewer times): a `for` with a constant start and step gets its values from there,
+others a token per iteration (`wf_iter_3_1`) that no expression evaluates, so that what depends
+on the iteration stays apart. Names are substituted textually, once: a parameter or local by the
+text it was bound to, which reads the caller's names. A variable assigned from something the
+analysis cannot follow becomes an ANY_PREFIX token: the dependence graph takes it for every buffer.
 """
 
 from __future__ import annotations
@@ -59,15 +60,21 @@ class Site:
 class Step:
     op: HostOp  # arguments, stream and buffers with the names bound where it runs
     trail: tuple[Site, ...]  # the function's own statements around it, outermost first
-    conditional: bool  # it may not run
+    guards: frozenset[int]  # the undecided conditions it runs under: a step runs whenever another
+    # runs when its guards are a subset of the other's (an early return guards all that follows)
     call: int  # byte offset of the call in the function that led to it (its own, or a helper's call)
+
+    @property
+    def conditional(self) -> bool:
+        """It may not run."""
+        return bool(self.guards)
 
 
 @dataclass
 class _Frame:
     names: dict[str, str]
     trail: tuple[Site, ...] = ()
-    conditional: bool = False
+    guards: frozenset[int] = frozenset()
     depth: int = 0
     top: bool = True  # in the unfolded function's own statements (not a helper's)
     call: int = -1
@@ -141,12 +148,16 @@ class _Unfolder:
     def token(self, name: str) -> str:
         return f"{ANY_PREFIX}_{name}_{next(self.tokens)}"
 
+    def guard(self) -> int:
+        """A new condition the analysis cannot decide."""
+        return next(self.tokens)
+
     # -- statements --------------------------------------------------------------------------
     def block(self, statements: list[Node], frame: _Frame) -> None:
         for node in statements:
             self.statement(node, frame)
             if may_exit(node):  # what follows a `return`/`break` inside it may not run
-                frame.conditional = True
+                frame.guards = frame.guards | {self.guard()}
 
     def statement(self, node: Node | None, frame: _Frame) -> None:
         if node is None or node.type == "comment":
@@ -171,7 +182,7 @@ class _Unfolder:
 
     def opaque(self, node: Node, frame: _Frame) -> None:
         """Statements walked once, everything in them conditional."""
-        inner = frame.inner(conditional=True)
+        inner = frame.inner(guards=frame.guards | {self.guard()})
         for child in node.named_children:
             self.statement(child, inner) if child.type.endswith("statement") else self.expression(child, inner)
         self.forget(node, frame)
@@ -189,7 +200,7 @@ class _Unfolder:
             self.merge(node, frame, inner)
         else:
             for branch in (consequence, alternative):
-                self.statement(branch, frame.inner(conditional=True))
+                self.statement(branch, frame.inner(guards=frame.guards | {self.guard()}))
             self.forget(node, frame)
 
     def loop(self, node: Node, frame: _Frame) -> None:
@@ -200,21 +211,24 @@ class _Unfolder:
         # Exactly, while the loops around it and it repeat the body at most MAX_UNFOLD times.
         exact = counted.values is not None and frame.times * len(counted.values) <= MAX_UNFOLD
         taken = max(1, min(REPRESENTATIVE, MAX_UNFOLD // frame.times))
+        ran = frozenset({self.guard()})  # that the loop ran this often: one condition for all its iterations
         if exact:
-            values, conditional = [str(v) for v in counted.values or ()], frame.conditional
+            values, guards = [str(v) for v in counted.values or ()], frame.guards
         elif counted.start is not None and counted.step is not None:
-            values, conditional = [str(counted.start + i * counted.step) for i in range(taken)], True
+            values, guards = [str(counted.start + i * counted.step) for i in range(taken)], frame.guards | ran
         else:
             count = 1 if node.type == "do_statement" else min(2, taken)
             loop_id = next(self.tokens)
-            values, conditional = [f"wf_iter_{loop_id}_{i}" for i in range(count)], node.type != "do_statement"
+            values = [f"wf_iter_{loop_id}_{i}" for i in range(count)]
+            guards = frame.guards | (ran if node.type != "do_statement" else frozenset())
         variable = counted.variable or _ts.declared_name(node.child_by_field_name("declarator")) or None
         exits = may_exit(node.child_by_field_name("body"), inside_loop=True)
         trail = frame.trail[:-1] if frame.trail and frame.trail[-1].node == node.id else frame.trail
         # One frame for every iteration: what one assigns, the next reads.
         inner = frame.inner(times=frame.times * max(1, len(values)))
+        left = frozenset({self.guard()})  # that no earlier iteration left the loop
         for i, value in enumerate(values):
-            inner.conditional = conditional or frame.conditional or (exits and i > 0)
+            inner.guards = guards | (left if exits and i > 0 else frozenset())
             if variable:
                 inner.names[variable] = value
             if frame.top:
@@ -296,7 +310,7 @@ class _Unfolder:
                     else self.token(_ts.text(pointee))
         here = frame if frame.call >= 0 else frame.inner(call=node.start_byte)
         if op is not None and op.kind is not HostOpKind.CALL:
-            self.steps.append(Step(self.bound(op, frame), frame.trail, frame.conditional, here.call))
+            self.steps.append(Step(self.bound(op, frame), frame.trail, frame.guards, here.call))
         elif op is not None and frame.depth < MAX_DEPTH:
             self.inline(self.functions.get(op.api), node, here)
         elif name in frame.lambdas and frame.depth < MAX_DEPTH:
@@ -314,7 +328,7 @@ class _Unfolder:
                   if p.type.endswith("parameter_declaration")] if plist is not None else []
         args = [self.resolve(self.text(a), frame) or "" for a in _ts.arguments(call)]
         names = {**(captured or {}), **{p: a for p, a in zip(params, args, strict=False) if p}}
-        inner = _Frame(names, frame.trail, frame.conditional, frame.depth + 1, False, frame.call, times=frame.times)
+        inner = _Frame(names, frame.trail, frame.guards, frame.depth + 1, False, frame.call, times=frame.times)
         self.statement(callee.child_by_field_name("body"), inner)
 
     def bound(self, op: HostOp, frame: _Frame) -> HostOp:

@@ -146,7 +146,7 @@ def _regions(model: SourceModel, function: str, statements: list[_Statement],
     for statement in statements:
         if statement.problem is not None:
             if statement.steps or any(s.steps for s in runs[-1]):
-                reasons.append(f"{statement.problem} sits among the launches")
+                reasons.append(f"{statement.problem} breaks the run of launches")
             runs.append([])
         elif statement.alone:
             runs += [[statement], []]

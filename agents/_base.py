@@ -6,12 +6,9 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
-from cluster.types import KernelResources
-
-if TYPE_CHECKING:  # cluster.config reads agents.llm.config: no import cycle at run time
-    from cluster.config import Target
+from cluster.config import Target
+from cluster.core.types import KernelResources
 
 
 @dataclass(frozen=True)

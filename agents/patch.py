@@ -14,6 +14,7 @@ timing and verification code: no edit may touch them or their markers.
 from __future__ import annotations
 
 import bisect
+import dataclasses
 import difflib
 import hashlib
 import json
@@ -23,12 +24,10 @@ from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import PurePosixPath
-from typing import TYPE_CHECKING
 
-from cluster.types import SourceBundle
-
-if TYPE_CHECKING:  # cluster.config reads agents.llm.config: no import cycle at run time
-    from cluster.config import Target
+from agents._base import Proposal
+from cluster.config import Target
+from cluster.core.types import SourceBundle
 
 __all__ = [
     "Delete", "Edit", "InsertAfter", "InsertAtAnchor", "InsertBefore", "MarkerError", "Patched", "Refused",
@@ -446,3 +445,17 @@ def variant_bundle(target: Target, patched: Patched | Variant) -> SourceBundle:
         raise ValueError(f"{unknown[0]} is not a declared source of target {target.name}")
     return SourceBundle(tuple((path, changed[path].encode("utf-8", "surrogateescape") if path in changed else content)
                               for path, content in target.bundle.files))
+
+
+def variant_target(target: Target, proposal: Proposal) -> Target:
+    """The target with the proposal's files, and its searched params added (first value: default)."""
+    bundle = variant_bundle(target, proposal) if proposal.files else target.bundle
+    params = dict(target.spec.params)
+    defaults = dict(target.spec.defaults)
+    for name, values in proposal.search_params.items():
+        if name == "maxrregcount":
+            continue  # a flag of the space, not a define
+        params[name] = list(values)
+        defaults.setdefault(name, values[0])
+    spec = target.spec.model_copy(update={"params": params, "defaults": defaults})
+    return dataclasses.replace(target, spec=spec, bundle=bundle)

@@ -13,9 +13,8 @@ from rich.console import Console
 from rich.table import Table
 
 from cluster.config import RunPlan, load_run
-from cluster.errors import ConfigError
-
-EXPORT_FORMATS = ["flags", "json", "yaml", "header", "cmake", "t4", "bundle", "patch"]
+from cluster.core.errors import ConfigError
+from cluster.core.registry import EXPORT_FORMATS
 
 
 def _one_line_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
@@ -66,8 +65,8 @@ def main() -> None:
 def sweep(config: str, address: str | None, resume: str | None, trials: int | None,
           time_budget: float | None, output_dir: str | None, progress: bool | None) -> None:
     """Sweep the targets of CONFIG, then print the best configurations."""
-    from cluster.driver import Sweep
-    from cluster.rundir import RunDir
+    from cluster.engine.driver import Sweep
+    from cluster.store.rundir import RunDir
 
     plan = _override(load_run(config), trials, time_budget, output_dir)
     run_dir = RunDir.open(resume) if resume else RunDir.create(plan)
@@ -107,9 +106,9 @@ def show(run: str) -> None:
 
 
 def _show(path: Path) -> None:
-    from cluster.results import read_results
-    from cluster.rundir import RunDir
-    from cluster.select import select_best
+    from cluster.outputs.select import select_best
+    from cluster.store.results import read_results
+    from cluster.store.rundir import RunDir
 
     run_dir = RunDir.open(path)
     rows = read_results(run_dir.path)
@@ -144,7 +143,8 @@ def _show_profiles(console: Console, run: Path, rows: Any, best: dict[tuple[str,
     """What Nsight Compute saw for each study's baseline and winner: the metrics behind a speedup."""
     import pandas as pd
 
-    from cluster.profile import (
+    from cluster.core.types import Status
+    from cluster.runners.profile import (
         BANK_CONFLICT_METRICS,
         LOCAL_MEMORY_METRICS,
         PROFILE_SCHEMA,
@@ -152,8 +152,7 @@ def _show_profiles(console: Console, run: Path, rows: Any, best: dict[tuple[str,
         Profile,
         top_stalls,
     )
-    from cluster.results import read_table
-    from cluster.types import Status
+    from cluster.store.results import read_table
 
     profiles = read_table(run, "profiles", PROFILE_SCHEMA)
     profiles = profiles[profiles["status"] == "ok"]
@@ -191,7 +190,7 @@ def _show_profiles(console: Console, run: Path, rows: Any, best: dict[tuple[str,
 
 def _show_pareto(console: Console, rows: Any) -> None:
     """The time/energy Pareto front of each study that measured energy (GPU workers)."""
-    from cluster.select import pareto_front
+    from cluster.outputs.select import pareto_front
 
     for (target, device), group in rows.groupby(["target", "device_type"], sort=True):
         front = pareto_front(group)
@@ -209,8 +208,7 @@ def _show_pareto(console: Console, rows: Any) -> None:
 
 @main.command()
 @click.argument("target", type=click.Path(dir_okay=False))
-@click.option("--experts", default="registers,unroll,padding,streamify,launch_bounds,restrict,vectorize",
-              show_default=True,
+@click.option("--experts", default="registers,unroll,padding,streamify", show_default=True,
               help="Comma-separated rule-based experts to run.")
 @click.option("--trials", type=click.IntRange(min=1), default=24, show_default=True,
               help="Candidates searched over the verified variants and the flags.")
@@ -228,9 +226,9 @@ def optimize(target: str, experts: str, trials: int, sanitizer: str, address: st
     import yaml
 
     from cluster.config import load_target
-    from cluster.driver import Sweep
-    from cluster.optimize_report import write_report
-    from cluster.rundir import RunDir
+    from cluster.engine.driver import Sweep
+    from cluster.outputs.optimize_report import write_report
+    from cluster.store.rundir import RunDir
 
     spec = load_target(target)
     config = {"name": f"optimize-{spec.name}", "output_dir": str(Path(output_dir).resolve()),
@@ -253,7 +251,7 @@ def optimize(target: str, experts: str, trials: int, sanitizer: str, address: st
 
 @main.command()
 @click.argument("run", type=click.Path(file_okay=False))
-@click.option("--format", "fmt", type=click.Choice(EXPORT_FORMATS), default="flags", show_default=True,
+@click.option("--format", "fmt", type=click.Choice(list(EXPORT_FORMATS)), default="flags", show_default=True,
               help="t4: Kernel Tuner's results format, one target on one device; bundle: all of them in a folder.")
 @click.option("--output", type=click.Path(), help="Write here instead of stdout (bundle: the folder, required).")
 @click.option("--target", help="Only this target.")
@@ -261,10 +259,10 @@ def optimize(target: str, experts: str, trials: int, sanitizer: str, address: st
 @_one_line_errors
 def export(run: str, fmt: str, output: str | None, target: str | None, device: str | None) -> None:
     """Export the best configurations of RUN for a build."""
-    from cluster.export import export as render
-    from cluster.results import read_results
-    from cluster.rundir import RunDir
-    from cluster.select import select_best
+    from cluster.outputs.exports import WRITES_FOLDER, ExportError, ExportRequest, render
+    from cluster.outputs.select import select_best
+    from cluster.store.results import read_results
+    from cluster.store.rundir import RunDir
 
     run_dir = RunDir.open(run)
     rows = read_results(run_dir.path)
@@ -279,50 +277,18 @@ def export(run: str, fmt: str, output: str | None, target: str | None, device: s
             raise ConfigError(run, "--device", f"no selected configuration on a device matching {device!r}")
     if not best:
         raise ConfigError(run, "results", "no correct candidate to export")
-    if fmt == "bundle":
-        _export_bundle(run, best, rows, output)
-        return
-    if fmt == "patch":
-        from cluster.variants import winner_patches
-
-        text = winner_patches(run_dir.path, best)
-    else:
-        try:
-            text = _export_t4(run, best, rows) if fmt == "t4" else render(best, fmt)
-        except ValueError as exc:
-            raise ConfigError(run, "--format", str(exc)) from None
-    if output:
+    request = ExportRequest(best, rows, run_dir.path, Path(output) if output else None)
+    try:
+        text = render(fmt, request)
+    except ExportError as exc:
+        raise ConfigError(output if exc.option == "--output" and output else run, exc.option, str(exc)) from None
+    if fmt in WRITES_FOLDER:
+        click.echo(text, err=True)
+    elif output:
         Path(output).write_text(text)
         click.echo(f"wrote {output}", err=True)
     else:
         click.echo(text, nl=not text.endswith("\n"))
-
-
-def _export_t4(run: str, best: list[Any], rows: Any) -> str:
-    import json
-
-    from cluster.t4 import t4_document
-
-    if len(best) > 1:
-        studies = ", ".join(f"{b.target} on {b.device_type}" for b in best)
-        raise ConfigError(run, "--format", f"t4 holds one target on one device; choose with --target and "
-                                           f"--device among: {studies}")
-    study = rows[(rows["target"] == best[0].target) & (rows["device_type"] == best[0].device_type)]
-    return json.dumps(t4_document(study), indent=1, allow_nan=False) + "\n"
-
-
-def _export_bundle(run: str, best: list[Any], rows: Any, output: str | None) -> None:
-    from cluster.bundle import write_bundle
-
-    if not output:
-        raise ConfigError(run, "--output", "a bundle needs a folder to go to")
-    if Path(output).exists() and not Path(output).is_dir():
-        raise ConfigError(output, "--output", "exists and is not a folder")
-    try:
-        written = write_bundle(best, rows, Path(output))
-    except ValueError as exc:
-        raise ConfigError(run, "--format", str(exc)) from None
-    click.echo(f"wrote {len(written)} files to {output}", err=True)
 
 
 # -- portability: evaluate, compare, report (issue 6) ------------------------------------------
@@ -339,7 +305,7 @@ def evaluate(sources: tuple[str, ...], config: str | None, runs: int | None, add
              output_dir: str | None) -> None:
     """Measure the configurations of SOURCES (run directories: their winners; export files from
     warpfleet export --format json or yaml) on the devices at hand, with the baseline measured again."""
-    from cluster.evaluate import Evaluation, create_run_dir, plan_for
+    from cluster.engine.evaluate import Evaluation, create_run_dir, plan_for
 
     plan, origins = plan_for(list(sources), config)
     run_dir = create_run_dir(plan, origins, list(sources), output_dir)
@@ -366,8 +332,8 @@ def compare(runs: tuple[str, ...], fmt: str, output: str | None, archs: tuple[st
             compile_missing: bool) -> None:
     """The portability matrix per target over RUNS: each configuration tuned on one device type,
     measured on another, as a share of that one's own best; and the best worst case."""
-    from cluster.compare import add_resources, build_matrices, load_run_dir, load_targets
-    from cluster.compare_text import to_json, to_markdown
+    from cluster.outputs.compare import add_resources, build_matrices, load_run_dir, load_targets
+    from cluster.outputs.compare_text import to_json, to_markdown
 
     loaded = [load_run_dir(run) for run in runs]
     targets, problems = load_targets(loaded, config) if compile_missing else ({}, [])
@@ -400,7 +366,7 @@ def _archs(values: tuple[str, ...]) -> tuple[str, ...]:
 def report(runs: tuple[str, ...], output: str | None) -> None:
     """An HTML report (self-contained) and markdown with PNG plots of RUNS: speedups, portability,
     search progress, time against energy, parameter importance."""
-    from cluster.report import write_report
+    from cluster.outputs.report import write_report
 
     out = Path(output) if output else Path(runs[0]) / "report"
     try:

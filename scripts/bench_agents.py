@@ -28,12 +28,12 @@ sys.path[:0] = [str(REPO), str(REPO / "scripts")]
 from bench_suite import noise  # noqa: E402
 
 from cluster.config import RunPlan, load_run  # noqa: E402
-from cluster.driver import Sweep  # noqa: E402
-from cluster.optimize_report import optimization_results, write_report  # noqa: E402
-from cluster.results import read_results, read_table  # noqa: E402
-from cluster.rundir import RunDir  # noqa: E402
-from cluster.select import select_best  # noqa: E402
-from cluster.variants import VARIANT_SCHEMA  # noqa: E402
+from cluster.engine.driver import Sweep  # noqa: E402
+from cluster.outputs.optimize_report import optimization_results, write_report  # noqa: E402
+from cluster.outputs.select import select_best  # noqa: E402
+from cluster.store.results import read_results, read_table  # noqa: E402
+from cluster.store.rundir import RunDir  # noqa: E402
+from cluster.store.variants import VARIANT_SCHEMA  # noqa: E402
 
 SUITE = REPO / "configs" / "suite.yaml"
 
@@ -59,7 +59,7 @@ def agent_sweep(targets: list[str], trials: int, out: Path) -> Path:
 
 
 def hand_speedups(targets: list[str], repeats: int) -> dict[str, dict]:
-    from cluster.devices import gpu_device
+    from cluster.runners.devices import gpu_device
 
     device = gpu_device(0, "bench")
     out = {}

@@ -16,9 +16,9 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from cluster.config import RunPlan, load_run
-from cluster.driver import Sweep
-from cluster.results import read_results
-from cluster.rundir import RunDir
+from cluster.engine.driver import Sweep
+from cluster.store.results import read_results
+from cluster.store.rundir import RunDir
 
 CONFIG = Path(__file__).resolve().parent / "load" / "load.yaml"
 

@@ -35,15 +35,15 @@ from typing import Any, TextIO
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from cluster.compare import add_resources, build_matrices, load_run_dir, load_targets
-from cluster.compare_text import to_json, to_markdown
 from cluster.config import RunPlan, load_run
-from cluster.driver import Sweep
-from cluster.errors import ConfigError
-from cluster.evaluate import Evaluation, create_run_dir, plan_for
-from cluster.results import read_results
-from cluster.rundir import RunDir
-from cluster.select import select_best
+from cluster.core.errors import ConfigError
+from cluster.engine.driver import Sweep
+from cluster.engine.evaluate import Evaluation, create_run_dir, plan_for
+from cluster.outputs.compare import add_resources, build_matrices, load_run_dir, load_targets
+from cluster.outputs.compare_text import to_json, to_markdown
+from cluster.outputs.select import select_best
+from cluster.store.results import read_results
+from cluster.store.rundir import RunDir
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -185,7 +185,7 @@ def main(argv: list[str] | None = None) -> int:
         (args.out / "matrix.json").write_text(to_json(matrices))
         page = None
         if not args.no_report:
-            from cluster.report import write_report
+            from cluster.outputs.report import write_report
 
             page, _ = write_report(runs, args.out / "report")
         summary["steps"]["compare_report_s"] = time.monotonic() - step

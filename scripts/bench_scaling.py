@@ -30,10 +30,10 @@ def child(config: str, count: int, trials: int, out: Path, cpu: bool) -> dict:
     import pandas as pd
 
     from cluster.config import RunPlan, load_run
-    from cluster.driver import Sweep
-    from cluster.results import read_results
-    from cluster.rundir import RunDir
-    from cluster.select import select_best
+    from cluster.engine.driver import Sweep
+    from cluster.outputs.select import select_best
+    from cluster.store.results import read_results
+    from cluster.store.rundir import RunDir
 
     plan = load_run(config)
     update = {"output_dir": str(out / f"runs-{count}"),

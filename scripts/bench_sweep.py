@@ -16,10 +16,10 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from cluster.config import RunPlan, load_run
-from cluster.driver import Sweep
-from cluster.results import read_results
-from cluster.rundir import RunDir
-from cluster.select import select_best
+from cluster.engine.driver import Sweep
+from cluster.outputs.select import select_best
+from cluster.store.results import read_results
+from cluster.store.rundir import RunDir
 
 
 def main() -> None:

@@ -84,7 +84,7 @@ def portability_cpu_runs(tmp_path_factory):
     machine's) and an evaluation here of both winners: tests/cluster/portability_runs.py."""
     import ray
 
-    from tests.cluster.portability_runs import cpu_runs
+    from tests.cluster.outputs.portability_runs import cpu_runs
 
     if not ray.is_initialized():
         ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False)
@@ -94,6 +94,6 @@ def portability_cpu_runs(tmp_path_factory):
 @pytest.fixture(scope="session")
 def portability_gpu_runs(tmp_path_factory):
     """H100 and H200 sweeps and an evaluation, written from given measurements."""
-    from tests.cluster.portability_runs import gpu_runs
+    from tests.cluster.outputs.portability_runs import gpu_runs
 
     return gpu_runs(tmp_path_factory.mktemp("portability_gpu"))

@@ -26,7 +26,7 @@ from agents.experts.registers import ACHIEVED_OCCUPANCY, MIN_REGISTERS, names_ke
 from agents.launch_sites import LaunchSite, instance_of, launch_sites
 from agents.patch import InsertBefore, Patched, apply, source_files
 from agents.workflow.steps import Finding, Level, Plan
-from cluster.occupancy import DeviceLimits, limits_for, occupancy, register_steps
+from cluster.core.occupancy import DeviceLimits, limits_for, occupancy, register_steps
 
 MACRO = "WF_LB_WARPS_{}"
 

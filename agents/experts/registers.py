@@ -16,8 +16,8 @@ from agents._base import AnalysisContext, Proposal
 from agents.cuda_source import SourceModel
 from agents.experts._expert import Expert, source_models
 from agents.workflow.steps import Finding, Level, Plan
-from cluster.occupancy import DeviceLimits, Occupancy, limits_for, occupancy_of_kernel, register_steps
-from cluster.types import KernelResources
+from cluster.core.occupancy import DeviceLimits, Occupancy, limits_for, occupancy_of_kernel, register_steps
+from cluster.core.types import KernelResources
 
 DEFAULT_BLOCK_SIZE = 256
 # ptxas does not go below this many registers per thread on sm_80/sm_90, whatever -maxrregcount asks.

@@ -10,14 +10,14 @@ re-exported here: it is a test double, not part of the agents' API).
 """
 import importlib
 
-# Public names, imported on first use: cluster.config reads agents.llm.config, and the rest of
+# Public names, imported on first use: cluster.config reads cluster.config.agents, and the rest of
 # this package reads cluster, so an eager import here would be a cycle.
 _WHERE = {
-    "AgentsConfig": "agents.llm.config",
+    "AgentsConfig": "cluster.config.agents",
     "ChatClient": "agents.llm.client",
     "ChatRequest": "agents.llm.client",
     "Completion": "agents.llm.client",
-    "CustomSpec": "agents.llm.config",
+    "CustomSpec": "cluster.config.agents",
     "EndpointError": "agents.llm.client",
     "ExchangeStore": "agents.llm.store",
     "IterationResult": "agents.llm.iterate",
@@ -26,16 +26,16 @@ _WHERE = {
     "LLMPlanner": "agents.llm.steps",
     "LLMProposal": "agents.llm.accounting",
     "LLMReviewer": "agents.llm.steps",
-    "LLMSpec": "agents.llm.config",
+    "LLMSpec": "cluster.config.agents",
     "LLMStepError": "agents.llm.steps",
     "LLMTransformer": "agents.llm.steps",
     "OpenAIChat": "agents.llm.client",
-    "Prices": "agents.llm.config",
+    "Prices": "cluster.config.agents",
     "Prompts": "agents.llm.prompts",
     "ReplayChat": "agents.llm.replay",
     "Round": "agents.llm.iterate",
     "Services": "agents.llm.tools",
-    "StepChoice": "agents.llm.config",
+    "StepChoice": "cluster.config.agents",
     "TokenBudget": "agents.llm.accounting",
     "Trial": "agents.llm.iterate",
     "Usage": "agents.llm.accounting",

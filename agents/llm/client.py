@@ -21,8 +21,8 @@ from typing import Any
 import openai
 
 from agents.llm.accounting import TokenBudget, Usage
-from agents.llm.config import LLMSpec
 from agents.llm.store import ExchangeStore
+from cluster.config.agents import LLMSpec
 
 Message = dict[str, Any]
 

@@ -12,9 +12,9 @@ from pathlib import Path
 
 import yaml
 
-from agents.llm.config import CustomSpec
 from agents.llm.steps import Kit, LLMAnalyst, LLMPlanner, LLMTransformer
 from agents.workflow.steps import Steps
+from cluster.config.agents import CustomSpec
 
 PROMPT = "custom"
 

@@ -25,7 +25,7 @@ from agents.llm.accounting import LLMProposal, TokenBudget, Usage, usage_record
 from agents.patch import Variant, variant_bundle
 from agents.workflow.engine import proposal_key
 from agents.workflow.steps import Plan, Verdict
-from cluster.guardrails import SUSPECT_SPEEDUP, suspect_speedup
+from cluster.core.encodings import SUSPECT_SPEEDUP, suspect_speedup
 
 MAX_METRICS_IN_FEEDBACK = 6
 

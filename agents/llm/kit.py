@@ -7,22 +7,12 @@ optimization with an expert or an LLM agent at each step, as the config chooses.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from agents.experts import (
-    LaunchBoundsExpert,
-    PaddingExpert,
-    RegisterExpert,
-    RestrictExpert,
-    StreamifyExpert,
-    UnrollExpert,
-    VectorizeExpert,
-)
 from agents.experts._expert import Expert
 from agents.llm.accounting import TokenBudget
 from agents.llm.client import OpenAIChat
-from agents.llm.config import AgentsConfig, CustomSpec, LLMSpec, StepChoice
 from agents.llm.custom import custom_steps
 from agents.llm.prompts import Prompts
 from agents.llm.replay import ReplayChat
@@ -30,11 +20,8 @@ from agents.llm.steps import Kit, LLMAnalyst, LLMPlanner, LLMTransformer
 from agents.llm.store import ExchangeStore
 from agents.llm.tools import Services, local_build
 from agents.workflow.steps import Steps
-
-EXPERTS: dict[str, Callable[[], Expert]] = {
-    "registers": RegisterExpert, "unroll": UnrollExpert, "padding": PaddingExpert, "streamify": StreamifyExpert,
-    "launch_bounds": LaunchBoundsExpert, "restrict": RestrictExpert, "vectorize": VectorizeExpert,
-}
+from cluster.config.agents import AgentsConfig, CustomSpec, LLMSpec, StepChoice
+from cluster.core.registry import EXPERTS
 
 
 def make_kit(spec: LLMSpec, run_dir: str | Path | None = None, *, replay: bool = False,
@@ -58,7 +45,7 @@ def build_steps(spec: LLMSpec | None, choice: Mapping[str, Mapping[str, str] | S
     """The workflow's steps for each optimization of ``choice`` (in its order), e.g.
     ``{"unroll": {"analyst": "expert", "planner": "expert", "transformer": "llm"}, "fusion": {...}}``:
     an expert or an LLM agent at each step (missing steps: expert). Optimizations are the experts'
-    (``EXPERTS``) and the ``custom`` ones, which are LLM at every step.
+    (``cluster.core.registry.EXPERTS``) and the ``custom`` ones, which are LLM at every step.
 
     The LLM agents share ``kit``, or one made from ``spec`` (``make_kit``: ``run_dir`` stores the
     exchanges, ``replay`` answers from them). Raises ValueError for an unknown optimization, an
@@ -80,7 +67,7 @@ def build_steps(spec: LLMSpec | None, choice: Mapping[str, Mapping[str, str] | S
             continue
         if name not in EXPERTS:
             raise ValueError(f"unknown optimization {name!r} (known: {', '.join([*EXPERTS, *customs])})")
-        expert = EXPERTS[name]()
+        expert: Expert = EXPERTS.load(name)()
         if kit is not None and "llm" in (chosen.analyst, chosen.planner, chosen.transformer):
             kit.prompts.check(name)
         args = (kit, name, expert.level)

@@ -7,8 +7,8 @@ from __future__ import annotations
 
 from agents.llm.accounting import TokenBudget
 from agents.llm.client import ChatClient, ChatRequest, Completion, EndpointError
-from agents.llm.config import LLMSpec
 from agents.llm.store import ExchangeStore, request_hash
+from cluster.config.agents import LLMSpec
 
 
 class ReplayChat(ChatClient):

@@ -26,7 +26,6 @@ from pydantic import Field, field_validator
 from agents._base import AnalysisContext, Proposal
 from agents.llm.accounting import LLMProposal, TokenBudget, Usage
 from agents.llm.client import ChatClient
-from agents.llm.config import LLMSpec
 from agents.llm.guard import Workspace, check_files
 from agents.llm.prompts import Prompts
 from agents.llm.react import ReactResult, react
@@ -44,6 +43,7 @@ from agents.workflow.steps import (
     Verification,
     Verifier,
 )
+from cluster.config.agents import LLMSpec
 
 _MACRO = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 

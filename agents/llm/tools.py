@@ -227,7 +227,7 @@ class OccupancyArgs(Args):
 
 
 def occupancy_tool(session: Session, args: OccupancyArgs) -> str:
-    from cluster.occupancy import limits_for, occupancy, register_steps
+    from cluster.core.occupancy import limits_for, occupancy, register_steps
 
     limits = limits_for(args.arch or session.context.arch)
     now = occupancy(limits, args.block_size, args.registers, args.shared_bytes)
@@ -333,8 +333,8 @@ def local_build(context: AnalysisContext, files: Mapping[str, str]) -> str:
     """Compile the working copy here (the target's build command and timeout) and say how it went:
     the ptxas report on success, the compiler's tail on failure."""
     from agents.patch import Variant, variant_bundle
-    from cluster.build import compile_candidate
-    from cluster.types import Candidate, Status
+    from cluster.core.types import Candidate, Status
+    from cluster.runners.build import compile_candidate
 
     target = context.target
     changed = tuple((p, t) for p, t in files.items() if t != dict(target.bundle.files)[p].decode("utf-8", "replace"))

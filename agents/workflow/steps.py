@@ -7,7 +7,7 @@
 
 Each step is a small abstract base, so that a rule-based expert and an LLM agent are
 interchangeable per step: ``Steps`` names the implementation of each. Rule-based experts
-implement the first three (``agents.experts``); verification is ``cluster.verify``'s, whatever
+implement the first three (``agents.experts``); verification is ``cluster.engine.verify``'s, whatever
 proposed the variant, so that no agent can vouch for its own output.
 """
 
@@ -19,15 +19,7 @@ from dataclasses import asdict, dataclass, field
 from enum import StrEnum
 
 from agents._base import AnalysisContext, Proposal
-
-
-class Level(StrEnum):
-    """The four levels WarpDrive works at."""
-
-    COMPILER_OPTION = "compiler option"
-    COMPILER_HINT = "compiler hint"
-    KERNEL = "kernel"
-    APPLICATION = "application"
+from cluster.config.agents import Level
 
 
 @dataclass(frozen=True)

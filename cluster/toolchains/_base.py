@@ -5,7 +5,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from typing import ClassVar
 
-from cluster.types import DeviceInfo, KernelResources
+from cluster.core.types import DeviceInfo, KernelResources
 
 
 class Toolchain(ABC):
@@ -14,7 +14,7 @@ class Toolchain(ABC):
     name: ClassVar[str]
     #: "gpu": candidates are measured by GPU workers; "cpu": by CPU workers.
     device_kind: ClassVar[str]
-    #: Build command used when a target declares none (placeholders: see cluster.placeholders).
+    #: Build command used when a target declares none (placeholders: see cluster.core.placeholders).
     default_build: ClassVar[tuple[str, ...]]
     #: Flags always added to ``{flags}`` so that the compiler reports resource usage.
     report_flags: ClassVar[tuple[str, ...]] = ()

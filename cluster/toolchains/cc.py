@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import ClassVar
 
+from cluster.core.types import DeviceInfo, KernelResources
 from cluster.toolchains._base import Toolchain
-from cluster.types import DeviceInfo, KernelResources
 
 
 class Cc(Toolchain):

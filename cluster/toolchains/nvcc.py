@@ -6,8 +6,8 @@ import re
 from dataclasses import replace
 from typing import ClassVar
 
+from cluster.core.types import DeviceInfo, KernelResources
 from cluster.toolchains._base import Toolchain
-from cluster.types import DeviceInfo, KernelResources
 
 _COMPUTE_CAPABILITY = re.compile(r"(\d+)\.(\d+)")
 

@@ -1,7 +1,7 @@
 """One warpfleet sweep of a generated target (spaces.write_wf_target), as an evaluation trace.
 
 A real sweep: a run config written to disk and loaded by ``cluster.config.load_run``, run by
-``cluster.driver.Sweep`` on the Ray instance the lane started (one measuring actor per GPU it was
+``cluster.engine.driver.Sweep`` on the Ray instance the lane started (one measuring actor per GPU it was
 given), its rows read back from the run's Parquet dataset and its winner from ``select_best``.
 The baseline is the first evaluation (so ``max_evals`` counts it), the search the rest; the final
 re-measure of the best few is part of the run's wall time but adds no evaluation.
@@ -42,9 +42,9 @@ def write_run_config(folder: Path, target: Path, space: KernelSpace, kind: str, 
 def run_sweep(config_path: Path, space: KernelSpace, gpus: int, log: Any = print) -> RunResult:
     """Run the sweep (Ray must be up) and read its trace; any failure is a row, never a raise."""
     from cluster.config import load_run
-    from cluster.driver import Sweep
-    from cluster.results import read_results
-    from cluster.rundir import RunDir
+    from cluster.engine.driver import Sweep
+    from cluster.store.results import read_results
+    from cluster.store.rundir import RunDir
 
     t0 = time.time()
     try:
@@ -64,7 +64,7 @@ def run_sweep(config_path: Path, space: KernelSpace, gpus: int, log: Any = print
 def trace(space: KernelSpace, rows: pd.DataFrame, t0: float, wall: float, gpus: int) -> RunResult:
     """The baseline and search rows in the order their results came in (``finished_at``; a row
     whose build failed has none and goes last), and warpfleet's own selection as the winner."""
-    from cluster.select import select_best
+    from cluster.outputs.select import select_best
 
     if rows.empty:
         return RunResult(wall_s=wall, workers_requested=gpus, error="no rows")

@@ -12,7 +12,7 @@ from agents import _ts
 from agents.cuda_source import HostOpKind, Kernel, SourceModel, analyze, read_params, written_params
 
 TARGETS = Path(__file__).resolve().parents[2] / "configs" / "targets"
-HARNESS = Path(__file__).resolve().parents[2] / "cluster" / "include" / "warpfleet" / "harness.cuh"
+HARNESS = Path(__file__).resolve().parents[2] / "cluster" / "runners" / "include" / "warpfleet" / "harness.cuh"
 SUITE = sorted(TARGETS.glob("*/*.cu"))
 
 

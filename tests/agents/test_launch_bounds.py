@@ -11,10 +11,10 @@ import pytest
 
 from agents._base import AnalysisContext, Proposal
 from agents.experts.launch_bounds import LaunchBoundsExpert
-from cluster.build import compile_candidate
 from cluster.config import Target
-from cluster.types import Candidate, KernelResources, Phase, Status
-from cluster.verify import contracts_verdict, static_verdicts
+from cluster.core.types import Candidate, KernelResources, Phase, Status
+from cluster.engine.verify import contracts_verdict, static_verdicts
+from cluster.runners.build import compile_candidate
 from tests.agents.test_padding import kernel_target
 from tests.conftest import needs
 
@@ -128,7 +128,7 @@ def test_the_bound_caps_the_registers_ptxas_gives_the_kernel(tmp_path: Path) -> 
     [heavy] = [k for k in artifact.kernels if "heavy" in k.kernel]
     found = LaunchBoundsExpert().propose(AnalysisContext(tgt, ARCH, kernels=artifact.kernels))
     [proposal] = [p for p in found if "WF_LB_WARPS_heavy" in p.search_params]
-    from cluster.verify import variant_target
+    from agents.patch import variant_target
 
     variant = variant_target(tgt, proposal)
     for warps in proposal.search_params["WF_LB_WARPS_heavy"][:2]:

@@ -18,7 +18,7 @@ from agents.experts import StreamifyExpert
 from agents.experts._streams import Plan
 from agents.experts.streamify import Finding, streamify
 from cluster.config import Target, load_target
-from cluster.verify import depgraph_verdict, static_verdicts
+from cluster.engine.verify import depgraph_verdict, static_verdicts
 from tests.agents.test_depgraph import END, SERIAL
 from tests.agents.test_depgraph import KERNELS as GRAPH_KERNELS
 from tests.conftest import needs
@@ -353,9 +353,9 @@ def test_multikernel_gets_the_hand_written_schedule_and_the_verifier_passes_it()
 @pytest.mark.nvcc
 @needs("nvcc")
 def test_the_streamified_multikernel_builds_for_sm_90() -> None:
-    from cluster.build import compile_candidate
-    from cluster.types import Candidate, Phase, Status
-    from cluster.verify import variant_target
+    from agents.patch import variant_target
+    from cluster.core.types import Candidate, Phase, Status
+    from cluster.runners.build import compile_candidate
 
     target = load_target(MULTIKERNEL / "target.yaml")
     [loop] = [f for f in StreamifyExpert().findings(AnalysisContext(target, ARCH)) if f.applicable]

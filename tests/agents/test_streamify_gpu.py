@@ -13,10 +13,10 @@ import pytest
 from agents._base import AnalysisContext
 from agents.experts import StreamifyExpert
 from cluster.config import load_target
-from tests.conftest import REPO, gpu_present, needs
+from cluster.runners.build import HARNESS_INCLUDE
+from tests.conftest import gpu_present, needs
 
 FILTERS = Path(__file__).resolve().parent / "fixtures" / "filters"
-INCLUDE = REPO / "cluster" / "include"
 
 
 def streamified() -> str:
@@ -29,7 +29,7 @@ def streamified() -> str:
 def build(folder: Path, name: str, source: str, arch: str) -> Path:
     folder.mkdir(parents=True, exist_ok=True)
     (folder / f"{name}.cu").write_text(source)
-    command = ["nvcc", f"-arch={arch}", f"-I{INCLUDE}", "-o", str(folder / name), str(folder / f"{name}.cu")]
+    command = ["nvcc", f"-arch={arch}", f"-I{HARNESS_INCLUDE}", "-o", str(folder / name), str(folder / f"{name}.cu")]
     done = subprocess.run(command, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr
     return folder / name

@@ -17,11 +17,11 @@ from pathlib import Path
 
 import pytest
 
-from cluster.build import HARNESS_INCLUDE, build_command
 from cluster.config import Target, load_target
-from cluster.sandbox import ProcessResult, run_command, write_bundle
+from cluster.core.types import Candidate, KernelResources
+from cluster.runners.build import HARNESS_INCLUDE, build_command
+from cluster.runners.sandbox import ProcessResult, run_command, write_bundle
 from cluster.toolchains import get_toolchain
-from cluster.types import Candidate, KernelResources
 from tests.conftest import needs
 
 TARGETS = Path(__file__).resolve().parents[2] / "configs" / "targets"

@@ -1,6 +1,6 @@
 """The shipped targets and test fixtures: they load, build, run and behave as documented.
 
-Builds expand each target's own build template (``cluster.placeholders.expand``) with real
+Builds expand each target's own build template (``cluster.core.placeholders.expand``) with real
 values and run it as an argument list, as the engine does, adding ``-Wall -Wextra -Werror`` so
 that the C sources stay warning-free.
 """
@@ -20,8 +20,8 @@ import numpy as np
 import pytest
 
 from cluster.config import Target, load_run, load_target
-from cluster.placeholders import expand
-from cluster.types import Scalar
+from cluster.core.placeholders import expand
+from cluster.core.types import Scalar
 
 REPO = Path(__file__).resolve().parents[2]
 CONFIGS = REPO / "configs"

@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from tests.cluster.test_agent_stage import FAST, LOOP, WRONG, Scripted, patched, run_sweep
+from tests.cluster.engine.test_agent_stage import FAST, LOOP, WRONG, Scripted, patched, run_sweep
 from tests.conftest import REPO
 
 pytestmark = pytest.mark.usefixtures("ray_local")

@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from tests.cluster.portability_runs import stencil_config
+from tests.cluster.outputs.portability_runs import stencil_config
 from tests.conftest import REPO, gpu_present
 
 _SPEC = importlib.util.spec_from_file_location("bench_portability", REPO / "scripts" / "bench_portability.py")

@@ -13,12 +13,12 @@ from agents._base import AnalysisContext, Proposal
 from agents.llm import LLMSpec
 from agents.llm.testing import Conversation, FakeOpenAIServer, Reply, call
 from agents.workflow.steps import Plan, Verification, Verifier
-from cluster.build import compile_candidate
 from cluster.config import Target, load_target
-from cluster.guardrails import GuardedVerifier
-from cluster.measure import Reference, measure_candidate
-from cluster.types import Candidate, DeviceInfo, Status
-from cluster.verify import LocalVerifier as ClusterLocalVerifier
+from cluster.core.types import Candidate, DeviceInfo, Status
+from cluster.engine.verify import LocalVerifier as ClusterLocalVerifier
+from cluster.runners.build import compile_candidate
+from cluster.runners.guardrails import GuardedVerifier
+from cluster.runners.measure import Reference, measure_candidate
 from tests.conftest import REPO
 
 FIXTURE = REPO / "tests" / "fixtures" / "targets" / "guarded"
@@ -114,9 +114,9 @@ def serve(api_key: str) -> Iterator[callable]:
 
 
 class LocalVerifier(Verifier):
-    """The cluster's own local verifier (cluster.verify.LocalVerifier: guards, dependence graph, a
+    """The cluster's own local verifier (cluster.engine.verify.LocalVerifier: guards, dependence graph, a
     cc build, a run against the baseline's outputs), with the guardrails on top when ``cheats``
-    (cluster.guardrails.GuardedVerifier); made for the target of the first proposal it sees."""
+    (cluster.runners.guardrails.GuardedVerifier); made for the target of the first proposal it sees."""
 
     def __init__(self, cheats: bool = False) -> None:
         self.cheats = cheats

@@ -23,9 +23,10 @@ from agents.llm import (
     load_custom,
     steps_from_config,
 )
-from agents.llm.config import DEFAULT_PROMPTS, EXPERT_OPTIMIZATIONS
 from agents.llm.custom import prompt_values
 from agents.workflow.steps import Level
+from cluster.config.agents import DEFAULT_PROMPTS
+from cluster.core.registry import EXPERTS
 from tests.conftest import REPO
 
 SPEC = {"base_url": "http://127.0.0.1:9/v1", "model": "m", "api_key_env": None}
@@ -100,7 +101,7 @@ def test_custom_steps_fill_the_prompt_with_the_users_text() -> None:
     assert "{{" not in prompt and "(none given)" in prompt
 
 
-@pytest.mark.parametrize("optimization", EXPERT_OPTIMIZATIONS)
+@pytest.mark.parametrize("optimization", list(EXPERTS))
 def test_every_expert_optimization_has_a_prompt_per_step_with_examples(optimization: str) -> None:
     prompts = Prompts(DEFAULT_PROMPTS)
     prompts.check(optimization)

@@ -11,7 +11,7 @@ from agents.llm.steps import FinishArgs, _accept_finish
 from agents.llm.tools import EDIT_TOOLS, READ_TOOLS, Services, Session, Toolbox, final_tool, local_build
 from agents.patch import source_files
 from agents.workflow.steps import Finding, Level, Plan, Verdict, VerdictStatus, Verification
-from cluster.types import KernelResources
+from cluster.core.types import KernelResources
 from tests.agents.llm.conftest import HONEST_COMPUTE, edit_compute
 
 BOX = Toolbox([*READ_TOOLS, *EDIT_TOOLS, final_tool("finish", "done", FinishArgs, _accept_finish)])

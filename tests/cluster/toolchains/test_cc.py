@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 
 import cluster.toolchains as toolchains
-from cluster.placeholders import expand
+from cluster.core.placeholders import expand
+from cluster.core.types import DeviceInfo, KernelResources
 from cluster.toolchains import Cc, Nvcc, Toolchain, available_toolchains, get_toolchain, register
-from cluster.types import DeviceInfo, KernelResources
 
 CPU = DeviceInfo(kind="cpu", name="AMD EPYC", arch="host")
 GPU = DeviceInfo(kind="gpu", name="NVIDIA H100", arch="sm_90", compute_capability="9.0")

@@ -7,9 +7,9 @@ import subprocess
 
 import pytest
 
-from cluster.placeholders import expand
+from cluster.core.placeholders import expand
+from cluster.core.types import DeviceInfo, KernelResources
 from cluster.toolchains import Nvcc
-from cluster.types import DeviceInfo, KernelResources
 
 # The reports below were captured from nvcc 13.0 (V13.0.88) compiling, with -c, a file holding
 #   __device__ __noinline__ float helper(float x, int n)    (a device function, kept out of line)

@@ -1,0 +1,135 @@
+"""Reading configs: YAML in, typed values out. Parsing happens here and only here; every later
+stage receives ``RunPlan``/``Target`` values. Any problem raises ``ConfigError`` with one line naming
+the file and the field.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import ValidationError
+
+from cluster.config.run import RunConfig, RunPlan
+from cluster.config.target import BUILD_PLACEHOLDERS, RUN_PLACEHOLDERS, Target, TargetSpec, _Model
+from cluster.core.errors import ConfigError
+from cluster.core.placeholders import names_in
+from cluster.core.types import SourceBundle
+from search_spaces import compile_constraint, load_space
+
+
+def _field_path(loc: tuple[Any, ...]) -> str:
+    out = ""
+    for part in loc:
+        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
+    return out
+
+
+def _read_yaml(path: Path) -> dict[str, Any]:
+    try:
+        data = yaml.safe_load(path.read_text())
+    except FileNotFoundError:
+        raise ConfigError(path, "", "file not found") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(path, "", f"cannot be read ({exc})") from None
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f"line {mark.line + 1}" if mark else ""
+        raise ConfigError(path, where, f"not valid YAML ({getattr(exc, 'problem', exc)})") from None
+    if not isinstance(data, dict):
+        raise ConfigError(path, "", "must be a mapping of fields")
+    return data
+
+
+def _validate(model: type[_Model], data: dict[str, Any], path: Path) -> Any:
+    try:
+        return model.model_validate(data)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        message = err["msg"].removeprefix("Value error, ")
+        if err["type"] == "extra_forbidden":
+            message = "unknown field"
+        raise ConfigError(path, _field_path(err["loc"]), message) from None
+
+
+def load_target(path: str | Path) -> Target:
+    """Load and check a target file, reading its sources and files into a bundle."""
+    from cluster.toolchains import get_toolchain
+
+    path = Path(path)
+    spec: TargetSpec = _validate(TargetSpec, _read_yaml(path), path)
+    try:
+        toolchain = get_toolchain(spec.toolchain)
+    except KeyError as exc:
+        raise ConfigError(path, "toolchain", str(exc.args[0])) from None
+    try:
+        space = load_space(spec.space or toolchain.name, base=path.parent)
+    except (KeyError, ValueError) as exc:
+        raise ConfigError(path, "space", str(exc.args[0])) from None
+    files = []
+    for field, names in (("sources", spec.sources), ("files", spec.files)):
+        for i, name in enumerate(names):
+            file = path.parent / name
+            if Path(name).is_absolute() or ".." in Path(name).parts:
+                raise ConfigError(path, f"{field}[{i}]", "must be a path inside the target's folder")
+            if not file.is_file():
+                raise ConfigError(path, f"{field}[{i}]", f"file not found: {file}")
+            files.append((name, file.read_bytes()))
+    _check_commands(spec, path, toolchain.default_build)
+    for name, value in spec.defaults.items():
+        if name not in spec.params:
+            raise ConfigError(path, f"defaults.{name}", "is not a param")
+        if value not in spec.params[name]:
+            raise ConfigError(path, f"defaults.{name}", f"{value!r} is not one of the param's values")
+    for i, expr in enumerate(spec.constraints):
+        try:
+            compile_constraint(expr, spec.params)
+        except ValueError as exc:
+            raise ConfigError(path, f"constraints[{i}]", str(exc)) from None
+    target = Target(spec, str(path), SourceBundle(tuple(files)), space)
+    if spec.constraints and not target.satisfies(target.baseline_params):
+        raise ConfigError(path, "defaults", "the baseline's params violate the constraints")
+    return target
+
+
+def _check_commands(spec: TargetSpec, path: Path, default_build: tuple[str, ...]) -> None:
+    params = set(spec.params)
+    checks = [("build", spec.build or list(default_build), BUILD_PLACEHOLDERS),
+              ("run", spec.run, RUN_PLACEHOLDERS)]
+    if spec.verify.test:
+        checks.append(("verify.test", spec.verify.test, RUN_PLACEHOLDERS))
+    if spec.verify.sanitize_run:
+        checks.append(("verify.sanitize_run", spec.verify.sanitize_run, RUN_PLACEHOLDERS))
+    for field, template, allowed in checks:
+        for i, arg in enumerate(template):
+            unknown = names_in([arg]) - allowed - params
+            if unknown:
+                known = ", ".join(sorted(allowed | params))
+                raise ConfigError(path, f"{field}[{i}]",
+                                  f"unknown placeholder {{{sorted(unknown)[0]}}} (known: {known})")
+
+
+def load_run(path: str | Path) -> RunPlan:
+    """Load a run config and every target it names (paths relative to the config file)."""
+    path = Path(path)
+    config: RunConfig = _validate(RunConfig, _read_yaml(path), path)
+    targets = []
+    for i, name in enumerate(config.targets):
+        target_path = path.parent / name
+        if not target_path.is_file():
+            raise ConfigError(path, f"targets[{i}]", f"file not found: {target_path}")
+        targets.append(load_target(target_path))
+    from cluster.toolchains import get_toolchain
+
+    objective = config.search.objective
+    for target in targets:
+        if objective != "time" and get_toolchain(target.spec.toolchain).device_kind != "gpu":
+            raise ConfigError(path, "search.objective",
+                              f"{objective} needs GPU workers (NVML energy); target {target.name} runs on a CPU")
+    seen: dict[str, int] = {}
+    for i, target in enumerate(targets):
+        if target.name in seen:
+            raise ConfigError(path, f"targets[{i}]", f"a second target named {target.name!r}")
+        seen[target.name] = i
+    return RunPlan(config, str(path), tuple(targets))

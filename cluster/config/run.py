@@ -1,0 +1,75 @@
+"""The run config: which targets, how to search, where to run, how to measure and profile."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Annotated, Literal
+
+from pydantic import Field, field_validator
+
+from cluster.config.agents import AgentsSpec
+from cluster.config.target import Target, _Model
+from cluster.core.registry import SAMPLERS
+
+
+class SearchSpec(_Model):
+    sampler: str = "tpe"  # a name in cluster.core.registry.SAMPLERS: tpe (seeded, constant liar), random, grid
+    # time: the target's metric; energy: NVML joules per sample; edp: their product;
+    # time_energy: both, a Pareto front found with NSGA-II. Energy needs GPU workers (NVML).
+    objective: Literal["time", "energy", "edp", "time_energy"] = "time"
+    seed: int = 0
+    trials: int | None = Field(40, gt=0, le=10_000_000)  # evaluated candidates per study
+    time_budget_s: float | None = Field(None, gt=0)
+    storage: str | None = None  # an RDB URL; default: a journal file in the run directory
+
+    @field_validator("sampler")
+    @classmethod
+    def _registered(cls, value: str) -> str:
+        return SAMPLERS.check(value)
+
+
+class ClusterSpec(_Model):
+    address: str | None = None
+    cpu_workers: int = Field(1, ge=1, le=4096)  # CPU measuring actors when there is no GPU
+    compile_workers: int | None = Field(None, ge=1, le=100_000)  # default: the cluster's CPUs
+    inflight_per_worker: int = Field(2, ge=1, le=64)
+    max_attempts: int = Field(3, ge=1, le=100)  # a candidate that kills its worker this often is quarantined
+    # Ray accelerator types to sweep (H100, A100-80G); null: every GPU. A type not in the cluster is skipped.
+    gpu_types: list[Annotated[str, Field(pattern=r"^[A-Za-z0-9_.+-]+$")]] | None = Field(None, min_length=1)
+
+
+class MeasureSpec(_Model):
+    runs: int = Field(1, ge=1, le=1000)  # program runs per candidate in the search
+    final_top_k: int = Field(3, ge=0, le=100)  # candidates re-measured for the selection
+    final_runs: int = Field(5, ge=1, le=1000)
+    max_noise: float = Field(0.05, gt=0, le=10)  # rows whose IQR/median stays above are marked noisy
+
+
+class ProfileSpec(_Model):
+    """The Nsight Compute stage, for GPU targets: which candidates, which metrics, how many launches."""
+
+    candidates: Literal["none", "best", "all"] = "best"  # best: the baseline and each study's winner
+    metrics: list[str] | None = None  # default: cluster.runners.profile.DEFAULT_METRICS
+    timeout_s: float = Field(600, gt=0, le=86400)
+    # Launches profiled per launch configuration (kernel, grid, block, shared memory): ncu replays
+    # each one many times, so a program of hundreds of launches would time out; null: every launch.
+    launches: int | None = Field(1, ge=1)
+
+
+class RunConfig(_Model):
+    name: str = Field("sweep", pattern=r"^[A-Za-z0-9_.-]+$")
+    output_dir: str = "runs"
+    targets: list[str] = Field(min_length=1)
+    search: SearchSpec = SearchSpec()
+    cluster: ClusterSpec = ClusterSpec()
+    measure: MeasureSpec = MeasureSpec()
+    profile: ProfileSpec = ProfileSpec()
+    agents: AgentsSpec = AgentsSpec()
+    flush_interval_s: float = Field(2.0, gt=0, le=3600)
+
+
+@dataclass(frozen=True)
+class RunPlan:
+    config: RunConfig
+    file: str
+    targets: tuple[Target, ...]

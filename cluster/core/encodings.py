@@ -1,0 +1,89 @@
+"""How a candidate is written down, in one place: its results columns, its Optuna parameter
+names, its identity across archs, and what "better" means for either goal.
+
+    flag  NAME  ─► column f_NAME  ─► Optuna param flag:NAME
+    param NAME  ─► column p_NAME  ─► Optuna param param:NAME
+    an agent's variant            ─► Optuna param variant (its source hash; "" is the target's own)
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+FLAG_PREFIX = "f_"
+PARAM_PREFIX = "p_"
+OPTUNA_FLAG = "flag:"
+OPTUNA_PARAM = "param:"
+VARIANT = "variant"
+
+# A candidate this many times better than its baseline is run again on fresh seeds before it is
+# believed, and flagged for review (runners/guardrails.py runs the check).
+SUSPECT_SPEEDUP = 10.0
+
+
+def flag_column(name: str) -> str:
+    return FLAG_PREFIX + name
+
+
+def param_column(name: str) -> str:
+    return PARAM_PREFIX + name
+
+
+def settings(row: Mapping[str, Any], prefix: str) -> dict[str, Any]:
+    """The flags (``FLAG_PREFIX``) or params (``PARAM_PREFIX``) a results row carries, by name:
+    null cells (another target's columns) left out, numpy scalars made Python values."""
+    out = {}
+    for column, value in row.items():
+        if not str(column).startswith(prefix) or value is None:
+            continue
+        if isinstance(value, float) and math.isnan(value):
+            continue
+        try:
+            if value != value:  # pandas NA and numpy NaN
+                continue
+        except TypeError:  # pd.NA compares to nothing
+            continue
+        out[str(column)[len(prefix):]] = value.item() if hasattr(value, "item") else value
+    return out
+
+
+def optuna_point(flags: Mapping[str, str], params: Mapping[str, Any], variant: str | None = None) -> dict[str, Any]:
+    """A point as Optuna's ``enqueue_trial`` takes it; ``variant`` None: the study has no variants."""
+    point: dict[str, Any] = {} if variant is None else {VARIANT: variant}
+    point.update({OPTUNA_FLAG + k: v for k, v in flags.items()})
+    point.update({OPTUNA_PARAM + k: v for k, v in params.items()})
+    return point
+
+
+def config_id(target: str, source_hash: str, flag_args: Sequence[str], define_args: Sequence[str]) -> str:
+    """What was built, whatever the arch and the flags space: target, sources, flags, defines.
+    The arguments are sorted: two spaces may list the same flags in another order."""
+    payload = json.dumps([target, source_hash, sorted(flag_args), sorted(define_args)])
+    return hashlib.sha256(payload.encode()).hexdigest()[:16]
+
+
+def speedup(value: float | None, baseline: float | None, goal: str) -> float | None:
+    """How many times better than the baseline ``value`` is (>1 is better, for either goal), or
+    None where it cannot be said (a value missing, zero or not finite)."""
+    if goal not in ("minimize", "maximize"):
+        raise ValueError(f"unknown goal {goal!r} (known: minimize, maximize)")
+    if value is None or baseline is None:
+        return None
+    numerator, denominator = (baseline, value) if goal == "minimize" else (value, baseline)
+    if not denominator or not math.isfinite(numerator) or not math.isfinite(denominator):
+        return None
+    return numerator / denominator
+
+
+def better(a: float, b: float, goal: str) -> bool:
+    """Whether ``a`` beats ``b`` for ``goal``."""
+    return a < b if goal == "minimize" else a > b
+
+
+def suspect_speedup(value: float | None, threshold: float = SUSPECT_SPEEDUP) -> bool:
+    """Whether a speedup is too good to believe without a re-verification on fresh inputs."""
+    return value is not None and value > threshold

@@ -1,0 +1,71 @@
+"""The plug-in registries: one per family, each a dict from a name to where its class lives.
+
+A registry names ``"module:attribute"`` rather than holding the class, so that the config (which
+sits below the agents and the engine) can validate names without importing the plug-ins: adding
+an expert, an export format or a sampler is one new module and one line here.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+
+class Registry(Mapping[str, str]):
+    """Names of one plug-in family, resolved to their objects on first use."""
+
+    def __init__(self, kind: str, entries: Mapping[str, str]) -> None:
+        self.kind = kind
+        self._entries = dict(entries)
+
+    def __getitem__(self, name: str) -> str:
+        return self._entries[name]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._entries)
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def check(self, name: str) -> str:
+        """``name`` if registered, else a ValueError naming the known ones (a config's one line)."""
+        if name not in self._entries:
+            raise ValueError(f"unknown {self.kind} {name!r} (known: {', '.join(self._entries)})")
+        return name
+
+    def load(self, name: str) -> Any:
+        """The registered object (a class, usually) of ``name``."""
+        module, _, attribute = self[self.check(name)].partition(":")
+        return getattr(importlib.import_module(module), attribute)
+
+
+# The rule-based experts of the optimization workflow (agents/experts/), in the order they run.
+EXPERTS = Registry("expert", {
+    "registers": "agents.experts.registers:RegisterExpert",
+    "unroll": "agents.experts.unroll:UnrollExpert",
+    "padding": "agents.experts.padding:PaddingExpert",
+    "streamify": "agents.experts.streamify:StreamifyExpert",
+    "launch_bounds": "agents.experts.launch_bounds:LaunchBoundsExpert",
+    "restrict": "agents.experts.restrict:RestrictExpert",
+    "vectorize": "agents.experts.vectorize:VectorizeExpert",
+})
+
+# `warpfleet export --format NAME`: each a function (best configs, rows, run dir) -> text (cluster/outputs/exports/).
+EXPORT_FORMATS = Registry("export format", {
+    "flags": "cluster.outputs.exports.text:flags",
+    "json": "cluster.outputs.exports.text:json_text",
+    "yaml": "cluster.outputs.exports.text:yaml_text",
+    "header": "cluster.outputs.exports.text:header",
+    "cmake": "cluster.outputs.exports.cmake:cmake",
+    "t4": "cluster.outputs.exports.t4:t4",
+    "patch": "cluster.outputs.exports.patch:patch",
+    "bundle": "cluster.outputs.exports.bundle:bundle",
+})
+
+# search.sampler: each a function (SearchSpec) -> optuna sampler (search_spaces/samplers.py).
+SAMPLERS = Registry("sampler", {
+    "tpe": "search_spaces.samplers:tpe",
+    "random": "search_spaces.samplers:random",
+    "grid": "search_spaces.samplers:grid",
+})

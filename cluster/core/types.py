@@ -1,0 +1,256 @@
+"""The values that cross every stage boundary of a sweep.
+
+    Target ─► Candidate ─► compile ─► BuildArtifact ─► measure ─► Measurement ─► ResultRow
+
+Everything here is frozen and picklable: Ray ships these between the driver, the compile
+tasks and the measuring actors. Failures travel as a ``Status`` inside the value, never as an
+exception that would end a sweep.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import shlex
+import statistics
+from dataclasses import dataclass, field
+from enum import StrEnum
+
+
+class Status(StrEnum):
+    """How far a candidate got. Everything but ``OK`` is a failure recorded in its row."""
+
+    OK = "ok"
+    COMPILE_ERROR = "compile_error"
+    COMPILE_TIMEOUT = "compile_timeout"
+    CRASHED = "crashed"
+    TIMEOUT = "timeout"
+    METRIC_MISSING = "metric_missing"
+    METRIC_INVALID = "metric_invalid"  # samples that cannot be measurements: a time of 0 or below
+    VERIFY_FAILED = "verify_failed"
+    TEST_FAILED = "test_failed"
+    WORKER_LOST = "worker_lost"
+    QUARANTINED = "quarantined"  # took down its measuring worker every time it ran
+
+
+class Phase(StrEnum):
+    BASELINE = "baseline"
+    SEARCH = "search"
+    FINAL = "final"  # re-measured with more repetitions for the selection
+    VERIFY = "verify"  # an agent's variant checked against the baseline before it joins the search
+    EVALUATE = "evaluate"  # a configuration tuned elsewhere, measured by ``warpfleet evaluate``
+
+
+Scalar = int | float | str
+
+
+def _digest(payload: object, length: int = 16) -> str:
+    text = json.dumps(payload, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(text.encode()).hexdigest()[:length]
+
+
+@dataclass(frozen=True)
+class SourceBundle:
+    """The files a target's build and run need, carried by value so that any node can build."""
+
+    files: tuple[tuple[str, bytes], ...]  # (path relative to the target's folder, content)
+
+    @property
+    def hash(self) -> str:
+        h = hashlib.sha256()
+        for path, content in sorted(self.files):
+            h.update(path.encode() + b"\0" + hashlib.sha256(content).digest())
+        return h.hexdigest()[:16]
+
+
+@dataclass(frozen=True)
+class DeviceInfo:
+    """What a measuring worker runs on. ``device_type`` groups workers into studies."""
+
+    kind: str  # "gpu" or "cpu"
+    name: str
+    arch: str  # sm_90 for a compute capability 9.0 GPU; "host" for CPU workers
+    uuid: str = ""
+    compute_capability: str = ""
+    accelerator_type: str = ""
+    driver_version: str = ""
+    cuda_version: str = ""
+    node_id: str = ""
+    hostname: str = ""
+    worker_id: str = ""
+
+    @property
+    def device_type(self) -> str:
+        return f"{self.name} ({self.arch})"
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """One configuration of one target for one device type.
+
+    ``key`` identifies what gets built and run (sources, flags, defines, arch); the same key is
+    never evaluated twice in a sweep, whatever phase or trial asked for it.
+    """
+
+    target: str
+    toolchain: str
+    device_type: str
+    arch: str
+    source_hash: str
+    flags: tuple[tuple[str, str], ...]  # (flag name in the space, chosen option string)
+    params: tuple[tuple[str, Scalar], ...]  # (param name, value), passed as -D defines
+    phase: Phase = Phase.SEARCH
+    trial_number: int | None = None
+
+    @property
+    def flag_argv(self) -> list[str]:
+        return [arg for _, option in self.flags for arg in shlex.split(option)]
+
+    @property
+    def defines(self) -> list[str]:
+        return [f"-D{name}={value}" for name, value in self.params]
+
+    @property
+    def key(self) -> str:
+        return _digest([self.source_hash, self.toolchain, self.arch, self.flag_argv, self.defines])
+
+    @property
+    def study(self) -> str:
+        return f"{self.target}@{self.device_type}"
+
+    def with_phase(self, phase: Phase, trial_number: int | None = None) -> Candidate:
+        return dataclasses.replace(self, phase=phase, trial_number=trial_number)
+
+
+@dataclass(frozen=True)
+class KernelResources:
+    """One kernel's line of the ptxas resource report."""
+
+    kernel: str
+    arch: str
+    registers: int = 0
+    spill_stores: int = 0  # bytes
+    spill_loads: int = 0  # bytes
+    shared_bytes: int = 0
+    stack_bytes: int = 0
+    constant_bytes: int = 0
+
+
+@dataclass(frozen=True)
+class BuildArtifact:
+    candidate_key: str
+    status: Status
+    binary: bytes | None = None
+    compile_s: float = 0.0
+    error_tail: str = ""
+    kernels: tuple[KernelResources, ...] = ()
+    binary_hash: str = ""  # identical binaries are measured once
+
+    @staticmethod
+    def hash_binary(binary: bytes) -> str:
+        return hashlib.sha256(binary).hexdigest()[:16]
+
+
+@dataclass(frozen=True)
+class Stats:
+    median: float
+    minimum: float
+    iqr: float
+    n: int
+
+    @property
+    def rel_noise(self) -> float:
+        """Interquartile range over the median: the spread that a difference must beat."""
+        return self.iqr / self.median if self.median else float("inf")
+
+    @classmethod
+    def of(cls, samples: tuple[float, ...] | list[float]) -> Stats | None:
+        if not samples:
+            return None
+        values = sorted(samples)
+        if len(values) >= 4:
+            q1, _, q3 = statistics.quantiles(values, n=4, method="inclusive")
+            iqr = q3 - q1
+        else:
+            iqr = values[-1] - values[0]
+        return cls(statistics.median(values), values[0], iqr, len(values))
+
+
+@dataclass(frozen=True)
+class Telemetry:
+    """What NVML saw while a candidate ran (GPU workers only). Clocks are read, never set."""
+
+    energy_j: float | None  # per timed sample over the timed region when the harness marks it,
+    #                         else over the whole run divided by its samples
+    power_w: float | None  # mean board power over the region
+    sm_clock_mhz: float | None  # median
+    mem_clock_mhz: float | None
+    temperature_c: float | None  # max
+    throttle_reasons: str = ""  # names of every clock event reason seen, comma-separated
+    readings: int = 0
+
+
+@dataclass(frozen=True)
+class RunOutputs:
+    """One run's output files and stdout numbers: a baseline's, kept as the reference."""
+
+    files: tuple[tuple[str, bytes], ...] = field(default=(), repr=False)
+    stdout_values: tuple[float, ...] = ()
+
+
+@dataclass(frozen=True)
+class Measurement:
+    """What a measuring worker saw: samples of the target's metric, and whether it verified."""
+
+    candidate_key: str
+    status: Status
+    device: DeviceInfo
+    samples: tuple[float, ...] = ()
+    run_s: float = 0.0
+    verify_s: float = 0.0
+    queue_s: float = 0.0
+    error_tail: str = ""
+    started_at: float = 0.0
+    finished_at: float = 0.0
+    # Only the baseline returns its outputs (one per seed): what every other candidate must match.
+    outputs: tuple[RunOutputs, ...] = field(default=(), repr=False)
+    telemetry: Telemetry | None = None
+
+    @property
+    def stats(self) -> Stats | None:
+        return Stats.of(self.samples)
+
+
+@dataclass(frozen=True)
+class BestConfig:
+    """The configuration selected for one target on one device type: what export writes."""
+
+    target: str
+    device_type: str
+    arch: str
+    toolchain: str
+    candidate_key: str
+    flags: dict[str, str]  # flag name -> chosen option ("" = unset)
+    params: dict[str, Scalar]
+    median: float
+    baseline_median: float
+    speedup: float
+    unit: str
+    iqr: float = 0.0
+    reason: str = ""  # why it won (e.g. "simplest within noise of the fastest")
+    source_hash: str = ""  # the sources it builds (an agent's variant or the target's own); evaluate checks them
+    baseline_source_hash: str = ""
+
+    @property
+    def is_variant(self) -> bool:
+        """Built from an agent's variant of the sources: an export must carry its patch."""
+        return bool(self.source_hash and self.baseline_source_hash) and self.source_hash != self.baseline_source_hash
+
+    @property
+    def flag_argv(self) -> list[str]:
+        return [arg for option in self.flags.values() for arg in shlex.split(option)]
+
+    @property
+    def defines(self) -> list[str]:
+        return [f"-D{name}={value}" for name, value in self.params.items()]

@@ -1,0 +1,288 @@
+"""Cross-evaluation: configurations tuned elsewhere, measured on the devices at hand.
+
+    export file or run directory ─► Origin ─► Candidate per device type here ─► Pipeline ─► rows
+
+Each configuration is rebuilt for the arch of each device type present (``sm_80`` on an A100)
+and measured with ``measure.final_runs`` runs, after the target's baseline, which is measured
+again in the same run: its outputs verify the configurations and its time is what their
+speedups are over, so that runs from other clusters or days compare on this card. The result is
+an ordinary run directory (rows of phase ``evaluate``, and the baseline's) whose ``meta.json``
+lists where each configuration was tuned (``evaluated``), for ``warpfleet compare``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from collections import defaultdict
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import ray
+import yaml
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+from cluster.config import RunPlan, Target, load_run
+from cluster.core.errors import ConfigError
+from cluster.core.types import Candidate, DeviceInfo, Phase, Scalar, Status
+from cluster.engine.driver import POLL_S, init_ray
+from cluster.engine.pipeline import Done, Job, Pipeline
+from cluster.engine.workers import start_fleet
+from cluster.outputs.select import select_best
+from cluster.runners.measure import Reference
+from cluster.store.results import ResultWriter, make_row, read_results, results_schema
+from cluster.store.rundir import RunDir
+from cluster.toolchains import get_toolchain
+
+
+@dataclass(frozen=True)
+class Origin:
+    """A configuration to evaluate, and where it was tuned."""
+
+    target: str
+    flags: tuple[tuple[str, str], ...]  # (flag name, option); names of the space it was tuned in
+    params: tuple[tuple[str, Scalar], ...]
+    tuned_on: str = ""  # the device type it was selected on
+    run_id: str = ""  # the run it was selected in ("" when read from an export file)
+    source_hash: str = ""  # of the sources it was tuned with ("" when the export predates it)
+
+
+class _Record(BaseModel):
+    """One record of ``warpfleet export --format json|yaml``: the fields evaluate needs."""
+
+    model_config = ConfigDict(extra="ignore", frozen=True)
+    target: str
+    device_type: str = ""
+    flags: dict[str, str] = {}
+    params: dict[str, int | float | str] = {}
+    source_hash: str = ""
+
+
+def origins_from_export(path: Path) -> list[Origin]:
+    """The configurations of an export file (JSON or YAML records); a one-line error if it is
+    not one."""
+    try:
+        data = yaml.safe_load(path.read_text())  # JSON is YAML
+    except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
+        raise ConfigError(path, "", f"cannot be read as an export file ({type(exc).__name__})") from None
+    if not isinstance(data, list) or not data:
+        raise ConfigError(path, "", "not an export file (a list of records from warpfleet export --format json)")
+    origins = []
+    for i, item in enumerate(data):
+        try:
+            record = _Record.model_validate(item)
+        except ValidationError as exc:
+            err = exc.errors()[0]
+            where = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in err["loc"])
+            raise ConfigError(path, f"[{i}]{where}", err["msg"]) from None
+        origins.append(Origin(record.target, tuple(record.flags.items()), tuple(record.params.items()),
+                              record.device_type, "", record.source_hash))
+    return origins
+
+
+def origins_from_run(path: Path) -> list[Origin]:
+    """The winners of a run directory, one per (target, device type)."""
+    run_dir = RunDir.open(path)
+    best = select_best(read_results(run_dir.path))
+    if not best:
+        raise ConfigError(path, "results", "no correct candidate to evaluate")
+    return [Origin(b.target, tuple(b.flags.items()), tuple(b.params.items()), b.device_type, run_dir.run_id,
+                   b.source_hash) for b in best]
+
+
+def load_origins(source: str) -> tuple[list[Origin], str | None]:
+    """The configurations of a run directory or an export file, and the run's config file (the
+    targets' sources) where the source is a run directory."""
+    path = Path(source)
+    if path.is_dir():
+        meta = json.loads((path / "meta.json").read_text()) if (path / "meta.json").is_file() else {}
+        return origins_from_run(path), meta.get("config_file")
+    if not path.is_file():
+        raise ConfigError(path, "", "neither a run directory nor an export file")
+    return origins_from_export(path), None
+
+
+def check_origins(origins: list[Origin], plan: RunPlan, source: str) -> list[Origin]:
+    """Each origin against the plan's targets: known target, params and values, unchanged sources;
+    params in the target's order (the order its sweep defined them in)."""
+    targets = {t.name: t for t in plan.targets}
+    checked = []
+    for i, origin in enumerate(origins):
+        target = targets.get(origin.target)
+        if target is None:
+            raise ConfigError(source, f"[{i}].target", f"{origin.target!r} is not a target of {plan.file}")
+        if origin.source_hash and origin.source_hash != target.bundle.hash:
+            raise ConfigError(source, f"[{i}].source_hash", f"the sources of {origin.target} changed since it was "
+                              f"tuned ({origin.source_hash}, now {target.bundle.hash})")
+        params = dict(origin.params)
+        unknown = sorted(set(params) - set(target.spec.params))
+        if unknown:
+            raise ConfigError(source, f"[{i}].params.{unknown[0]}", f"is not a param of target {origin.target}")
+        for name, value in params.items():
+            if value not in target.spec.params[name]:  # a value of another space: a column of another type
+                raise ConfigError(source, f"[{i}].params.{name}", f"{value!r} is not one of the target's values")
+        ordered = tuple((name, params[name]) for name in target.spec.params if name in params)
+        checked.append(dataclasses.replace(origin, params=ordered))
+    return checked
+
+
+def plan_for(sources: list[str], config: str | None) -> tuple[RunPlan, list[Origin]]:
+    """The run config (``config``, else the first run directory's) and every source's checked
+    configurations, duplicates removed."""
+    loaded = [(source, *load_origins(source)) for source in sources]
+    config_file = config or next((c for _, _, c in loaded if c), None)
+    if config_file is None:
+        raise ConfigError(sources[0], "--config", "name the run config whose targets these configurations are of")
+    plan = load_run(config_file)
+    origins: dict[tuple[Any, ...], Origin] = {}
+    for source, found, _ in loaded:
+        for origin in check_origins(found, plan, source):
+            key = (origin.target, origin.flags, origin.params, origin.tuned_on)
+            if key not in origins or not origins[key].run_id:  # the one that names its run
+                origins[key] = origin
+    return plan, list(origins.values())
+
+
+@dataclass(frozen=True)
+class EvaluationSummary:
+    run_dir: Path
+    rows: int
+    skipped: tuple[str, ...]
+
+
+class Evaluation:
+    """Measures ``origins`` on every device type present that their toolchains run on."""
+
+    def __init__(self, plan: RunPlan, origins: list[Origin], run_dir: RunDir, runs: int | None = None,
+                 log: Callable[[str], None] = print) -> None:
+        self.plan, self.origins, self.run_dir, self.log = plan, origins, run_dir, log
+        self.runs = runs or plan.config.measure.final_runs
+        self.skipped: list[str] = []
+        self.written = 0
+
+    def run(self, address: str | None = None) -> EvaluationSummary:
+        config = self.plan.config
+        init_ray(address or config.cluster.address)
+        targets = [t for t in self.plan.targets if any(o.target == t.name for o in self.origins)]
+        kinds = {get_toolchain(t.spec.toolchain).device_kind for t in targets}
+        workers, devices, left_out = start_fleet(config.cluster, kinds, self.plan.file)
+        self.skipped += left_out
+        groups: dict[str, list[int]] = defaultdict(list)
+        for i, device in enumerate(devices):
+            groups[device.device_type].append(i)
+        pipeline = Pipeline(workers, config.cluster.inflight_per_worker, max_attempts=config.cluster.max_attempts)
+        studies = self._studies(targets, devices, groups)
+        with ResultWriter(self.run_dir.path, self._schema(targets), config.flush_interval_s) as self.writer:
+            for study in studies:
+                pipeline.submit(study.job(study.baseline, None, self.runs))
+            self._drain(pipeline, studies)
+            for study in studies:
+                if study.reference is None:
+                    self.skipped.append(f"{study.name}: its baseline failed; nothing evaluated")
+                    continue
+                for candidate in study.candidates:
+                    pipeline.submit(study.job(candidate, study.reference, self.runs))
+            self._drain(pipeline, studies)
+        for reason in self.skipped:
+            self.log(f"skipped {reason}")
+        return EvaluationSummary(self.run_dir.path, self.written, tuple(self.skipped))
+
+    def _studies(self, targets: list[Target], devices: list[DeviceInfo],
+                 groups: dict[str, list[int]]) -> list[_Study]:
+        studies = []
+        for target in targets:
+            toolchain = get_toolchain(target.spec.toolchain)
+            matching = [idx for idx in groups.values() if devices[idx[0]].kind == toolchain.device_kind]
+            if not matching:
+                self.skipped.append(f"{target.name}: no {toolchain.device_kind.upper()} worker in the cluster")
+            origins = [o for o in self.origins if o.target == target.name]
+            for indices in matching:
+                studies.append(_Study(target, ray.put(target), devices[indices[0]], indices,
+                                      toolchain.arch_for(devices[indices[0]]), origins))
+        return studies
+
+    def _schema(self, targets: list[Target]) -> pa.Schema:
+        """The run's schema, with a column for every flag of the spaces the origins were tuned in."""
+        schema = results_schema(targets)
+        for origin in self.origins:
+            for name, _ in origin.flags:
+                if f"f_{name}" not in schema.names:
+                    schema = schema.insert(schema.get_field_index("status"), pa.field(f"f_{name}", pa.string()))
+        return schema
+
+    def _drain(self, pipeline: Pipeline, studies: list[_Study]) -> None:
+        by_name = {s.name: s for s in studies}
+        while not pipeline.idle():
+            for done in pipeline.poll(POLL_S):
+                self._record(by_name[done.job.candidate.study], done)
+            self.writer.maybe_flush()
+
+    def _record(self, study: _Study, done: Done) -> None:
+        measurement = done.measurement
+        stats = measurement.stats if measurement else None
+        if done.job.reference is None and measurement and measurement.status is Status.OK and stats:
+            study.reference = ray.put(Reference(measurement.outputs))
+            study.baseline_median = stats.median
+        config = self.plan.config
+        self.writer.append(make_row(self.run_dir.run_id, done.job.candidate, done.artifact, measurement,
+                                    study.baseline_median, study.target.spec.metric.goal,
+                                    unit=study.target.spec.metric.unit, max_noise=config.measure.max_noise,
+                                    objective=config.search.objective))
+        self.written += 1
+
+
+@dataclass
+class _Study:
+    """One target on one device type of this evaluation: its baseline and the configurations."""
+
+    target: Target
+    target_ref: ray.ObjectRef
+    device: DeviceInfo
+    workers: list[int]
+    arch: str
+    origins: list[Origin]
+    reference: ray.ObjectRef | None = None
+    baseline_median: float | None = None
+
+    @property
+    def name(self) -> str:
+        return f"{self.target.name}@{self.device.device_type}"
+
+    def _candidate(self, flags: tuple[tuple[str, str], ...], params: tuple[tuple[str, Scalar], ...],
+                   phase: Phase) -> Candidate:
+        return Candidate(self.target.name, self.target.spec.toolchain, self.device.device_type, self.arch,
+                         self.target.bundle.hash, flags, params, phase)
+
+    @property
+    def baseline(self) -> Candidate:
+        return self._candidate(tuple(self.target.space.baseline.items()),
+                               tuple(self.target.baseline_params.items()), Phase.BASELINE)
+
+    @property
+    def candidates(self) -> list[Candidate]:
+        """One per distinct build (the baseline's key aside: it is measured already)."""
+        chosen = {self.baseline.key: self.baseline}
+        for origin in self.origins:
+            candidate = self._candidate(origin.flags, origin.params, Phase.EVALUATE)
+            chosen.setdefault(candidate.key, candidate)
+        return [c for c in chosen.values() if c.phase is Phase.EVALUATE]
+
+    def job(self, candidate: Candidate, reference: ray.ObjectRef | None, runs: int) -> Job:
+        return Job(self.target_ref, self.target, candidate, self.workers, self.device, runs, reference,
+                   reusable=False)
+
+
+def create_run_dir(plan: RunPlan, origins: list[Origin], sources: list[str], output_dir: str | None) -> RunDir:
+    """The evaluation's run directory, ``<name>-eval-<time>``, with the origins in its meta.json."""
+    config = plan.config.model_copy(update={"name": f"{plan.config.name}-eval",
+                                            **({"output_dir": output_dir} if output_dir else {})})
+    run_dir = RunDir.create(RunPlan(config, plan.file, plan.targets))
+    meta_path = run_dir.path / "meta.json"
+    meta = json.loads(meta_path.read_text())
+    meta |= {"kind": "evaluate", "sources": [str(Path(s).resolve()) for s in sources],
+             "evaluated": [dataclasses.asdict(o) for o in origins]}
+    meta_path.write_text(json.dumps(meta, indent=2) + "\n")
+    return run_dir

@@ -1,0 +1,164 @@
+"""The Ray side: compile tasks on any CPU, one measuring actor per GPU (or CPU workers).
+
+Compilation and measurement are separate so the GPU never waits on a compiler: compile tasks
+run in parallel and hand the binary to a measuring actor through the object store.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import shutil
+import time
+from pathlib import Path
+
+import ray
+
+from cluster.config import ClusterSpec, Target
+from cluster.core.errors import ConfigError
+from cluster.core.types import BuildArtifact, Candidate, DeviceInfo, Measurement, Status
+from cluster.runners._base import ProcessRunner
+from cluster.runners.build import compile_candidate
+from cluster.runners.devices import cpu_device, gpu_device
+from cluster.runners.measure import Reference, measure_candidate
+from cluster.runners.profile import DEFAULT_LAUNCHES, LaunchFilter, Profile, profile_candidate
+from cluster.runners.sanitize import SanitizerResult, sanitize_candidate
+from cluster.runners.telemetry import Monitor, NvmlSource
+
+
+def _scratch_root() -> Path | None:
+    # The only environment variable warpfleet reads: where scratch directories go on a node.
+    root = os.environ.get("WARPFLEET_SCRATCH")
+    return Path(root) if root else None
+
+
+# max_retries: system failures only (a lost node); a compile error is a value, never retried.
+@ray.remote(num_cpus=1, num_returns=2, max_retries=2)
+def compile_task(target: Target, candidate: Candidate) -> tuple[BuildArtifact, bytes | None]:
+    """Returns the artifact without its binary (small, for the driver) and the binary (for the
+    measuring actor), so the binary never passes through the driver."""
+    artifact = compile_candidate(target, candidate, _scratch_root())
+    return dataclasses.replace(artifact, binary=None), artifact.binary
+
+
+class MeasureWorker:
+    """Measures candidates one at a time on the device it owns. State stays in the actor."""
+
+    def __init__(self, worker_id: str) -> None:
+        # Idempotent: a restarted actor describes its device again and carries on.
+        gpu_ids = ray.get_gpu_ids()
+        self.device: DeviceInfo = (gpu_device(int(gpu_ids[0]), worker_id) if gpu_ids
+                                   else cpu_device(worker_id))
+        self.nvml = NvmlSource(int(gpu_ids[0])) if gpu_ids else None
+        self.runner = ProcessRunner(scratch_root=_scratch_root())
+
+    def device_info(self) -> DeviceInfo:
+        return self.device
+
+    def measure(self, target: Target, candidate: Candidate, binary: bytes | None,
+                reference: Reference | None, runs: int, submitted_at: float) -> Measurement:
+        queue_s = max(0.0, time.time() - submitted_at)
+        artifact = BuildArtifact(candidate.key, Status.OK, binary)
+        monitor = Monitor(self.nvml) if self.nvml else None
+        result = measure_candidate(target, candidate, artifact, self.device, reference, runs, self.runner, monitor)
+        return dataclasses.replace(result, queue_s=queue_s)
+
+    def sanitize(self, target: Target, candidate: Candidate, binary: bytes | None, tools: tuple[str, ...],
+                 timeout: float) -> tuple[SanitizerResult, ...]:
+        if binary is None:
+            return tuple(SanitizerResult(t, "inconclusive", "no binary") for t in tools)
+        return sanitize_candidate(target, candidate, binary, tools, timeout, self.runner)
+
+    def guard(self, target: Target, baseline_binary: bytes | None, binary: bytes | None,
+              files: dict[str, str]) -> tuple:
+        """The cheat checks (cluster.runners.guardrails) of a variant that passed its verification."""
+        from agents.workflow.steps import Verdict, VerdictStatus
+        from cluster.runners.guardrails import cheat_checks
+
+        if not baseline_binary or not binary:
+            return (Verdict("cheat_checks", VerdictStatus.SKIPPED, "no binary"),)
+        return cheat_checks(target, BuildArtifact("baseline", Status.OK, baseline_binary),
+                            BuildArtifact("candidate", Status.OK, binary), files, self.runner)
+
+    def reverify(self, target: Target, variant: Target, baseline_binary: bytes | None, binary: bytes | None):
+        """A suspiciously fast candidate against the baseline on fresh seeds (cluster.runners.guardrails)."""
+        from agents.workflow.steps import Verdict, VerdictStatus
+        from cluster.runners.guardrails import reverify_fresh_seeds
+
+        if not baseline_binary or not binary:
+            return Verdict("fresh_seeds", VerdictStatus.SKIPPED, "no binary")
+        return reverify_fresh_seeds(variant, BuildArtifact("baseline", Status.OK, baseline_binary),
+                                    BuildArtifact("candidate", Status.OK, binary), runner=self.runner)
+
+    def profile(self, target: Target, candidate: Candidate, binary: bytes | None, metrics: tuple[str, ...],
+                timeout: float, launches: int | None = DEFAULT_LAUNCHES.count) -> Profile:
+        """``launches``: per launch configuration (ProfileSpec.launches; None: every launch)."""
+        if binary is None:
+            return Profile(candidate.key, Status.COMPILE_ERROR, error_tail="no binary to profile")
+        if shutil.which("ncu") is None:
+            return Profile(candidate.key, Status.CRASHED, error_tail=f"ncu not found on {self.device.hostname}")
+        return profile_candidate(target, candidate, binary, metrics, timeout, self.runner, LaunchFilter(launches))
+
+
+MAX_RESTARTS = 10  # per actor; a poison candidate is quarantined long before (Pipeline.max_attempts)
+
+
+def gpu_slots(nodes: list[dict], wanted: list[str] | None) -> tuple[dict[str, int], list[str]]:
+    """GPUs per Ray accelerator type (``H100``; "" for a node Ray gave no type) over the alive
+    ``nodes`` (``ray.nodes()``), keeping only the ``wanted`` types when named; and the wanted
+    types that no node has."""
+    present: dict[str, int] = {}
+    for node in nodes:
+        resources = node.get("Resources", {})
+        if not node.get("Alive", True) or not resources.get("GPU"):
+            continue
+        kind = next((r.split(":", 1)[1] for r in resources if r.startswith("accelerator_type:")), "")
+        present[kind] = present.get(kind, 0) + int(resources["GPU"])
+    if wanted is None:
+        return present, []
+    return {k: present[k] for k in wanted if k in present}, [k for k in wanted if k not in present]
+
+
+def start_workers(need_gpu: bool, need_cpu: bool, cpu_workers: int,
+                  gpu_types: dict[str, int] | None = None) -> list[ray.actor.ActorHandle]:
+    """One actor per GPU in the cluster when GPU targets are swept (per named accelerator type,
+    placed by Ray on nodes of that type, when ``gpu_types`` is given); ``cpu_workers`` CPU actors
+    when CPU targets are."""
+    actor = ray.remote(MeasureWorker)
+    options = {"num_gpus": 1, "num_cpus": 1, "max_restarts": MAX_RESTARTS, "max_task_retries": 0}
+    if gpu_types is None:
+        gpus = int(ray.cluster_resources().get("GPU", 0)) if need_gpu else 0
+        handles = [actor.options(**options).remote(f"gpu-{i}") for i in range(gpus)]
+    else:
+        per_type = [kind for kind, count in gpu_types.items() for _ in range(count)] if need_gpu else []
+        handles = [actor.options(**options, accelerator_type=kind).remote(f"gpu-{i}-{kind}")
+                   for i, kind in enumerate(per_type)]
+    if need_cpu:
+        # SPREAD: CPU workers on different nodes where there are several, so that one lost node
+        # leaves workers elsewhere.
+        handles += [actor.options(num_cpus=1, max_restarts=MAX_RESTARTS, max_task_retries=0,
+                                  scheduling_strategy="SPREAD").remote(f"cpu-{i}")
+                    for i in range(cpu_workers)]
+    return handles
+
+
+def start_fleet(cluster: ClusterSpec, kinds: set[str], config_file: str) -> tuple[
+        list[ray.actor.ActorHandle], list[DeviceInfo], list[str]]:
+    """The measuring actors for targets of these device ``kinds`` ("gpu", "cpu"), the device each
+    holds, and why named GPU types were left out. A type named in ``cluster.gpu_types`` that the
+    cluster lacks is left out with a reason, so that one config serves clusters of other GPUs."""
+    resources = ray.cluster_resources()
+    cpus, gpus = int(resources.get("CPU", 0)), int(resources.get("GPU", 0))
+    gpu_types, left_out = None, []
+    if cluster.gpu_types is not None:
+        gpu_types, missing = gpu_slots(ray.nodes(), cluster.gpu_types)
+        gpus = sum(gpu_types.values())
+        if "gpu" in kinds:
+            present = ", ".join(sorted(k or "(no type)" for k in gpu_slots(ray.nodes(), None)[0])) or "none"
+            left_out = [f"GPU type {kind}: not present in the cluster (present: {present})" for kind in missing]
+    actors = ("gpu" in kinds) * gpus + ("cpu" in kinds) * cluster.cpu_workers
+    if cpus <= actors:  # every measuring actor holds a CPU; compile tasks need one more
+        raise ConfigError(config_file, "cluster.cpu_workers",
+                          f"{actors} measuring workers leave none of the cluster's {cpus} CPUs for compiling")
+    workers = start_workers("gpu" in kinds, "cpu" in kinds, cluster.cpu_workers, gpu_types)
+    return workers, ray.get([w.device_info.remote() for w in workers]), left_out

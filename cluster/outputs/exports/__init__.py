@@ -1,0 +1,7 @@
+"""Export formats, one module each, registered in ``cluster.core.registry.EXPORT_FORMATS``:
+flags, json, yaml, header (text), cmake, t4 (Kernel Tuner's results format), patch (a variant
+winner's diff) and bundle (all of them per arch, in a folder)."""
+
+from cluster.outputs.exports._base import WRITES_FOLDER, ExportError, ExportRequest, render
+
+__all__ = ["WRITES_FOLDER", "ExportError", "ExportRequest", "render"]

@@ -1,0 +1,118 @@
+"""The Runner seam: stage a built candidate, run it, return what the run printed and took.
+
+    BuildArtifact ─► Runner.stage(...) ─► Staged (a scratch directory with the files and the binary)
+                                            └─► Staged.run(Invocation) ─► ProcessResult
+
+Every run of candidate code goes through here: the measurement, the cheat checks, Nsight Compute
+and compute-sanitizer. This is the one place that expands the target's commands (``run``,
+``verify.sanitize_run``, ``verify.test``) and applies its limits and the sandbox; a runner decides
+how the candidate's code is started: a fresh process per run (``ProcessRunner``), or a process per
+device that keeps its CUDA context and loads each candidate as a shared library
+(``PersistentRunner``). The search never knows which.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from cluster.config import Target
+from cluster.core.placeholders import expand
+from cluster.runners.sandbox import ProcessResult, Sandbox, run_command, scratch_dir, write_bundle
+
+BINARY_FILE = "candidate.bin"
+Command = Literal["run", "sanitize_run", "test"]
+
+
+@dataclass(frozen=True)
+class Invocation:
+    """One run of a staged candidate: which of the target's commands, on which seed, and what
+    wraps it (a profiler or a sanitizer in front, variables for the harness)."""
+
+    command: Command = "run"
+    seed: int = 0
+    wrapper: tuple[str, ...] = ()  # argv put in front of the command: ncu ..., compute-sanitizer ...
+    env: Mapping[str, str] = field(default_factory=dict)  # extra variables: WARPFLEET_PROFILE, WARPFLEET_POISON
+    timeout: float | None = None  # default: the target's run timeout
+
+
+class Staged:
+    """A built candidate ready to run in its own scratch directory (``workdir``). Runs in one
+    staged directory see what earlier runs left there (the cheat checks rely on that)."""
+
+    def __init__(self, runner: Runner, target: Target, params: Mapping[str, Any], arch: str, workdir: Path) -> None:
+        self.runner, self.target, self.params, self.arch, self.workdir = runner, target, dict(params), arch, workdir
+
+    def values(self, seed: int) -> dict[str, Any]:
+        """The commands' placeholder values: params, binary, workdir, arch, seed."""
+        return {**self.params, "binary": self.runner.binary_argv(self.workdir), "workdir": str(self.workdir),
+                "arch": self.arch, "seed": seed}
+
+    def argv(self, invocation: Invocation) -> list[str]:
+        spec = self.target.spec
+        template = {"run": spec.run, "sanitize_run": spec.verify.sanitize_run or spec.run,
+                    "test": spec.verify.test or []}[invocation.command]
+        return [*invocation.wrapper, *expand(template, self.values(invocation.seed))]
+
+    def run(self, invocation: Invocation = Invocation()) -> ProcessResult:
+        """Run the candidate once; its failures come back in the result, never as an exception."""
+        return self.runner.execute(self, invocation)
+
+
+class Runner(ABC):
+    """How a measuring worker runs candidates. One instance per worker; ``close`` ends whatever it
+    keeps running (a persistent process), and the runner starts it again when next used."""
+
+    name: str = ""
+
+    def __init__(self, sandbox: Sandbox | None = None, scratch_root: Path | None = None) -> None:
+        self.sandbox, self.scratch_root = sandbox, scratch_root
+
+    @contextmanager
+    def stage(self, target: Target, params: Mapping[str, Any], arch: str, binary: bytes | None,
+              prefix: str = "run-") -> Iterator[Staged]:
+        """A scratch directory with the target's files and the built candidate, removed afterwards."""
+        with scratch_dir(self.scratch_root, prefix) as workdir:
+            write_bundle(target.bundle.files, workdir)
+            path = workdir / BINARY_FILE
+            path.write_bytes(binary or b"")
+            path.chmod(0o755)
+            yield Staged(self, target, params, arch, workdir)
+
+    def binary_argv(self, workdir: Path) -> str | list[str]:
+        """What ``{binary}`` stands for in a command run as a process."""
+        return str(workdir / BINARY_FILE)
+
+    @abstractmethod
+    def execute(self, staged: Staged, invocation: Invocation) -> ProcessResult:
+        """Run ``invocation`` of ``staged``: in a process, or in the runner's own."""
+
+    def run_process(self, staged: Staged, invocation: Invocation) -> ProcessResult:
+        """The invocation as a process in the staged directory, under the target's limits and the
+        runner's sandbox: what every runner does for commands it cannot run in-process."""
+        spec = staged.target.spec
+        timeout = invocation.timeout if invocation.timeout is not None else spec.timeouts.run
+        return run_command(staged.argv(invocation), staged.workdir, timeout, env=_env(invocation.env),
+                           limits=spec.limits.for_run(), sandbox=self.sandbox)
+
+    def close(self) -> None:  # noqa: B027  (a runner that keeps nothing running has nothing to stop)
+        """Stop whatever the runner keeps running."""
+
+
+class ProcessRunner(Runner):
+    """A fresh process for every run: the candidate's own program, as built."""
+
+    name = "process"
+
+    def execute(self, staged: Staged, invocation: Invocation) -> ProcessResult:
+        return self.run_process(staged, invocation)
+
+
+def _env(extra: Mapping[str, str]) -> dict[str, str] | None:
+    import os
+
+    return {**os.environ, **extra} if extra else None

@@ -1,0 +1,56 @@
+"""Compile stage: a candidate's sources and flags become a binary (on any CPU of the cluster)."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+from cluster.config import Target
+from cluster.core.placeholders import expand
+from cluster.core.types import BuildArtifact, Candidate, Status
+from cluster.runners.profile import FLUSH_KERNEL
+from cluster.runners.sandbox import run_command, scratch_dir, write_bundle
+from cluster.toolchains import get_toolchain
+
+BINARY_NAME = "candidate.bin"
+HARNESS_INCLUDE = Path(__file__).parent / "include"  # warpfleet/harness.cuh, the timing harness
+
+
+def build_command(target: Target, candidate: Candidate, workdir: Path) -> list[str]:
+    toolchain = get_toolchain(target.spec.toolchain)
+    template = target.spec.build or list(toolchain.default_build)
+    values = {
+        **{name: value for name, value in candidate.params},
+        "flags": [*toolchain.report_flags, *candidate.flag_argv],
+        "defines": candidate.defines,
+        "arch": candidate.arch,
+        "binary": str(workdir / BINARY_NAME),
+        "sources": list(target.spec.sources),
+        "workdir": str(workdir),
+        "harness_include": [f"-I{HARNESS_INCLUDE}"],
+    }
+    return expand(template, values)
+
+
+def compile_candidate(target: Target, candidate: Candidate, scratch_root: Path | None = None) -> BuildArtifact:
+    """Build one candidate in its own scratch directory; failures come back as a status."""
+    start = time.perf_counter()
+    with scratch_dir(scratch_root, f"build-{candidate.key}-") as workdir:
+        write_bundle(target.bundle.files, workdir)
+        argv = build_command(target, candidate, workdir)
+        result = run_command(argv, workdir, timeout=target.spec.timeouts.build,
+                             limits=target.spec.limits.for_build())
+        seconds = time.perf_counter() - start
+        if not result.ok:
+            status = Status.COMPILE_TIMEOUT if result.timed_out else Status.COMPILE_ERROR
+            return BuildArtifact(candidate.key, status, compile_s=seconds, error_tail=result.tail())
+        binary = workdir / BINARY_NAME
+        if not binary.is_file():
+            return BuildArtifact(candidate.key, Status.COMPILE_ERROR, compile_s=seconds,
+                                 error_tail=f"the build command wrote no {{binary}}: {' '.join(argv)}")
+        kernels = get_toolchain(target.spec.toolchain).parse_resources(result.stderr + "\n" + result.stdout)
+        # The timing harness's L2-flush kernel is not the target's: keep it out of the report.
+        kernels = tuple(k for k in kernels if FLUSH_KERNEL not in k.kernel)
+        content = binary.read_bytes()
+        return BuildArtifact(candidate.key, Status.OK, content, seconds, kernels=kernels,
+                             binary_hash=BuildArtifact.hash_binary(content))

@@ -1,0 +1,343 @@
+"""Checks against the known ways that generated code fakes speed, run on built candidates in the
+verification step, each a ``Verdict``:
+
+    poisoned_outputs  outputs left unwritten: the run gets ``WARPFLEET_POISON=1`` (a harness that
+                      knows its output buffers fills them with 0xFF bytes, a NaN, before every
+                      timed launch) and its output files pre-filled with the same bytes; what it
+                      writes must still match the baseline's on the same inputs
+    cached_results    results cached across runs: two runs in one directory on two fresh seeds,
+                      each compared with the baseline's on that seed (without ``{seed}``: the
+                      second run must not be much faster than the first)
+    untimed_work      work moved outside the timed region: the wall time the candidate saves must
+                      match the time its samples save; what the samples lost and the process did
+                      not is work done where no timer sees it
+    timing_code       timing code edited: no changed line may touch a timing call, a helper that
+                      makes one, a variable it sets, or the line that prints the metric; and a
+                      harness's sample lines must agree with its own summary
+
+``suspect_speedup`` and ``reverify_fresh_seeds`` are the 10x rule: a candidate that much faster is
+run again on inputs that no run has seen before it is believed, and flagged for review.
+``GuardedVerifier`` adds the checks to any verifier's, on this machine.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+import statistics
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+from agents._base import AnalysisContext, Proposal
+from agents.workflow.steps import Plan, Verdict, VerdictStatus, Verification, Verifier
+from cluster.config import Target
+from cluster.core.encodings import SUSPECT_SPEEDUP, suspect_speedup  # noqa: F401  (re-exported: the 10x rule)
+from cluster.core.placeholders import names_in
+from cluster.core.types import BuildArtifact, Candidate, Phase, RunOutputs, Status
+from cluster.runners._base import Invocation, ProcessRunner, Runner, Staged
+from cluster.runners.measure import PROTOCOL_PREFIX, parse_samples, verify_outputs
+from cluster.runners.sandbox import scratch_dir, write_bundle
+
+POISON_ENV = "WARPFLEET_POISON"
+POISON_BYTE = 0xFF  # four of them are a NaN as float32 (and as float64, eight)
+FRESH_SEEDS = (1_000_003, 2_000_029)  # far from the seeds 0..runs-1 that a sweep's runs use
+CACHE_SPEEDUP = 3.0  # a second run in the same directory this much faster holds a cache
+_UNIT_SECONDS = {"s": 1.0, "ms": 1e-3, "us": 1e-6, "ns": 1e-9}
+
+
+@dataclass(frozen=True)
+class Run:
+    """One run of a built binary, for the checks."""
+
+    ok: bool
+    error: str
+    samples: tuple[float, ...]
+    wall_s: float
+    outputs: RunOutputs
+    stdout: str
+
+
+def run_binary(staged: Staged, *, seed: int = 0, poison: bool = False) -> Run:
+    """Run a staged candidate once; a second run in the same directory sees what the first left."""
+    spec = staged.target.spec
+    workdir = staged.workdir
+    if poison:
+        for output in spec.verify.outputs:  # a run that leaves a file as it found it leaves poison
+            path = workdir / output.path
+            size = path.stat().st_size if path.exists() else 4096
+            path.write_bytes(bytes([POISON_BYTE]) * max(size, 8))
+    result = staged.run(Invocation(seed=seed, env={POISON_ENV: "1"} if poison else {}))
+    files = tuple((o.path, (workdir / o.path).read_bytes()) for o in spec.verify.outputs
+                  if (workdir / o.path).is_file())
+    stdout_values: tuple[float, ...] = ()
+    if spec.verify.stdout_regex:
+        stdout_values = tuple(float(v) for v in re.findall(spec.verify.stdout_regex, result.stdout))
+    samples = tuple(parse_samples(result.stdout, spec.metric))
+    return Run(result.ok, "" if result.ok else result.tail(), samples, result.seconds,
+               RunOutputs(files, stdout_values), result.stdout)
+
+
+@contextmanager
+def _staged(target: Target, artifact: BuildArtifact, runner: Runner | None) -> Iterator[Staged]:
+    with (runner or ProcessRunner()).stage(target, target.baseline_params, "", artifact.binary,
+                                           prefix="guard-") as staged:
+        yield staged
+
+
+def _fresh(target: Target, artifact: BuildArtifact, runner: Runner | None, *, seed: int = 0,
+           poison: bool = False) -> Run:
+    with _staged(target, artifact, runner) as staged:
+        return run_binary(staged, seed=seed, poison=poison)
+
+
+def _differs(target: Target, run: Run, reference: Run) -> str | None:
+    """Why ``run``'s outputs do not match ``reference``'s, or None."""
+    if not run.ok:
+        return run.error.splitlines()[0] if run.error else "the run failed"
+    with scratch_dir(None, "guard-cmp-") as workdir:
+        write_bundle(run.outputs.files, workdir)
+        return verify_outputs(workdir, run.stdout, target.spec.verify, reference.outputs)
+
+
+def _seeded(target: Target) -> bool:
+    return "seed" in names_in(target.spec.run)
+
+
+def check_poisoned_outputs(target: Target, baseline: BuildArtifact, candidate: BuildArtifact,
+                           runner: Runner | None = None) -> Verdict:
+    name = "poisoned_outputs"
+    seed = FRESH_SEEDS[0] if _seeded(target) else 0
+    want = _fresh(target, baseline, runner, seed=seed, poison=True)
+    if not want.ok:
+        return Verdict(name, VerdictStatus.SKIPPED, "the baseline itself fails with poisoned outputs")
+    got = _fresh(target, candidate, runner, seed=seed, poison=True)
+    problem = _differs(target, got, want)
+    if problem:
+        return Verdict(name, VerdictStatus.FAILED, f"with its output buffers poisoned: {problem} (outputs left "
+                                                   f"unwritten, or reused from an earlier launch)")
+    return Verdict(name, VerdictStatus.PASSED)
+
+
+def check_cached_results(target: Target, baseline: BuildArtifact, candidate: BuildArtifact,
+                         runner: Runner | None = None) -> Verdict:
+    name = "cached_results"
+    with _staged(target, candidate, runner) as staged:
+        if not _seeded(target):
+            first = run_binary(staged)
+            second = run_binary(staged)
+            if not (first.ok and second.ok and first.samples and second.samples):
+                return Verdict(name, VerdictStatus.SKIPPED, "no {seed} in the run command, and no samples to compare")
+            ratio = statistics.median(first.samples) / max(statistics.median(second.samples), 1e-300)
+            if ratio > CACHE_SPEEDUP:
+                return Verdict(name, VerdictStatus.FAILED, f"a second run in the same directory was {ratio:.1f}x "
+                                                           f"faster than the first: results cached across runs")
+            return Verdict(name, VerdictStatus.PASSED, "no {seed} in the run command: timing compared only")
+        for index, seed in enumerate(FRESH_SEEDS):
+            got = run_binary(staged, seed=seed)
+            problem = _differs(target, got, _fresh(target, baseline, runner, seed=seed))
+            if problem:
+                return Verdict(name, VerdictStatus.FAILED, f"run {index + 1} on fresh seed {seed}, in the directory "
+                                                           f"of the run before: {problem} (results cached across runs "
+                                                           f"or inputs)")
+    return Verdict(name, VerdictStatus.PASSED)
+
+
+def check_untimed_work(target: Target, baseline: BuildArtifact, candidate: BuildArtifact,
+                       repeats: int = 3, confirm: int = 6, runner: Runner | None = None) -> Verdict:
+    """The time a run spends outside its samples (start-up, inputs, outputs) must not grow while
+    its samples shrink: what the samples lost and the process did not is work that no timer saw.
+    Each side's median over ``repeats`` interleaved runs counts; a difference that looks like moved
+    work is confirmed over ``confirm`` more pairs before it fails a variant. The tolerance is half a
+    baseline sample, a quarter of the baseline's untimed time (CUDA start-up is noisy) or 10 ms."""
+    name = "untimed_work"
+    metric = target.spec.metric
+    scale = _UNIT_SECONDS.get(metric.unit)
+    if scale is None or metric.goal != "minimize":
+        return Verdict(name, VerdictStatus.SKIPPED, f"the metric ({metric.unit}, {metric.goal}) is not a time")
+    runs: dict[str, list[Run]] = {"baseline": [], "candidate": []}
+
+    def more(pairs: int) -> None:
+        for _ in range(pairs):  # interleaved, so that a burst of load on the node hits both sides
+            for label, artifact in (("baseline", baseline), ("candidate", candidate)):
+                run = _fresh(target, artifact, runner)
+                if run.ok and run.samples:
+                    runs[label].append(run)
+
+    def timed(r: Run) -> float:
+        return sum(r.samples) * scale
+
+    def moved() -> tuple[float, float, float]:
+        # Medians: a process's time outside its samples is bimodal on a busy node (seen: 7 ms or
+        # 24 ms for the same binary); a minimum of a few runs compares a lucky run with an unlucky one.
+        timed_b = statistics.median(timed(r) for r in runs["baseline"])
+        timed_c = statistics.median(timed(r) for r in runs["candidate"])
+        untimed_b = statistics.median(r.wall_s - timed(r) for r in runs["baseline"])
+        untimed_c = statistics.median(r.wall_s - timed(r) for r in runs["candidate"])
+        sample = statistics.median(s for r in runs["baseline"] for s in r.samples) * scale
+        tolerance = max(0.5 * sample, 0.25 * untimed_b, 0.010)
+        gained = timed_b - timed_c if timed_c < timed_b else 0.0
+        return gained, untimed_c - untimed_b, tolerance
+
+    more(repeats)
+    for label, good in runs.items():
+        if not good:
+            return Verdict(name, VerdictStatus.SKIPPED, f"the {label} gave no samples")
+    gained, grown, tolerance = moved()
+    if gained and grown > tolerance and confirm:
+        more(confirm)
+        gained, grown, tolerance = moved()
+    if gained and grown > tolerance:
+        return Verdict(name, VerdictStatus.FAILED,
+                       f"its samples take {1e3 * gained:.1f} ms less than the baseline's, but the rest of the run "
+                       f"{1e3 * grown:.1f} ms more: work outside the timed region")
+    return Verdict(name, VerdictStatus.PASSED)
+
+
+_TIMING_CALLS = (r"\bclock_gettime\b", r"\bgettimeofday\b", r"\bstd::chrono\b", r"\bchrono::", r"\bclock\s*\(",
+                 r"\bomp_get_wtime\b", r"\b__rdtsc\b", r"\bcudaEventElapsedTime\b", r"\bQueryPerformanceCounter\b",
+                 r"\bwf::bench\b", r"\bCLOCK_(?:MONOTONIC|REALTIME)\w*")
+_FUNCTION = re.compile(r"^[A-Za-z_][\w\s\*&:<>,]*?\b([A-Za-z_]\w*)\s*\([^;{}]*\)\s*(?:const\s*)?\{", re.MULTILINE)
+_ASSIGNED = re.compile(r"\b([A-Za-z_]\w*)\s*[-+*/]?=(?!=)")
+_LAMBDA_BODY = re.compile(r"(wf::bench\s*\([^{]*\{).*(\}\s*\)\s*;?)")
+HELPER_LINES = 15  # a function this short that reads a clock is a timing helper
+
+
+@dataclass(frozen=True)
+class TimingCode:
+    """What counts as timing code in one source: timing calls, short helpers that make them (their
+    whole bodies, by line), the variables assigned from either, the protocol prefix and the metric."""
+
+    patterns: tuple[re.Pattern[str], ...]
+    helper_lines: frozenset[int]  # 0-based lines inside timing helpers
+
+    @classmethod
+    def of(cls, source: str, metric_name: str = "time_ms") -> TimingCode:
+        calls = [re.compile(p) for p in _TIMING_CALLS]
+        helpers, lines = [], set()
+        for match in _FUNCTION.finditer(source):
+            body = _body(source, match.end() - 1)
+            if body.count("\n") <= HELPER_LINES and any(p.search(body) for p in calls):
+                helpers.append(re.compile(rf"\b{re.escape(match.group(1))}\s*\("))
+                first = source.count("\n", 0, match.start())
+                last = source.count("\n", 0, match.end()) + body.count("\n")
+                lines.update(range(first, last + 1))
+        timing = calls + helpers
+        variables = {m.group(1) for line in source.splitlines() if any(p.search(line) for p in timing)
+                     for m in _ASSIGNED.finditer(line)}
+        return cls((*timing, *(re.compile(rf"\b{re.escape(v)}\b") for v in sorted(variables)),
+                    re.compile(re.escape(PROTOCOL_PREFIX)), re.compile(rf"\b{re.escape(metric_name)}\b")),
+                   frozenset(lines))
+
+    def lines(self, lines: Sequence[str], first: int, other: TimingCode) -> list[str]:
+        """The timing code among ``lines`` (numbered from ``first``), whitespace-normalized, by this
+        source's and ``other``'s patterns; the launch inside a one-line ``wf::bench(opt, [&](...)
+        { ... });`` is the program's, not timing code."""
+        out = []
+        for number, line in enumerate(lines, first):
+            text = " ".join(_LAMBDA_BODY.sub(r"\1\2", line).split())
+            if number in self.helper_lines or any(p.search(text) for p in (*self.patterns, *other.patterns)):
+                out.append(text)
+        return out
+
+
+def _body(source: str, brace: int) -> str:
+    depth = 0
+    for i in range(brace, len(source)):
+        depth += {"{": 1, "}": -1}.get(source[i], 0)
+        if depth == 0:
+            return source[brace:i + 1]
+    return source[brace:]
+
+
+def check_timing_code(target: Target, files: Mapping[str, str], stdout: str | None = None) -> Verdict:
+    """``files`` (path -> new text) against the target's sources: every changed stretch must hold
+    the same timing code before and after; and when ``stdout`` is a harness run's, its sample
+    lines must match its summary."""
+    import difflib
+
+    name = "timing_code"
+    originals = {path: content.decode("utf-8", "surrogateescape") for path, content in target.bundle.files}
+    metric = target.spec.metric.name
+    for path, text in files.items():
+        before = originals.get(path, "")
+        was, now = TimingCode.of(before, metric), TimingCode.of(text, metric)
+        old, new = before.split("\n"), text.split("\n")
+        for tag, i1, i2, j1, j2 in difflib.SequenceMatcher(None, old, new, autojunk=False).get_opcodes():
+            removed, added = was.lines(old[i1:i2], i1, now), now.lines(new[j1:j2], j1, was)
+            if tag != "equal" and removed != added:
+                pairs = [a for a, b in zip(added, removed, strict=False) if a != b]
+                line = (pairs or added[len(removed):] or removed[len(added):])[0]
+                where = j1 + 1 if added else i1 + 1
+                return Verdict(name, VerdictStatus.FAILED, f"{path}:{where}: changes timing code: `{line[:120]}`")
+    if stdout is not None:
+        problem = sample_lines_problem(stdout, target)
+        if problem:
+            return Verdict(name, VerdictStatus.FAILED, problem)
+    return Verdict(name, VerdictStatus.PASSED)
+
+
+def sample_lines_problem(stdout: str, target: Target) -> str | None:
+    """A harness prints one line per sample and a summary with their count: more or fewer sample
+    lines than it counted were printed by someone else."""
+    summary = [line for line in stdout.splitlines() if line.startswith(PROTOCOL_PREFIX) and " samples=" in line]
+    if not summary:
+        return None
+    counted = re.search(r"\bsamples=(\d+)", summary[-1])
+    printed = len(parse_samples(stdout, target.spec.metric))
+    if counted and int(counted.group(1)) != printed:
+        return f"{printed} sample lines but the harness took {counted.group(1)} samples: samples printed outside it"
+    return None
+
+
+def reverify_fresh_seeds(target: Target, baseline: BuildArtifact, candidate: BuildArtifact,
+                         seeds: Sequence[int] = FRESH_SEEDS, runner: Runner | None = None) -> Verdict:
+    """The candidate against the baseline on inputs from ``seeds``, each run in a fresh directory."""
+    name = "fresh_seeds"
+    if not _seeded(target):
+        return Verdict(name, VerdictStatus.SKIPPED, "the run command takes no {seed}: no fresh inputs to give")
+    for seed in seeds:
+        problem = _differs(target, _fresh(target, candidate, runner, seed=seed),
+                          _fresh(target, baseline, runner, seed=seed))
+        if problem:
+            return Verdict(name, VerdictStatus.FAILED, f"seed {seed}: {problem}")
+    return Verdict(name, VerdictStatus.PASSED, f"seeds {', '.join(map(str, seeds))}")
+
+
+def cheat_checks(target: Target, baseline: BuildArtifact, candidate: BuildArtifact,
+                 files: Mapping[str, str], runner: Runner | None = None) -> tuple[Verdict, ...]:
+    """Every check, for a candidate built from ``files`` (its changed sources)."""
+    return (check_timing_code(target, files), check_poisoned_outputs(target, baseline, candidate, runner),
+            check_cached_results(target, baseline, candidate, runner),
+            check_untimed_work(target, baseline, candidate, runner=runner))
+
+
+class GuardedVerifier(Verifier):
+    """``base``'s verification and then, for a variant that passed it with changed files, every
+    cheat check, built and run on this machine (a CPU target anywhere, a CUDA one on a GPU node).
+    On a cluster the same checks belong on the measuring worker: ``cheat_checks`` with the binaries
+    the verifier already has."""
+
+    def __init__(self, base: Verifier, baseline: Candidate, scratch_root: Path | None = None) -> None:
+        self.base, self.baseline, self.scratch_root = base, baseline, scratch_root
+        self._baseline_artifacts: dict[str, BuildArtifact] = {}
+
+    def verify(self, context: AnalysisContext, plan: Plan, proposal: Proposal) -> Verification:
+        from agents.patch import variant_target
+        from cluster.runners.build import compile_candidate
+
+        verification = self.base.verify(context, plan, proposal)
+        if not verification.passed or not proposal.files:
+            return verification
+        target = context.target
+        if target.bundle.hash not in self._baseline_artifacts:
+            self._baseline_artifacts[target.bundle.hash] = compile_candidate(target, self.baseline, self.scratch_root)
+        baseline = self._baseline_artifacts[target.bundle.hash]
+        variant = variant_target(target, proposal)
+        candidate = dataclasses.replace(self.baseline, source_hash=variant.bundle.hash, phase=Phase.VERIFY)
+        artifact = compile_candidate(variant, candidate, self.scratch_root)
+        if baseline.status is not Status.OK or artifact.status is not Status.OK:
+            skipped = Verdict("cheat_checks", VerdictStatus.SKIPPED, "a build for the checks failed")
+            return Verification((*verification.verdicts, skipped))
+        return Verification((*verification.verdicts, *cheat_checks(target, baseline, artifact, dict(proposal.files))))

@@ -1,0 +1,218 @@
+"""Measure stage: run a built candidate, read its metric, check its outputs against the baseline's.
+
+Order of checks: exit status (crash, timeout), metric samples in stdout, then every output file
+and optionally stdout numbers against the baseline's, then the user's test command.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import time
+from contextlib import nullcontext
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from cluster.config import MetricSpec, OutputSpec, Target, VerifySpec
+from cluster.core.placeholders import names_in
+from cluster.core.types import BuildArtifact, Candidate, DeviceInfo, Measurement, RunOutputs, Status
+from cluster.runners._base import Invocation, ProcessRunner, Runner
+from cluster.runners.telemetry import Monitor
+
+PROTOCOL_PREFIX = "@warpfleet"
+_NUMBER = re.compile(r"[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?|[-+]?(?:inf|nan)", re.IGNORECASE)
+
+
+@dataclass(frozen=True)
+class Reference:
+    """The baseline's outputs on this device type, one per seed: what every candidate must reproduce.
+
+    A target whose run command takes ``{seed}`` gets fresh inputs on every run (run ``i`` of any
+    candidate uses seed ``i``), so outputs cached from an earlier run cannot pass; its reference
+    holds one set of outputs per seed the baseline ran with, and run ``i`` is compared with
+    ``runs[i % len(runs)]``.
+    """
+
+    runs: tuple[RunOutputs, ...]
+
+    def for_run(self, index: int) -> RunOutputs:
+        return self.runs[index % len(self.runs)]  # matches the seed measure_candidate gave that run
+
+
+def parse_samples(stdout: str, metric: MetricSpec) -> list[float]:
+    """Metric samples from a run's stdout: each regex match, or each protocol line's value.
+
+    The line protocol is ``@warpfleet name=value [name=value ...]``, one sample per line.
+    """
+    if metric.regex:
+        found = re.findall(metric.regex, stdout)
+    else:
+        found = []
+        for line in stdout.splitlines():
+            if not line.startswith(PROTOCOL_PREFIX):
+                continue
+            for token in line[len(PROTOCOL_PREFIX):].split():
+                name, _, value = token.partition("=")
+                if name == metric.name:
+                    found.append(value)
+    samples = []
+    for text in found:
+        try:
+            samples.append(float(text))
+        except ValueError:
+            continue
+    return samples
+
+
+def _load_numbers(content: bytes, spec: OutputSpec) -> np.ndarray:
+    if spec.is_text:
+        values = _NUMBER.findall(content.decode(errors="replace"))
+        return np.array([float(v) for v in values], dtype=np.float64)
+    dtype = np.dtype(spec.dtype)
+    if len(content) % dtype.itemsize:
+        raise ValueError(f"{len(content)} bytes is not a whole number of {spec.dtype} values")
+    return np.frombuffer(content, dtype=dtype)
+
+
+def compare(name: str, got: np.ndarray, want: np.ndarray, rtol: float, atol: float) -> str | None:
+    """None if ``got`` matches ``want`` within tolerance, else a one-line reason."""
+    if got.shape != want.shape:
+        return f"{name}: {got.size} values, the baseline has {want.size}"
+    got64, want64 = got.astype(np.float64), want.astype(np.float64)
+    bad = ~np.isfinite(got64)
+    if bad.any():
+        return f"{name}: {int(bad.sum())} values are NaN or Inf (first at index {int(np.argmax(bad))})"
+    close = np.isclose(got64, want64, rtol=rtol, atol=atol)
+    if close.all():
+        return None
+    err = np.abs(got64 - want64)
+    worst = int(np.argmax(err))
+    return (f"{name}: {int((~close).sum())} of {got.size} values differ "
+            f"(max abs error {err[worst]:.3g} at index {worst}: {got64[worst]:.6g} vs {want64[worst]:.6g})")
+
+
+def verify_outputs(workdir: Path, stdout: str, verify: VerifySpec, reference: RunOutputs | None) -> str | None:
+    """Compare this run's outputs with the reference's; with no reference, only check they exist."""
+    wanted = dict(reference.files) if reference else {}
+    for spec in verify.outputs:
+        path = workdir / spec.path
+        if not path.is_file():
+            return f"{spec.path}: not written"
+        try:
+            got = _load_numbers(path.read_bytes(), spec)
+            want = _load_numbers(wanted[spec.path], spec) if reference else got
+        except ValueError as exc:
+            return f"{spec.path}: {exc}"
+        problem = compare(spec.path, got, want, verify.rtol, verify.atol)
+        if problem:
+            return problem
+    if verify.stdout_regex and reference is not None:
+        got = np.array([float(v) for v in re.findall(verify.stdout_regex, stdout)])
+        return compare("stdout", got, np.array(reference.stdout_values), verify.rtol, verify.atol)
+    return None
+
+
+def harness_region(stdout: str) -> tuple[float, float, int] | None:
+    """The timed region that the harness's summary line marks: (start, end, samples)."""
+    for line in reversed(stdout.splitlines()):
+        if line.startswith(PROTOCOL_PREFIX) and "region_start_unix=" in line:
+            fields = dict(token.partition("=")[::2] for token in line.split()[1:])
+            try:
+                return float(fields["region_start_unix"]), float(fields["region_end_unix"]), int(fields["samples"])
+            except (KeyError, ValueError):
+                return None
+    return None
+
+
+def measure_candidate(
+    target: Target,
+    candidate: Candidate,
+    artifact: BuildArtifact,
+    device: DeviceInfo,
+    reference: Reference | None,
+    runs: int,
+    runner: Runner | None = None,
+    monitor: Monitor | None = None,
+    first_seed: int = 0,
+) -> Measurement:
+    """Run a built candidate ``runs`` times through ``runner`` (default: a process per run), each
+    run with its own ``{seed}``: ``first_seed``, ``first_seed + 1``, ...
+
+    ``reference`` None: this is the baseline, and its outputs (one per seed) are returned as the
+    reference. ``monitor``: device telemetry (NVML) recorded over the runs.
+    """
+    started = time.time()
+    spec = target.spec
+    samples: list[float] = []
+    outputs: list[RunOutputs] = []
+    regions: list[tuple[float, float, int]] = []
+    run_s = verify_s = 0.0
+    seeded = "seed" in names_in(spec.run)
+
+    def done(status: Status, error: str = "") -> Measurement:
+        telemetry = monitor.summary(regions, len(samples)) if monitor and status is Status.OK else None
+        return Measurement(candidate.key, status, device, tuple(samples), run_s, verify_s,
+                           error_tail=error, started_at=started, finished_at=time.time(),
+                           outputs=tuple(outputs) if reference is None else (), telemetry=telemetry)
+
+    runner = runner or ProcessRunner()
+    with runner.stage(target, dict(candidate.params), candidate.arch, artifact.binary) as staged, \
+            monitor or nullcontext():
+        for index in range(first_seed, first_seed + runs):
+            # The baseline runs seeds 0..runs-1; candidates cycle through the seeds it ran.
+            seed = index if reference is None else index % len(reference.runs)
+            result = staged.run(Invocation(seed=seed))
+            run_s += result.seconds
+            if result.timed_out:
+                return done(Status.TIMEOUT, result.tail())
+            if not result.ok:
+                return done(Status.CRASHED, result.tail())
+            found = parse_samples(result.stdout, spec.metric)
+            problem = metric_problem(found, spec.metric)
+            if problem:
+                status = Status.METRIC_MISSING if not found or problem.startswith("no ") else Status.METRIC_INVALID
+                return done(status, f"{problem}\n{result.stdout[-2048:]}")
+            samples.extend(found)
+            region = harness_region(result.stdout)
+            if region:
+                regions.append(region)
+            t0 = time.perf_counter()
+            problem = verify_outputs(staged.workdir, result.stdout, spec.verify,
+                                     reference.for_run(seed) if reference else None)
+            if reference is None and not problem and (seeded or not outputs):
+                outputs.append(_run_outputs(staged.workdir, result.stdout, spec.verify))
+            verify_s += time.perf_counter() - t0
+            if problem:
+                return done(Status.VERIFY_FAILED, problem)
+            if spec.verify.test:
+                t0 = time.perf_counter()
+                test = staged.run(Invocation("test", seed=seed))
+                verify_s += time.perf_counter() - t0
+                if not test.ok:
+                    return done(Status.TEST_FAILED, test.tail())
+        return done(Status.OK)
+
+
+TIME_UNITS = {"s", "ms", "us", "µs", "ns", "cycles"}
+
+
+def metric_problem(samples: list[float], metric: MetricSpec) -> str | None:
+    """Why these samples cannot be measurements, or None. A time or an energy is positive and
+    finite; any metric is finite."""
+    if not samples:
+        return "no metric samples in stdout"
+    if not all(math.isfinite(s) for s in samples):
+        return "no finite metric samples: NaN or Inf among them"
+    if metric.unit in TIME_UNITS | {"J", "mJ"} and min(samples) <= 0:
+        return f"a sample of {min(samples):g} {metric.unit}: a time or an energy must be positive"
+    return None
+
+
+def _run_outputs(workdir: Path, stdout: str, verify: VerifySpec) -> RunOutputs:
+    files = tuple((o.path, (workdir / o.path).read_bytes()) for o in verify.outputs)
+    values: tuple[float, ...] = ()
+    if verify.stdout_regex:
+        values = tuple(float(v) for v in re.findall(verify.stdout_regex, stdout))
+    return RunOutputs(files, values)

@@ -1,0 +1,461 @@
+"""The run's results: one Parquet row per evaluated candidate, under ``<run_dir>/results/``.
+
+The dataset is a folder of part files, ``part-<NNNNNN>-<8 hex>.parquet``, all with the same
+schema (built once per run from its targets by ``results_schema``), so that each of these reads
+the whole run::
+
+    pandas.read_parquet(run_dir / "results")
+    pyarrow.dataset.dataset(run_dir / "results", format="parquet")
+    duckdb: SELECT * FROM read_parquet('<run_dir>/results/*.parquet')
+
+A flush writes a temporary file whose name starts with ``.`` and does not end in ``.parquet``,
+fsyncs it, then renames it into place; readers never see a half-written part.
+
+=====================  ====================  ======================================================
+column                 type                  meaning
+=====================  ====================  ======================================================
+schema_version         int32                 ``SCHEMA_VERSION`` of the writer
+run_id                 string                the run this row belongs to
+phase                  string                baseline, search or final (``Phase``)
+target                 string                target name
+study                  string                ``<target>@<device_type>``: one Optuna study
+device_type            string                ``<gpu name> (<arch>)``; workers of one type share a study
+arch                   string                what it was built for: ``sm_90``, ``host``
+toolchain              string                nvcc, cc, ...
+trial_number           int64, null           Optuna trial; null for baseline/final/agent rows
+candidate_key          string                hash of sources, toolchain, arch, flags, defines
+source_hash            string                hash of the target's source bundle
+binary_hash            string                hash of the built binary ("" when the build failed)
+flags                  string                the flag argv, shell-quoted, for humans
+defines                string                the ``-DNAME=value`` argv, shell-quoted
+f_<flag>               string, null          chosen option per flag of the run's spaces ("" = unset;
+                                             null when the flag is not in this target's space)
+p_<param>              int64/float64/string  value per param of the run's targets (int64 if every
+                                             value in every target is an int, float64 if all are
+                                             numbers, else string); null when not this target's
+status                 string                ``Status``: ok, compile_error, verify_failed, ...
+error_tail             string                the end of the failing step's output ("" when ok)
+compile_s              float64               build wall time
+queue_s                float64, null         time waiting for a measuring worker
+run_s                  float64, null         time running the program (all repetitions)
+verify_s               float64, null         time checking outputs
+registers              int64, null           max registers per thread over the kernels
+spill_stores           int64, null           spill store bytes, summed over the kernels
+spill_loads            int64, null           spill load bytes, summed over the kernels
+shared_bytes           int64, null           max static shared memory over the kernels
+stack_bytes            int64, null           max stack frame over the kernels
+kernels_json           string                per-kernel ``KernelResources`` as a JSON list
+samples                list<double>, null    every sample of the metric
+n_samples              int64                 number of samples (0 when none)
+median                 float64, null         median of the samples
+min                    float64, null         smallest sample
+iqr                    float64, null         interquartile range of the samples
+rel_noise              float64, null         iqr / median
+speedup                float64, null         over the baseline's median, >1 is better whatever the
+                                             goal; null unless status is ok
+unit                   string                the metric's unit (ms, GFLOP/s, ...)
+goal                   string                minimize or maximize: which way is better
+objective              string                what the search optimized: time, energy, edp, time_energy
+noisy                  bool, null            rel_noise above measure.max_noise (the bound never met)
+energy_j               float64, null         NVML energy per timed sample (over the harness's timed
+                                             region when marked, else the whole run / samples)
+power_w                float64, null         mean board power over that region
+sm_clock_mhz           float64, null         median SM clock (read, never set)
+mem_clock_mhz          float64, null         median memory clock
+temperature_c          float64, null         max GPU temperature
+throttle_reasons       string, null          NVML clock event reasons seen, comma-separated
+gpu_name               string, null          measuring device's name; null when never measured
+gpu_uuid               string, null          its UUID
+compute_capability     string, null          e.g. ``9.0``
+accelerator_type       string, null          Ray accelerator type, e.g. ``H100``
+driver_version         string, null          NVIDIA driver version
+cuda_version           string, null          CUDA version
+node_id                string, null          Ray node id
+hostname               string, null          host of the measuring worker
+worker_id              string, null          measuring actor
+started_at             timestamp[us, UTC]    when the measurement started; null when not measured
+finished_at            timestamp[us, UTC]    when it finished
+=====================  ====================  ======================================================
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+import secrets
+import shlex
+import time
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, fields
+from datetime import UTC, datetime
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+import pandas as pd
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.dataset as ds
+import pyarrow.parquet as pq
+
+from cluster.config import Target
+from cluster.core.encodings import speedup
+from cluster.core.types import BuildArtifact, Candidate, Measurement, Phase, Scalar, Status
+
+SCHEMA_VERSION = 1
+RESULTS_DIR = "results"
+_PART = re.compile(r"^part-(\d{6})-[0-9a-f]{8}\.parquet$")
+_TEMP_PREFIX = ".part-"  # readers skip names starting with "." and not ending in .parquet
+_TEMP_SUFFIX = ".tmp"
+
+_LEADING: tuple[tuple[str, pa.DataType], ...] = (
+    ("schema_version", pa.int32()), ("run_id", pa.string()), ("phase", pa.string()),
+    ("target", pa.string()), ("study", pa.string()), ("device_type", pa.string()),
+    ("arch", pa.string()), ("toolchain", pa.string()), ("trial_number", pa.int64()),
+    ("candidate_key", pa.string()), ("source_hash", pa.string()), ("binary_hash", pa.string()),
+    ("flags", pa.string()), ("defines", pa.string()),
+)
+_TIMESTAMP = pa.timestamp("us", tz="UTC")
+_SAMPLES = pa.list_(pa.field("element", pa.float64()))  # the item name Parquet reads back
+_TRAILING: tuple[tuple[str, pa.DataType], ...] = (
+    ("status", pa.string()), ("error_tail", pa.string()), ("compile_s", pa.float64()),
+    ("queue_s", pa.float64()), ("run_s", pa.float64()), ("verify_s", pa.float64()),
+    ("registers", pa.int64()), ("spill_stores", pa.int64()), ("spill_loads", pa.int64()),
+    ("shared_bytes", pa.int64()), ("stack_bytes", pa.int64()), ("kernels_json", pa.string()),
+    ("samples", _SAMPLES), ("n_samples", pa.int64()), ("median", pa.float64()),
+    ("min", pa.float64()), ("iqr", pa.float64()), ("rel_noise", pa.float64()),
+    ("speedup", pa.float64()), ("unit", pa.string()), ("goal", pa.string()), ("objective", pa.string()),
+    ("noisy", pa.bool_()),
+    ("energy_j", pa.float64()), ("power_w", pa.float64()), ("sm_clock_mhz", pa.float64()),
+    ("mem_clock_mhz", pa.float64()), ("temperature_c", pa.float64()), ("throttle_reasons", pa.string()),
+    ("gpu_name", pa.string()),
+    ("gpu_uuid", pa.string()), ("compute_capability", pa.string()), ("accelerator_type", pa.string()),
+    ("driver_version", pa.string()), ("cuda_version", pa.string()), ("node_id", pa.string()),
+    ("hostname", pa.string()), ("worker_id", pa.string()), ("started_at", _TIMESTAMP),
+    ("finished_at", _TIMESTAMP),
+)
+
+
+@dataclass(frozen=True)
+class ResultRow:
+    """One evaluated candidate, as written. Fields are the columns, except ``flag_options`` and
+    ``params``, which become the ``f_<flag>`` and ``p_<param>`` columns."""
+
+    run_id: str
+    phase: str
+    target: str
+    study: str
+    device_type: str
+    arch: str
+    toolchain: str
+    trial_number: int | None
+    candidate_key: str
+    source_hash: str
+    binary_hash: str
+    flags: str
+    defines: str
+    flag_options: tuple[tuple[str, str], ...]
+    params: tuple[tuple[str, Scalar], ...]
+    status: str
+    error_tail: str
+    compile_s: float
+    queue_s: float | None
+    run_s: float | None
+    verify_s: float | None
+    registers: int | None
+    spill_stores: int | None
+    spill_loads: int | None
+    shared_bytes: int | None
+    stack_bytes: int | None
+    kernels_json: str
+    samples: tuple[float, ...] | None
+    n_samples: int
+    median: float | None
+    min: float | None
+    iqr: float | None
+    rel_noise: float | None
+    speedup: float | None
+    unit: str
+    goal: str
+    objective: str
+    noisy: bool | None
+    energy_j: float | None
+    power_w: float | None
+    sm_clock_mhz: float | None
+    mem_clock_mhz: float | None
+    temperature_c: float | None
+    throttle_reasons: str | None
+    gpu_name: str | None
+    gpu_uuid: str | None
+    compute_capability: str | None
+    accelerator_type: str | None
+    driver_version: str | None
+    cuda_version: str | None
+    node_id: str | None
+    hostname: str | None
+    worker_id: str | None
+    started_at: datetime | None
+    finished_at: datetime | None
+
+
+
+def _timestamp(epoch_s: float) -> datetime | None:
+    return datetime.fromtimestamp(epoch_s, tz=UTC) if epoch_s else None
+
+
+def make_row(run_id: str, candidate: Candidate, artifact: BuildArtifact, measurement: Measurement | None,
+             baseline_median: float | None, goal: str, *, unit: str = "", max_noise: float | None = None,
+             objective: str = "time") -> ResultRow:
+    """The row for one candidate. ``measurement`` is None when the build failed; the status then
+    comes from the artifact. Speedup is only given for an ``ok`` row with a known baseline."""
+    if measurement is None or artifact.status is not Status.OK:
+        status, error_tail = artifact.status, artifact.error_tail
+    else:
+        status, error_tail = measurement.status, measurement.error_tail or artifact.error_tail
+    stats = measurement.stats if measurement else None
+    median = stats.median if stats else None
+    ratio = speedup(median, baseline_median, goal) if status is Status.OK else None
+    kernels = artifact.kernels
+    device = measurement.device if measurement else None
+    tele = measurement.telemetry if measurement else None
+    return ResultRow(
+        run_id=run_id, phase=Phase(candidate.phase).value, target=candidate.target, study=candidate.study,
+        device_type=candidate.device_type, arch=candidate.arch, toolchain=candidate.toolchain,
+        trial_number=candidate.trial_number, candidate_key=candidate.key,
+        source_hash=candidate.source_hash, binary_hash=artifact.binary_hash,
+        flags=shlex.join(candidate.flag_argv), defines=shlex.join(candidate.defines),
+        flag_options=candidate.flags, params=candidate.params,
+        status=status.value, error_tail=error_tail, compile_s=artifact.compile_s,
+        queue_s=measurement.queue_s if measurement else None,
+        run_s=measurement.run_s if measurement else None,
+        verify_s=measurement.verify_s if measurement else None,
+        registers=max(k.registers for k in kernels) if kernels else None,
+        spill_stores=sum(k.spill_stores for k in kernels) if kernels else None,
+        spill_loads=sum(k.spill_loads for k in kernels) if kernels else None,
+        shared_bytes=max(k.shared_bytes for k in kernels) if kernels else None,
+        stack_bytes=max(k.stack_bytes for k in kernels) if kernels else None,
+        kernels_json=json.dumps([asdict(k) for k in kernels], sort_keys=True),
+        samples=tuple(measurement.samples) if measurement else None,
+        n_samples=len(measurement.samples) if measurement else 0,
+        median=median, min=stats.minimum if stats else None, iqr=stats.iqr if stats else None,
+        rel_noise=stats.rel_noise if stats else None, speedup=ratio, unit=unit, goal=goal, objective=objective,
+        noisy=stats.rel_noise > max_noise if stats and max_noise is not None else None,
+        energy_j=tele.energy_j if tele else None, power_w=tele.power_w if tele else None,
+        sm_clock_mhz=tele.sm_clock_mhz if tele else None, mem_clock_mhz=tele.mem_clock_mhz if tele else None,
+        temperature_c=tele.temperature_c if tele else None,
+        throttle_reasons=tele.throttle_reasons if tele else None,
+        gpu_name=device.name if device else None, gpu_uuid=device.uuid if device else None,
+        compute_capability=device.compute_capability if device else None,
+        accelerator_type=device.accelerator_type if device else None,
+        driver_version=device.driver_version if device else None,
+        cuda_version=device.cuda_version if device else None,
+        node_id=device.node_id if device else None, hostname=device.hostname if device else None,
+        worker_id=device.worker_id if device else None,
+        started_at=_timestamp(measurement.started_at) if measurement else None,
+        finished_at=_timestamp(measurement.finished_at) if measurement else None,
+    )
+
+
+def _param_type(values: list[Any]) -> pa.DataType:
+    # bool is an int to Python but "True" to a -D define: treat it as a string.
+    if all(isinstance(v, int) and not isinstance(v, bool) for v in values):
+        return pa.int64()
+    if all(isinstance(v, int | float) and not isinstance(v, bool) for v in values):
+        return pa.float64()
+    return pa.string()
+
+
+def results_schema(targets: Sequence[Target]) -> pa.Schema:
+    """The one schema of a run's part files: fixed columns plus ``f_<flag>`` for every flag of
+    the targets' spaces and ``p_<param>`` for every param (in order of first appearance)."""
+    flag_names: dict[str, None] = {}
+    param_values: dict[str, list[Any]] = {}
+    for target in targets:
+        flag_names.update(dict.fromkeys(target.space.flags))
+        for name, values in target.spec.params.items():
+            param_values.setdefault(name, []).extend(values)
+    columns = [
+        *_LEADING,
+        *((f"f_{name}", pa.string()) for name in flag_names),
+        *((f"p_{name}", _param_type(values)) for name, values in param_values.items()),
+        *_TRAILING,
+    ]
+    return pa.schema(columns, metadata={"warpfleet.schema_version": str(SCHEMA_VERSION)})
+
+
+def _convert(value: Scalar, kind: pa.DataType, column: str) -> Scalar:
+    if pa.types.is_string(kind):
+        return str(value)
+    numeric = isinstance(value, int | float) and not isinstance(value, bool)
+    if pa.types.is_int64(kind) and numeric and float(value).is_integer():
+        return int(value)
+    if pa.types.is_float64(kind) and numeric:
+        return float(value)
+    raise ValueError(f"column {column} holds {kind}, not {value!r}")
+
+
+def _record(row: ResultRow, schema: pa.Schema) -> dict[str, Any]:
+    """The row as a dict of the schema's columns, param values converted to the column's type."""
+    record: dict[str, Any] = {f.name: getattr(row, f.name) for f in fields(row)
+                              if f.name not in ("flag_options", "params")}
+    record["schema_version"] = SCHEMA_VERSION
+    for name, option in row.flag_options:
+        record[f"f_{name}"] = option
+    for name, value in row.params:
+        column = f"p_{name}"
+        if column in schema.names:
+            record[column] = _convert(value, schema.field(column).type, column)
+        else:
+            record[column] = value
+    unknown = set(record) - set(schema.names)
+    if unknown:
+        raise ValueError(f"row of {row.target} has columns the run's schema lacks: {sorted(unknown)}")
+    return record
+
+
+def _parts(results_dir: Path) -> list[Path]:
+    return sorted(p for p in results_dir.glob("part-*.parquet") if _PART.match(p.name))
+
+
+class ResultWriter:
+    """Appends rows to ``<run_dir>/results/`` as atomically written part files.
+
+    One writer per run directory. Part numbers continue after any parts already there, so a
+    resumed run appends; temporary files left by an interrupted flush are removed on start.
+    """
+
+    def __init__(self, run_dir: Path, schema: pa.Schema, flush_interval_s: float = 2.0,
+                 subdir: str = RESULTS_DIR) -> None:
+        self.results_dir = Path(run_dir) / subdir
+        self.results_dir.mkdir(parents=True, exist_ok=True)
+        self.schema = schema
+        self.flush_interval_s = flush_interval_s
+        for stale in self.results_dir.glob(f"{_TEMP_PREFIX}*{_TEMP_SUFFIX}"):
+            stale.unlink(missing_ok=True)
+        parts = _parts(self.results_dir)
+        self._next_part = max((int(p.name[5:11]) for p in parts), default=-1) + 1
+        self._pending: list[dict[str, Any]] = []
+        self._last_flush = time.monotonic()
+        self._closed = False
+
+    @property
+    def pending(self) -> int:
+        """Rows appended but not yet written."""
+        return len(self._pending)
+
+    def append(self, row: ResultRow) -> None:
+        """Queue a row; raises ValueError at once if it does not fit the run's schema."""
+        if self._closed:
+            raise ValueError("append to a closed ResultWriter")
+        self._pending.append(_record(row, self.schema))
+
+    def append_record(self, record: dict[str, Any]) -> None:
+        """Queue a plain record of this writer's schema (tables other than the results)."""
+        if self._closed:
+            raise ValueError("append to a closed ResultWriter")
+        self._pending.append(record)
+
+    def widen(self, schema: pa.Schema) -> None:
+        """Write what is pending, then take ``schema`` (a superset: agents' variants add params).
+        Readers unify the part files' schemas, so older parts stay readable as they are."""
+        self.flush()
+        self.schema = schema
+
+    def maybe_flush(self) -> Path | None:
+        """Flush if rows are pending and ``flush_interval_s`` has passed since the last flush."""
+        if self._pending and time.monotonic() - self._last_flush >= self.flush_interval_s:
+            return self.flush()
+        return None
+
+    def flush(self) -> Path | None:
+        """Write the pending rows as a new part file; returns its path (None if nothing pending).
+
+        If the write fails the rows stay pending and the error propagates; no partial part file
+        is left where readers look.
+        """
+        if not self._pending:
+            return None
+        table = pa.Table.from_pylist(self._pending, schema=self.schema)
+        name = f"part-{self._next_part:06d}-{secrets.token_hex(4)}"
+        final = self.results_dir / f"{name}.parquet"
+        temp = self.results_dir / f"{_TEMP_PREFIX}{name.removeprefix('part-')}{_TEMP_SUFFIX}"
+        try:
+            with open(temp, "wb") as out:
+                pq.write_table(table, out)
+                out.flush()
+                os.fsync(out.fileno())
+            os.replace(temp, final)
+        except BaseException:
+            temp.unlink(missing_ok=True)
+            raise
+        self._fsync_dir()
+        self._next_part += 1
+        self._pending.clear()
+        self._last_flush = time.monotonic()
+        return final
+
+    def _fsync_dir(self) -> None:
+        # Makes the rename itself durable; not every platform lets a directory be opened.
+        with contextlib.suppress(OSError):
+            fd = os.open(self.results_dir, os.O_RDONLY)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+
+    def close(self) -> None:
+        """Flush what is pending; later appends raise."""
+        if not self._closed:
+            self.flush()
+            self._closed = True
+
+    def __enter__(self) -> ResultWriter:
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        # Rows already appended are valid results, so they are written even if the run failed.
+        self.close()
+
+
+def _base_schema() -> pa.Schema:
+    return pa.schema([*_LEADING, *_TRAILING])
+
+
+def _dataset(run_dir: Path, subdir: str = RESULTS_DIR) -> ds.Dataset | None:
+    parts = _parts(Path(run_dir) / subdir)
+    if not parts:
+        return None
+    schema = pa.unify_schemas([pq.read_schema(p) for p in parts])  # tolerates a resume that added targets
+    return ds.dataset([str(p) for p in parts], schema=schema, format="parquet")
+
+
+def read_results(run_dir: Path, schema: pa.Schema | None = None) -> pd.DataFrame:
+    """Every row of the run, part by part. With no parts, an empty frame with the columns of
+    ``schema`` (default: the fixed columns, without ``f_``/``p_``)."""
+    dataset = _dataset(run_dir)
+    table = (schema or _base_schema()).empty_table() if dataset is None else dataset.to_table()
+    # Nullable integers: an int param that another target lacks must stay 16, not become 16.0.
+    return table.to_pandas(types_mapper=_NULLABLE.get)
+
+
+_NULLABLE = {pa.int32(): pd.Int32Dtype(), pa.int64(): pd.Int64Dtype()}
+
+
+def read_table(run_dir: Path, subdir: str, schema: pa.Schema) -> pd.DataFrame:
+    """Another table of the run (``profiles``), read like the results."""
+    dataset = _dataset(run_dir, subdir)
+    table = schema.empty_table() if dataset is None else dataset.to_table()
+    return table.to_pandas(types_mapper=_NULLABLE.get)
+
+
+def read_keys(run_dir: Path) -> set[str]:
+    """Candidate keys already evaluated in the search or baseline phase: what a resume skips."""
+    dataset = _dataset(run_dir)
+    if dataset is None:
+        return set()
+    phases = pa.array([Phase.SEARCH.value, Phase.BASELINE.value])
+    table = dataset.to_table(columns=["candidate_key"], filter=pc.field("phase").isin(phases))
+    return set(table.column("candidate_key").to_pylist())

@@ -1,0 +1,207 @@
+"""The sweep end to end on the CPU: real Ray, real Optuna journal, real Parquet, real gcc."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from cluster.cli import main
+from cluster.config import load_run
+from cluster.engine.driver import Sweep
+from cluster.outputs.select import select_best
+from cluster.store.results import read_results
+from cluster.store.rundir import RunDir
+from tests.conftest import REPO
+
+pytestmark = pytest.mark.usefixtures("ray_local")
+FIXTURES = REPO / "tests" / "fixtures"
+
+
+def sweep(config: Path, tmp_path: Path, **search) -> tuple[RunDir, object]:
+    plan = load_run(config)
+    if search:
+        plan = type(plan)(plan.config.model_copy(update={
+            "search": plan.config.search.model_copy(update=search), "output_dir": str(tmp_path)}),
+            plan.file, plan.targets)
+    else:
+        plan = type(plan)(plan.config.model_copy(update={"output_dir": str(tmp_path)}), plan.file, plan.targets)
+    run_dir = RunDir.create(plan)
+    summary = Sweep(plan, run_dir, log=lambda m: None).run(show_progress=False)
+    return run_dir, summary
+
+
+def test_cpu_demo_end_to_end(tmp_path):
+    run_dir, summary = sweep(FIXTURES / "demo_cpu.yaml", tmp_path)
+    rows = read_results(run_dir.path)
+    search = rows[rows["phase"] == "search"]
+    assert len(search) == 8 and search["candidate_key"].is_unique
+    baseline = rows[rows["phase"] == "baseline"]
+    assert len(baseline) == 1 and baseline["status"].iloc[0] == "ok"
+    assert baseline["flags"].iloc[0] == "" and baseline["speedup"].iloc[0] == pytest.approx(1.0)
+    assert set(rows["phase"]) == {"baseline", "search", "final"}
+    assert (rows["status"] == "ok").all()
+    ok = search[search["status"] == "ok"]
+    assert (ok["speedup"] > 0).all() and ok["n_samples"].ge(5).all()
+    assert rows["gpu_name"].notna().all() and (rows["arch"] == "host").all()
+    # every row carries its own flags and params as columns
+    assert {"f_opt_level", "f_march", "p_TILE", "p_UNROLL"} <= set(rows.columns)
+    assert ((rows["p_TILE"] * rows["p_UNROLL"]) <= 256).all()
+    assert summary.evaluated == len(rows)
+    assert (run_dir.path / "optuna.journal").stat().st_size > 0
+    # the dataset is readable by DuckDB as it is
+    n = pytest.importorskip("duckdb").connect().execute(
+        f"select count(*) from read_parquet('{run_dir.path}/results/*.parquet')").fetchone()[0]
+    assert n == len(rows)
+    best = select_best(rows)
+    assert len(best) == 1 and best[0].target == "stencil_c" and best[0].speedup > 0
+
+
+def test_failures_are_rows_and_the_sweep_goes_on(tmp_path):
+    run_dir, _ = sweep(FIXTURES / "faulty.yaml", tmp_path)
+    rows = read_results(run_dir.path)
+    by_mode = rows[rows["phase"] != "final"].set_index("p_MODE")["status"].to_dict()
+    assert by_mode == {0: "ok", 1: "crashed", 2: "timeout", 3: "verify_failed", 4: "metric_missing",
+                       5: "compile_error", 6: "crashed", 7: "crashed", 8: "crashed", 9: "crashed"}
+    tails = rows[rows["phase"] != "final"].set_index("p_MODE")["error_tail"].to_dict()
+    assert "SIGSEGV" in tails[1] and "timed out" in tails[2] and "SIGABRT" in tails[6]
+    assert "exit status 3" in tails[7] and "values differ" in tails[3] and "#error" in tails[5]
+    assert "memory limit of 256 MB exceeded" in tails[8] and "disk limit of 64 MB exceeded" in tails[9]
+    # MODE 0 is the baseline: the grid's trial for it was answered without running it again
+    assert rows.loc[rows["phase"] != "final", "candidate_key"].is_unique
+    best = select_best(rows)
+    assert best[0].params == {"MODE": 0}
+
+
+def test_resume_finishes_the_budget_without_evaluating_twice(tmp_path):
+    run_dir, _ = sweep(FIXTURES / "demo_cpu.yaml", tmp_path, trials=3)
+    first = read_results(run_dir.path)
+    assert (first["phase"] == "search").sum() == 3
+    plan = load_run(FIXTURES / "demo_cpu.yaml")
+    plan = type(plan)(plan.config.model_copy(update={
+        "search": plan.config.search.model_copy(update={"trials": 7})}), plan.file, plan.targets)
+    Sweep(plan, RunDir.open(run_dir.path), log=lambda m: None).run(show_progress=False)
+    rows = read_results(run_dir.path)
+    search = rows[rows["phase"] == "search"]
+    assert len(search) == 7 and search["candidate_key"].is_unique
+    assert (rows["phase"] == "baseline").sum() == 1  # the baseline's reference was kept, not re-run
+    # the resumed part files follow the first run's and nothing earlier was rewritten
+    assert set(first["candidate_key"]) <= set(rows["candidate_key"])
+
+
+def test_cli_sweep_show_export(tmp_path):
+    runner = CliRunner()
+    result = runner.invoke(main, ["sweep", str(FIXTURES / "demo_cpu.yaml"), "--trials", "3",
+                                  "--output-dir", str(tmp_path), "--no-progress"])
+    assert result.exit_code == 0, result.output
+    run = next(tmp_path.iterdir())
+    shown = runner.invoke(main, ["show", str(run)])
+    assert shown.exit_code == 0 and "stencil_c" in shown.output and "x" in shown.output
+    flags = runner.invoke(main, ["export", str(run), "--format", "flags"])
+    assert flags.exit_code == 0 and "-DTILE=" in flags.output
+    out = tmp_path / "best.h"
+    header = runner.invoke(main, ["export", str(run), "--format", "header", "--output", str(out)])
+    assert header.exit_code == 0 and "#define TILE" in out.read_text()
+    missing = runner.invoke(main, ["export", str(run), "--target", "nope"])
+    assert missing.exit_code == 2 and "--target" in missing.output
+
+
+def test_driver_killed_mid_sweep_then_resumed(tmp_path):
+    """SIGKILL the driver once some rows are on disk; --resume completes the budget with every
+    candidate exactly once, and no earlier row lost."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    config = tmp_path / "run.yaml"
+    config.write_text((FIXTURES / "demo_cpu.yaml").read_text().replace(
+        "../../configs", str(REPO / "configs")).replace("trials: 8", "trials: 10")
+        + "flush_interval_s: 0.1\n")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "cluster.cli", "sweep", str(config), "--output-dir", str(tmp_path / "runs"),
+         "--no-progress"], cwd=REPO, start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    deadline = time.monotonic() + 120
+    run = None
+    while time.monotonic() < deadline:
+        runs = list((tmp_path / "runs").glob("*/results/*.parquet"))
+        if runs:
+            run = runs[0].parent.parent
+            if (read_results(run)["phase"] == "search").sum() >= 3:
+                break
+        time.sleep(0.1)
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+    assert run is not None, proc.stderr.read().decode()[-2000:]
+    before = read_results(run)
+    assert 3 <= (before["phase"] == "search").sum() < 10
+    plan = load_run(config)
+    Sweep(plan, RunDir.open(run), log=lambda m: None).run(show_progress=False)
+    rows = read_results(run)
+    search = rows[rows["phase"] == "search"]
+    assert len(search) == 10 and search["candidate_key"].is_unique
+    assert set(before["candidate_key"]) <= set(rows["candidate_key"])
+    assert (rows["phase"] == "baseline").sum() == 1
+
+
+def test_two_targets_keep_integer_params_in_exports(tmp_path):
+    """A param column that another target lacks holds nulls; its values must still export as 16,
+    not 16.0 (a -D define of 16.0 is a different program)."""
+    from tests.conftest import write_config, write_target
+
+    write_target(tmp_path / "tiny")
+    config = write_config(tmp_path, ["tiny/target.yaml", str(REPO / "configs/targets/stencil_c/target.yaml")],
+                          search={"trials": 3, "sampler": "random"}, measure={"final_top_k": 1, "final_runs": 1})
+    run_dir, _ = sweep(config, tmp_path)
+    rows = read_results(run_dir.path)
+    assert set(rows["target"]) == {"tiny", "stencil_c"}
+    assert rows.loc[rows["target"] == "tiny", "p_TILE"].isna().all()
+    runner = CliRunner()
+    flags = runner.invoke(main, ["export", str(run_dir.path), "--format", "flags"])
+    assert flags.exit_code == 0, flags.output
+    assert "-DTILE=" in flags.output and ".0" not in flags.output
+    assert "# tiny on" in flags.output and "# stencil_c on" in flags.output
+
+
+def test_time_budget_and_an_rdb_storage(tmp_path):
+    import optuna
+
+    url = f"sqlite:///{tmp_path}/optuna.db"
+    run_dir, _ = sweep(FIXTURES / "demo_cpu.yaml", tmp_path, trials=None, time_budget_s=3.0, storage=url)
+    rows = read_results(run_dir.path)
+    search = rows[rows["phase"] == "search"]
+    assert 1 <= len(search) < 96 and search["candidate_key"].is_unique  # stopped by time, not by the space
+    [summary] = optuna.get_all_study_summaries(url)
+    study = optuna.load_study(study_name=summary.study_name, storage=url)
+    told = [t for t in study.trials if t.state.is_finished() and "key" in t.user_attrs]
+    assert set(search["candidate_key"]) <= {t.user_attrs["key"] for t in told}
+    assert not (run_dir.path / "optuna.journal").exists()
+
+
+def test_show_prints_the_profiles_of_baseline_and_winner(tmp_path):
+    """A GPU run's profiles table (written here by hand: no ncu on the CPU) appears in show."""
+    from cluster.runners.profile import PROFILE_SCHEMA
+    from cluster.store.results import ResultWriter
+
+    run_dir, _ = sweep(FIXTURES / "demo_cpu.yaml", tmp_path, trials=3)
+    rows = read_results(run_dir.path)
+    baseline = rows.loc[rows["phase"] == "baseline", "candidate_key"].iloc[0]
+    [winner] = select_best(rows)
+    device = rows["device_type"].iloc[0]
+    metrics = {baseline: (335_100.0, 65_579_100.0, "mio_throttle"), winner.candidate_key: (195_360.0, 0.0, "wait")}
+    with ResultWriter(run_dir.path, PROFILE_SCHEMA, subdir="profiles") as writer:
+        for key, (duration_ns, conflicts, stall) in metrics.items():
+            for metric, value in (("gpu__time_duration.sum", duration_ns),
+                                  ("l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_ld.sum", conflicts),
+                                  (f"smsp__average_warps_issue_stalled_{stall}_per_issue_active.ratio", 4.5)):
+                writer.append_record({"run_id": run_dir.run_id, "target": "stencil_c", "device_type": device,
+                                      "candidate_key": key, "status": "ok", "error_tail": "", "launch": 1,
+                                      "kernel": "k", "metric": metric, "unit": "", "value": value})
+    shown = CliRunner().invoke(main, ["show", str(run_dir.path)])
+    assert shown.exit_code == 0, shown.output
+    assert "Nsight Compute" in shown.output and "0.3351 ms" in shown.output and "65,579,100" in shown.output
+    assert "mio_throttle 4.5" in shown.output
+    if winner.candidate_key != baseline:
+        assert "0.1954 ms" in shown.output and "wait 4.5" in shown.output

@@ -1,0 +1,76 @@
+"""Ask/tell bookkeeping of one study, with a real (in-memory) Optuna study."""
+
+from __future__ import annotations
+
+import optuna
+import pytest
+
+from cluster.config import SearchSpec, load_target
+from cluster.core.types import DeviceInfo, Status
+from cluster.engine.studies import Evaluated, StudyState, make_sampler
+from tests.conftest import write_target
+
+
+def _study(tmp_path, objective: str) -> StudyState:
+    target = load_target(write_target(tmp_path))
+    search = SearchSpec(objective=objective, seed=3)
+    directions = ["minimize", "minimize"] if objective == "time_energy" else ["minimize"]
+    study = optuna.create_study(directions=directions, sampler=make_sampler(search))
+    device = DeviceInfo("gpu", "fake gpu", "sm_90")
+    return StudyState(target, None, device, [0], study, "sm_90", objective, space_size=target.space_size())
+
+
+@pytest.mark.parametrize(("objective", "expected"), [
+    ("time", [2.0]), ("energy", [0.5]), ("edp", [1.0]), ("time_energy", [2.0, 0.5])])
+def test_objective_values_told_to_optuna(tmp_path, objective, expected):
+    state = _study(tmp_path, objective)
+    _, candidate = state.ask()
+    state.pending.add(candidate.key)
+    state.record(candidate, Evaluated(Status.OK, 2.0, 0.5))
+    frozen = state.study.trials[0]
+    assert frozen.state is optuna.trial.TrialState.COMPLETE and frozen.values == expected
+    assert state.top(1) == [candidate] and state.n_search == 1
+
+
+def test_missing_energy_or_failure_is_a_failed_trial(tmp_path):
+    state = _study(tmp_path, "energy")
+    _, first = state.ask()
+    state.record(first, Evaluated(Status.OK, 2.0, None))  # no NVML reading: nothing to tell
+    _, second = state.ask()
+    state.record(second, Evaluated(Status.CRASHED, None))
+    assert [t.state for t in state.study.trials] == [optuna.trial.TrialState.FAIL] * 2
+    assert state.n_failed == 1 and state.top(3) == []
+
+
+def test_a_known_key_is_told_without_evaluating_again(tmp_path):
+    state = _study(tmp_path, "time")
+    evaluated: dict[str, float] = {}
+    for i in range(120):  # 64 points: later asks keep proposing known keys
+        asked = state.ask()
+        if asked is None:
+            continue
+        _, candidate = asked
+        assert candidate.key not in evaluated  # never handed out twice
+        evaluated[candidate.key] = 1.0 + i
+        state.record(candidate, Evaluated(Status.OK, evaluated[candidate.key]))
+    assert set(state.results) == set(evaluated) and state.n_search == len(evaluated)
+    complete = [t for t in state.study.trials if t.state is optuna.trial.TrialState.COMPLETE]
+    assert len(complete) > len(evaluated)  # the repeats were told too, from the known results
+    assert all(t.values == [evaluated[t.user_attrs["key"]]] for t in complete)
+
+
+def test_storage_retry_waits_out_a_locked_database():
+    from cluster.engine.studies import storage_retry
+
+    calls = []
+
+    def flaky() -> str:
+        calls.append(1)
+        if len(calls) < 3:
+            raise optuna.exceptions.StorageInternalError("database is locked")
+        return "told"
+
+    assert storage_retry(flaky, first_wait_s=0.01) == "told" and len(calls) == 3
+    with pytest.raises(optuna.exceptions.StorageInternalError):
+        storage_retry(lambda: (_ for _ in ()).throw(optuna.exceptions.StorageInternalError("down")),
+                      attempts=2, first_wait_s=0.01)

@@ -1,0 +1,69 @@
+"""The experts (cluster.core.registry.EXPERTS) and the verifier's static checks and real builds on
+the benchmark suite (sm_90, compiled here; nothing runs): what the acceptance run on the GPU
+starts from."""
+
+from __future__ import annotations
+
+import pytest
+
+from agents._base import AnalysisContext
+from agents.workflow import Steps, run_workflow
+from cluster.config import load_target
+from cluster.core.registry import EXPERTS
+from cluster.core.types import Candidate, Phase, Status
+from cluster.engine.verify import LocalVerifier
+from cluster.runners.build import compile_candidate
+from cluster.runners.devices import cpu_device
+from tests.conftest import REPO, needs
+
+pytestmark = [pytest.mark.nvcc, needs("nvcc")]
+ARCH = "sm_90"
+
+
+def workflow(name: str):
+    target = load_target(REPO / "configs" / "targets" / name / "target.yaml")
+    baseline = Candidate(target.name, "nvcc", "H100", ARCH, target.bundle.hash, tuple(target.space.baseline.items()),
+                         tuple(target.baseline_params.items()), Phase.BASELINE)
+    artifact = compile_candidate(target, baseline)
+    assert artifact.status is Status.OK, artifact.error_tail
+    context = AnalysisContext(target, ARCH, kernels=artifact.kernels)
+    verifier = LocalVerifier(baseline, cpu_device("test"), run=False)
+    return run_workflow(context, [Steps.of(EXPERTS.load(name)()) for name in EXPERTS], verifier)
+
+
+def by_stage(outcomes, optimization):
+    return sorted({o.stage for o in outcomes if o.finding.optimization == optimization})
+
+
+def test_transpose_gets_a_padded_tile_that_builds():
+    outcomes = workflow("transpose")
+    [padding] = [o for o in outcomes if o.finding.optimization == "padding" and o.proposal]
+    checks = {v.check: v.status.value for v in padding.verification.verdicts}
+    assert checks == {"guards": "passed", "depgraph": "passed", "contracts": "passed", "build": "passed",
+                      "outputs": "skipped"}
+    assert "[TILE + 1]" in dict(padding.proposal.files)["transpose.cu"] or "+ 1]" in padding.proposal.description
+
+
+def test_regpressure_gets_register_caps_at_occupancy_steps():
+    outcomes = workflow("regpressure")
+    [registers] = [o for o in outcomes if o.finding.optimization == "registers" and o.accepted]
+    assert 64 in registers.proposal.search_params["maxrregcount"]
+    assert any("limited by registers" in e for e in registers.finding.evidence)
+
+
+def test_multikernel_streamify_rewrites_the_loop_and_leaves_the_helper():
+    outcomes = workflow("multikernel")
+    streamify = {o.finding.location: o for o in outcomes if o.finding.optimization == "streamify"}
+    assert streamify["multikernel.cu:enqueue_task"].stage == "not_applicable"
+    loop = streamify["multikernel.cu:main (line 188)"]
+    assert loop.accepted, loop.reason  # guards, dependence graph and an sm_90 build; no GPU to run it here
+    assert all(o.stage != "error" for o in outcomes), [o.reason for o in outcomes if o.stage == "error"]
+
+
+@pytest.mark.parametrize("name", ["unroll", "matmul", "conv2d"])
+def test_every_accepted_variant_of_the_tunable_kernels_builds(name):
+    outcomes = workflow(name)
+    assert all(o.stage != "error" for o in outcomes), [o.reason for o in outcomes if o.stage == "error"]
+    for o in outcomes:
+        if o.proposal is not None and o.proposal.files:
+            assert o.accepted, o.reason

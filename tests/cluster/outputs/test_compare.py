@@ -1,0 +1,173 @@
+"""Portability on the CPU: two runs of the C stencil made with different flags spaces, one of them
+relabelled as another machine's; evaluate, compare and export through the CLI, numbers checked."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+from pathlib import Path
+
+import pandas as pd
+import pytest
+from click.testing import CliRunner
+
+from cluster.cli import main
+from cluster.core.types import Stats
+from cluster.outputs.select import select_best
+from cluster.store.results import read_results
+from tests.cluster.outputs.portability_runs import cli
+from tests.conftest import REPO
+
+
+@pytest.fixture
+def runs(portability_cpu_runs):
+    return portability_cpu_runs
+
+
+def _median(rows: pd.DataFrame, flags: str, defines: str) -> float:
+    mine = rows[(rows["flags"] == flags) & (rows["defines"] == defines) & (rows["status"] == "ok")]
+    return Stats.of([s for arr in mine["samples"] for s in arr]).median
+
+
+def test_evaluation_measures_each_winner_after_a_baseline_of_its_own(runs):
+    rows = read_results(runs["e"])
+    shown = rows[["phase", "flags", "defines", "status", "n_samples", "error_tail"]]
+    assert list(rows["phase"])[:1] == ["baseline"] and (rows["status"] == "ok").all(), shown
+    evaluated = rows[rows["phase"] == "evaluate"]
+    assert set(evaluated["flags"]) == {"-O3", "-O2 -fno-inline"}, shown
+    assert (evaluated["n_samples"] == 10).all()  # measure.final_runs runs of 5 samples
+    assert set(rows["device_type"]) == {runs["here"]}
+    meta = json.loads((runs["e"] / "meta.json").read_text())
+    assert meta["kind"] == "evaluate"
+    assert {o["tuned_on"] for o in meta["evaluated"]} == {runs["other"], runs["here"]}
+    assert re.search(r"stencil_c .* 2 .* 0 ", cli("show", str(runs["e"]))), "show counts the evaluated"
+    speedups = evaluated["speedup"].to_numpy()
+    baseline = rows[rows["phase"] == "baseline"]["median"].iloc[0]
+    assert speedups == pytest.approx(baseline / evaluated["median"].to_numpy())
+
+
+def test_compare_matrix_shares_missing_cells_and_best_worst_case(runs):
+    [matrix] = json.loads(cli("compare", str(runs["a"]), str(runs["b"]), str(runs["e"]), "--format", "json"))
+    other, here = runs["other"], runs["here"]
+    assert matrix["target"] == "stencil_c" and sorted(matrix["devices"]) == sorted([other, here])
+    labels = {c["config_id"]: c["label"] for c in matrix["configs"]}
+    by_label = {c["label"]: c for c in matrix["configs"]}
+    assert set(by_label) == {f"tuned on {other}", f"tuned on {here}", "baseline"}
+    a_winner, b_winner = by_label[f"tuned on {other}"], by_label[f"tuned on {here}"]
+    assert a_winner["arguments"].startswith("-O3 ") and b_winner["arguments"].startswith("-O2 -fno-inline ")
+    cells = {(labels[c["config_id"]], c["device"]): c for c in matrix["cells"]}
+    # own bests
+    assert cells[(a_winner["label"], other)]["share"] == 1.0 and cells[(b_winner["label"], here)]["share"] == 1.0
+    # A's winner here: measured in the evaluation run, against B's winner in that same run
+    e_rows = read_results(runs["e"])
+    [best_a] = select_best(read_results(runs["a"]))
+    [best_b] = select_best(read_results(runs["b"]))
+    t_a = _median(e_rows, " ".join(best_a.flag_argv), " ".join(best_a.defines))
+    t_b = _median(e_rows, " ".join(best_b.flag_argv), " ".join(best_b.defines))
+    cell = cells[(a_winner["label"], here)]
+    assert cell["how"] == "same run" and cell["run_id"] == runs["e"].name
+    assert cell["share"] == pytest.approx(t_b / t_a)
+    # B's winner was never run on the other machine, and -fno-inline is not in A's space
+    assert cells[(b_winner["label"], other)] == {**cells[(b_winner["label"], other)], "share": None,
+                                                 "how": "not measured"}
+    # the baseline on the other machine: A's own baseline against A's winner, in run A
+    a_rows = read_results(runs["a"])
+    a_final = a_rows[a_rows["phase"] == "final"]
+    expected = _median(a_final, " ".join(best_a.flag_argv), " ".join(best_a.defines)) / _median(
+        a_final, "", "-DTILE=64 -DUNROLL=1")
+    assert cells[("baseline", other)]["share"] == pytest.approx(expected)
+    # best worst case: only A's winner and the baseline are measured everywhere; A's winner is better
+    best = matrix["best_worst_case"]
+    assert labels[best["config_id"]] == a_winner["label"]
+    assert best["share"] == pytest.approx(min(1.0, cell["share"]))
+
+
+def test_compare_markdown_names_what_differs_and_what_is_missing(runs):
+    text = cli("compare", str(runs["a"]), str(runs["b"]), str(runs["e"]))
+    assert text.startswith("### stencil_c (ms, lower is better)")
+    assert "| configuration |" in text and "(own best)" in text and "not measured" in text
+    assert "Best across all device types (best worst case): **tuned on Other CPU (host)**" in text
+    assert "-O3 only in the first" in text and "-O2 -fno-inline only in the second" in text
+
+
+def test_without_the_evaluation_a_cross_cell_is_not_measured(runs):
+    [matrix] = json.loads(cli("compare", str(runs["a"]), str(runs["b"]), "--format", "json"))
+    shares = {(c["config_id"], c["device"]): c for c in matrix["cells"]}
+    crossed = [c for (cid, device), c in shares.items() if c["how"] == "not measured"]
+    assert len(crossed) == 2  # each winner on the other machine
+    assert matrix["best_worst_case"]["config_id"] in {c["config_id"] for c in matrix["configs"] if c["baseline"]}
+
+
+BAD_EVALUATIONS = [
+    (lambda runs, tmp: [str(tmp / "nowhere")], "neither a run directory nor an export file"),
+    (lambda runs, tmp: [_export(tmp, [{"target": "stencil_c", "params": {"TILE": 16}}])], "--config"),
+    (lambda runs, tmp: [_export(tmp, {"not": "a list"}), "--config", _cfg(runs)], "not an export file"),
+    (lambda runs, tmp: [_export(tmp, [{"target": "nope"}]), "--config", _cfg(runs)], "[0].target"),
+    (lambda runs, tmp: [_export(tmp, [{"target": "stencil_c", "params": {"TILES": 16}}]), "--config", _cfg(runs)],
+     "[0].params.TILES: is not a param"),
+    (lambda runs, tmp: [_export(tmp, [{"target": "stencil_c", "source_hash": "0123"}]), "--config", _cfg(runs)],
+     "[0].source_hash: the sources of stencil_c changed"),
+    (lambda runs, tmp: [_export(tmp, [{"target": "stencil_c", "params": {"TILE": [1]}}]), "--config", _cfg(runs)],
+     "[0].params.TILE"),
+    (lambda runs, tmp: [_export(tmp, [{"target": "stencil_c", "params": {"TILE": 48}}]), "--config", _cfg(runs)],
+     "[0].params.TILE: 48 is not one of the target's values"),
+]
+
+
+def _export(tmp: Path, records) -> str:
+    path = tmp / "records.json"
+    path.write_text(json.dumps(records))
+    return str(path)
+
+
+def _cfg(runs) -> str:
+    return str(runs["tmp"] / "b" / "run.yaml")
+
+
+@pytest.mark.parametrize(("args", "message"), BAD_EVALUATIONS, ids=[m[:30] for _, m in BAD_EVALUATIONS])
+def test_bad_evaluation_input_is_one_line_and_writes_nothing(runs, tmp_path, args, message):
+    out = tmp_path / "out"
+    result = CliRunner().invoke(main, ["evaluate", *args(runs, tmp_path), "--output-dir", str(out)])
+    assert result.exit_code == 2, result.output
+    assert message in result.output and len(result.output.strip().splitlines()) == 1
+    assert not out.exists()
+
+
+def test_compare_refuses_what_is_not_a_run(tmp_path):
+    result = CliRunner().invoke(main, ["compare", str(tmp_path)])
+    assert result.exit_code == 2 and "not a warpfleet run directory" in result.output
+
+
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc (compile only, no GPU)")
+def test_where_no_gpu_of_an_arch_is_at_hand_ptxas_resources_are_compiled_for_it(tmp_path):
+    from cluster.config import load_target
+    from cluster.core.types import Phase
+    from tests.cluster.outputs.fake_runs import Row, gpu, write_run
+
+    saxpy = load_target(REPO / "configs" / "targets" / "saxpy" / "target.yaml")
+    run = write_run(tmp_path, "h100", saxpy, gpu("NVIDIA H100 80GB HBM3", "9.0"), [
+        Row({"BLOCK": 256, "ITEMS": 1}, (2.0, 2.0, 2.0), phase=Phase.BASELINE, registers=18),
+        Row({"BLOCK": 128, "ITEMS": 4}, (1.0, 1.0, 1.0), {"maxrregcount": "-maxrregcount=32"}, registers=30),
+    ], meta={"config_file": str(REPO / "configs" / "demo.yaml")})
+    [matrix] = json.loads(cli("compare", str(run), "--arch", "sm_80", "--format", "json"))
+    resources = {(r["config_id"], r["arch"]): r for r in matrix["resources"]}
+    labels = {c["label"]: c["config_id"] for c in matrix["configs"]}
+    tuned, baseline = labels["tuned on NVIDIA H100 80GB HBM3 (sm_90)"], labels["baseline"]
+    assert resources[(tuned, "sm_90")] | {"registers": 30, "compile_only": False} == resources[(tuned, "sm_90")]
+    on_a100 = resources[(tuned, "sm_80")]
+    assert on_a100["compile_only"] and not on_a100["error"] and 16 <= on_a100["registers"] <= 32
+    assert resources[(baseline, "sm_80")]["compile_only"] and resources[(baseline, "sm_80")]["registers"] > 0
+    text = cli("compare", str(run), "--arch", "sm_80", "--no-compile")
+    assert "| configuration | sm_80 | sm_90 |" in text and "| 30 regs, 0 B spills, 0 B smem |" in text
+    assert "(compile only)" not in text and "| - |" in text  # nothing compiled: sm_80 left empty
+
+
+def test_resources_read_as_words():
+    from cluster.outputs.compare import Resources
+    from cluster.outputs.compare_text import resources_text
+
+    text = resources_text(Resources(40, 8, 1024, compile_only=True))
+    assert text == "40 regs, 8 B spills, 1024 B smem (compile only)"
+    assert resources_text(Resources(None, None, None, True, "compile_error: bad flag")) == "compile_error: bad flag"
+    assert resources_text(None) == "-"

@@ -1,0 +1,96 @@
+"""Selection: the fastest wins only by more than the noise; else the simpler configuration."""
+
+from __future__ import annotations
+
+import pandas as pd
+
+from cluster.outputs.select import select_best
+
+
+def _row(key, phase, samples, flags, params, status="ok", target="t"):
+    return {"target": target, "device_type": "gpu (sm_90)", "arch": "sm_90", "toolchain": "nvcc",
+            "candidate_key": key, "phase": phase, "status": status, "samples": samples,
+            "median": pd.Series(samples).median() if samples else None, "goal": "minimize", "unit": "ms",
+            **{f"f_{k}": v for k, v in flags.items()}, **{f"p_{k}": v for k, v in params.items()}}
+
+
+BASE = ({"fast_math": ""}, {"BLOCK": 128})
+
+
+def test_simpler_configuration_wins_within_noise():
+    rows = pd.DataFrame([
+        _row("base", "baseline", [2.0] * 5, *BASE),
+        _row("base", "final", [2.0, 2.1, 1.9, 2.0, 2.0], *BASE),
+        _row("fancy", "final", [1.50, 1.60, 1.40, 1.55, 1.45], {"fast_math": "--use_fast_math"}, {"BLOCK": 64}),
+        _row("simple", "final", [1.52, 1.62, 1.42, 1.57, 1.47], {"fast_math": ""}, {"BLOCK": 64}),
+    ])
+    [best] = select_best(rows)
+    assert best.candidate_key == "simple" and "simplest within noise" in best.reason
+    assert best.params == {"BLOCK": 64} and best.flags == {"fast_math": ""}
+    assert best.speedup == 2.0 / best.median
+
+
+def test_clear_winner_beats_noise():
+    rows = pd.DataFrame([
+        _row("base", "baseline", [2.0] * 5, *BASE),
+        _row("fancy", "final", [1.00, 1.01, 0.99, 1.0, 1.0], {"fast_math": "--use_fast_math"}, {"BLOCK": 64}),
+        _row("simple", "final", [1.50, 1.51, 1.49, 1.5, 1.5], {"fast_math": ""}, {"BLOCK": 64}),
+    ])
+    [best] = select_best(rows)
+    assert best.candidate_key == "fancy" and best.reason == "fastest"
+    assert best.flag_argv == ["--use_fast_math"] and best.defines == ["-DBLOCK=64"]
+
+
+def test_baseline_kept_when_nothing_beats_it_and_failures_ignored():
+    rows = pd.DataFrame([
+        _row("base", "baseline", [1.0, 1.1, 0.9, 1.05, 0.95], *BASE),
+        _row("same", "search", [0.98, 1.08, 0.88, 1.03, 0.93], {"fast_math": "--use_fast_math"}, {"BLOCK": 64}),
+        _row("wrong", "search", [0.1] * 5, {"fast_math": ""}, {"BLOCK": 32}, status="verify_failed"),
+    ])
+    [best] = select_best(rows)
+    assert best.candidate_key == "base"
+
+
+def test_maximize_goal_and_no_correct_candidate():
+    rows = pd.DataFrame([_row("a", "search", [10.0], *BASE), _row("b", "search", [20.0], {"fast_math": "x"},
+                                                                  {"BLOCK": 64})])
+    rows["goal"] = "maximize"
+    assert select_best(rows)[0].candidate_key == "b"
+    failed = pd.DataFrame([_row("a", "search", [], *BASE, status="crashed")])
+    assert select_best(failed) == []
+
+
+def test_energy_objective_and_pareto_front():
+    from cluster.outputs.select import pareto_front
+
+    rows = pd.DataFrame([
+        _row("base", "baseline", [2.0] * 5, *BASE),
+        _row("fast", "search", [1.0] * 5, {"fast_math": "x"}, {"BLOCK": 64}),
+        _row("frugal", "search", [1.5] * 5, {"fast_math": ""}, {"BLOCK": 32}),
+        _row("dominated", "search", [1.8] * 5, {"fast_math": ""}, {"BLOCK": 256}),
+    ])
+    rows["energy_j"] = [0.30, 0.20, 0.10, 0.25]
+    front = pareto_front(rows)
+    assert list(front["candidate_key"]) == ["fast", "frugal"]
+    rows["objective"] = "energy"
+    [best] = select_best(rows)
+    assert best.candidate_key == "frugal" and best.reason == "lowest energy per sample"
+    rows["objective"] = "edp"
+    assert select_best(rows)[0].candidate_key == "frugal"  # 0.15 vs 0.20
+    rows["objective"] = "time_energy"
+    assert select_best(rows)[0].candidate_key == "fast"
+
+
+def test_differences_under_one_percent_are_not_trusted():
+    """Seen on an H100: a flag set 0.6% faster than the baseline on a kernel those flags cannot
+    change; the IQRs inside each run were 0.2%. The baseline must win."""
+    rows = pd.DataFrame([
+        _row("base", "final", [0.6968, 0.6970, 0.6966, 0.6969, 0.6967], *BASE),
+        _row("flags", "final", [0.6927, 0.6929, 0.6925, 0.6928, 0.6926], {"fast_math": "x"}, {"BLOCK": 128}),
+    ])
+    rows.loc[0, "phase"] = "final"
+    rows = pd.concat([rows, pd.DataFrame([_row("base", "baseline", [0.6968], *BASE)])], ignore_index=True)
+    assert select_best(rows)[0].candidate_key == "base"
+    from cluster.outputs.select import select_study
+
+    assert select_study(rows, min_difference=0.0).candidate_key == "flags"

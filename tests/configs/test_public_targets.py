@@ -1,0 +1,191 @@
+"""The public-program suite (configs/public.yaml): CUDA programs this project did not write, each
+with only a user's edits (configs/public/<name>/NOTES.md lists them).
+
+Without a compiler: every target loads, the run config validates through the CLI and names every
+baseline, each program folder records its origin and licence, and the read-only markers pair up
+around the output file. With nvcc: every baseline builds for sm_90, and every param reaches the
+binary: a build with one other value differs from the baseline's. A param whose macro a source
+defines without an ``#ifndef`` guard fails that test, since the source's ``#define`` overrides the
+``-D``; the control test shows that such a build is identical to the baseline's once nvcc's
+per-process temporary file names are masked.
+
+Builds go the engine's way (``cluster.runners.build.compile_candidate``), one at a time; each baseline is
+built once per module.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+import yaml
+from click.testing import CliRunner
+
+from agents.patch import readonly_regions
+from cluster.cli import main
+from cluster.config import Target, load_run, load_target
+from cluster.core.types import BuildArtifact, Candidate, Scalar, Status
+from cluster.runners.build import compile_candidate
+from tests.conftest import needs
+
+REPO = Path(__file__).resolve().parents[2]
+RUN_CONFIG = REPO / "configs" / "public.yaml"
+PUBLIC = REPO / "configs" / "public"
+TARGET_FILES = sorted(PUBLIC.glob("*/target*.yaml"))
+PROGRAMS = sorted({path.parent for path in TARGET_FILES})
+ARCH = "sm_90"
+
+# nvcc names its temporary files tmpxft_<pid>_<counter>-...; the name lands in the host object.
+NVCC_TEMP_NAME = re.compile(rb"tmpxft_[0-9a-f]{8}_[0-9a-f]{8}")
+
+
+def _id(path: Path) -> str:
+    return str(path.relative_to(PUBLIC))
+
+
+# --- without a compiler ----------------------------------------------------------------------
+
+
+def test_the_run_config_names_every_public_baseline() -> None:
+    plan = load_run(RUN_CONFIG)
+    baselines = {load_target(path).name for path in TARGET_FILES if path.name == "target.yaml"}
+    assert len(baselines) >= 8
+    assert sorted(t.name for t in plan.targets) == sorted(baselines)
+
+
+def test_the_run_config_validates_through_the_cli() -> None:
+    result = CliRunner().invoke(main, ["validate", str(RUN_CONFIG)])
+    assert result.exit_code == 0, result.output
+    listed = {line.split(":")[0] for line in result.output.splitlines()}
+    assert listed == {t.name for t in load_run(RUN_CONFIG).targets}
+
+
+@pytest.mark.parametrize("path", TARGET_FILES, ids=_id)
+def test_public_target_loads(path: Path) -> None:
+    target = load_target(path)
+    suffix = "_opt" if path.name == "target_opt.yaml" else ""
+    assert target.name == path.parent.name + suffix
+    spec = target.spec
+    assert spec.toolchain == "nvcc" and spec.run[0] == "{binary}"
+    # Without these the search's flags and params would never reach nvcc.
+    assert {"{flags}", "{defines}", "{harness_include}", "-arch={arch}"} <= set(spec.build or [])
+    assert [o.path for o in spec.verify.outputs] == ["out.bin"]
+    assert target.satisfies(target.baseline_params)
+
+
+@pytest.mark.parametrize("path", [p for p in TARGET_FILES if p.name == "target_opt.yaml"], ids=_id)
+def test_opt_target_runs_and_checks_like_its_baseline(path: Path) -> None:
+    opt, plain = load_target(path).spec, load_target(path.with_name("target.yaml")).spec
+    assert (opt.run, opt.verify, opt.files) == (plain.run, plain.verify, plain.files)
+
+
+@pytest.mark.parametrize("folder", PROGRAMS, ids=lambda p: p.name)
+def test_program_folder_records_origin_and_licence(folder: Path) -> None:
+    notes = (folder / "NOTES.md").read_text()
+    assert re.search(r"https://github\.com/[\w.-]+/[\w.-]+", notes), "NOTES.md names no repository"
+    assert re.search(r"\b[0-9a-f]{40}\b", notes), "NOTES.md gives no commit SHA"
+    assert "## Edits" in notes and "## Licence" in notes
+    assert "Redistribution and use in source and binary forms" in (folder / "LICENSE").read_text()
+
+
+@pytest.mark.parametrize("path", TARGET_FILES, ids=_id)
+def test_readonly_regions_pair_up_and_hold_the_output(path: Path) -> None:
+    """The patch tools' own reading of the markers (it raises on unpaired or nested ones), and the
+    output file is written inside a region, out of the agents' reach."""
+    target = load_target(path)
+    files = {name: content.decode() for name, content in target.bundle.files}
+    protected = [
+        "".join(lines[begin - 1:end])
+        for name in target.spec.sources
+        for lines in [files[name].splitlines(keepends=True)]
+        for begin, end in readonly_regions(files[name])
+    ]
+    assert any("write_output(" in region for region in protected)
+
+
+# --- with nvcc -------------------------------------------------------------------------------
+
+
+def _build(target: Target, params: dict[str, Scalar], root: Path) -> BuildArtifact:
+    candidate = Candidate(target=target.name, toolchain="nvcc", device_type="t", arch=ARCH,
+                          source_hash=target.bundle.hash, flags=(), params=tuple(params.items()))
+    artifact = compile_candidate(target, candidate, root)
+    assert artifact.status is Status.OK, f"{target.name} {params}: {artifact.error_tail}"
+    assert artifact.binary
+    return artifact
+
+
+def _masked(artifact: BuildArtifact) -> bytes:
+    assert artifact.binary is not None
+    return NVCC_TEMP_NAME.sub(b"tmpxft_", artifact.binary)
+
+
+class Baselines:
+    """Each target's baseline, built on first use."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.built: dict[str, BuildArtifact] = {}
+
+    def get(self, target: Target) -> BuildArtifact:
+        if target.file not in self.built:
+            self.built[target.file] = _build(target, target.baseline_params, self.root)
+        return self.built[target.file]
+
+
+@pytest.fixture(scope="module")
+def baselines(tmp_path_factory: pytest.TempPathFactory) -> Baselines:
+    return Baselines(tmp_path_factory.mktemp("public-baselines"))
+
+
+@pytest.mark.nvcc
+@needs("nvcc")
+@pytest.mark.parametrize("path", TARGET_FILES, ids=_id)
+def test_public_baseline_builds_for_sm90(baselines: Baselines, path: Path) -> None:
+    artifact = baselines.get(load_target(path))
+    assert artifact.kernels, "ptxas reported no kernel"
+
+
+def _other_value(target: Target, name: str) -> Scalar:
+    """The first value of ``name`` other than the baseline's that the constraints allow with the
+    baseline's other params."""
+    baseline = target.baseline_params
+    for value in target.spec.params[name]:
+        if value != baseline[name] and target.satisfies({**baseline, name: value}):
+            return value
+    raise AssertionError(f"{target.name}: no other value of {name} fits the constraints")
+
+
+PARAMS = [(path, name) for path in TARGET_FILES for name in load_target(path).spec.params]
+
+
+@pytest.mark.nvcc
+@needs("nvcc")
+@pytest.mark.parametrize(("path", "name"), PARAMS, ids=[f"{_id(p)}-{n}" for p, n in PARAMS])
+def test_each_param_changes_the_binary(baselines: Baselines, tmp_path: Path, path: Path, name: str) -> None:
+    target = load_target(path)
+    changed = _build(target, {**target.baseline_params, name: _other_value(target, name)}, tmp_path)
+    assert _masked(changed) != _masked(baselines.get(target)), f"-D{name} does not reach the binary"
+
+
+UNGUARDED = """
+#define WIDTH 4
+__global__ void fill(float* out) { out[threadIdx.x] = WIDTH; }
+int main() { fill<<<1, WIDTH>>>(nullptr); return 0; }
+"""
+
+
+@pytest.mark.nvcc
+@needs("nvcc")
+def test_an_unguarded_macro_leaves_the_binary_unchanged(tmp_path: Path) -> None:
+    """The control of the test above: it can fail. The source's #define wins over -DWIDTH=8, and
+    two builds in different directories are the same bytes once nvcc's temporary names are masked."""
+    folder = tmp_path / "unguarded"
+    folder.mkdir()
+    (folder / "unguarded.cu").write_text(UNGUARDED)
+    spec = {"name": "unguarded", "sources": ["unguarded.cu"], "run": ["{binary}"], "params": {"WIDTH": [4, 8]}}
+    (folder / "target.yaml").write_text(yaml.safe_dump(spec))
+    target = load_target(folder / "target.yaml")
+    four, eight = _build(target, {"WIDTH": 4}, tmp_path / "a"), _build(target, {"WIDTH": 8}, tmp_path / "b")
+    assert _masked(four) == _masked(eight)

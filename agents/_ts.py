@@ -231,7 +231,9 @@ class ConstEnv:
         self.undefined_is_zero = undefined_is_zero
         self.declared: dict[str, Node] = {}  # constexpr/const name -> its initializer
         self.hidden: set[str] = set()  # names that are not constants here (loop variables, params)
+        self.types: dict[str, str] = {}  # a template's type parameter -> the type bound to it
         self._values: dict[str, int | None] = {}
+        self._bound: set[str] = set()  # names given a value by `bind`, kept by child scopes
         self._busy: set[str] = set()
         self._depth = 0
 
@@ -240,7 +242,16 @@ class ConstEnv:
         env = ConstEnv(self.macros, self.undefined_is_zero)
         env.declared = dict(self.declared)
         env.hidden = set(self.hidden)
+        env.types = dict(self.types)
+        env._values = {name: value for name, value in self._values.items() if name in self._bound}
+        env._bound = set(self._bound)
         return env
+
+    def bind(self, name: str, value: int) -> None:
+        """`name` is `value` here: a template's value parameter bound by a launch."""
+        self.hidden.discard(name)
+        self._values[name] = value
+        self._bound.add(name)
 
     def declare(self, name: str, initializer: Node) -> None:
         self.declared[name] = initializer
@@ -286,8 +297,11 @@ class ConstEnv:
         kind = node.type
         if kind == "number_literal":
             return int_literal(text(node))
-        if kind in ("identifier", "qualified_identifier"):
+        if kind == "identifier":
             return self.value(text(node))
+        if kind == "qualified_identifier":  # `Cfg::kTile`, with a type parameter `Cfg` bound to a type
+            scope, _, member = text(node).partition("::")
+            return self.value(f"{self.types.get(scope.strip(), scope.strip())}::{member.strip()}")
         if kind in ("true", "false"):
             return int(kind == "true")
         if kind == "parenthesized_expression":
@@ -405,6 +419,20 @@ def arguments(call: Node) -> list[Node]:
     return [a for a in args.named_children if a.type != "comment"] if args is not None else []
 
 
+def split_top(text: str) -> list[str]:
+    """`a, f(b, c), d` -> ["a", "f(b, c)", "d"]."""
+    parts, depth, current = [], 0, ""
+    for char in text:
+        depth += {"(": 1, ")": -1, "[": 1, "]": -1, "{": 1, "}": -1}.get(char, 0)
+        if char == "," and depth == 0:
+            parts.append(current.strip())
+            current = ""
+        else:
+            current += char
+    parts.append(current.strip())
+    return parts
+
+
 def squash(source: str) -> str:
     """Whitespace runs collapsed: multi-line expressions read as one line."""
     return " ".join(source.split())
@@ -516,6 +544,53 @@ def trip_count(loop: Node, env: ConstEnv, template_names: set[str]) -> tuple[str
         return declared_name(loop.child_by_field_name("declarator")) or None, None, None
     if loop.type != "for_statement":
         return None, None, None
+    variable, start, compare, bound, step_op, step = _header(loop)
+    local = env.child()
+    local.hidden.add(variable or "")
+    values = [local.eval(n) for n in (start, bound, step)]
+    count = None
+    if None not in values and step_op is not None and compare is not None:
+        count = _count(values[0], compare, values[1], step_op, values[2])
+    depends = None
+    if count is None:
+        names = [text(n) for part in (start, bound, step) if part is not None for n in walk(part)]
+        depends = next((name for name in names if name in template_names), None)
+    return variable, count, depends
+
+
+@dataclass(frozen=True)
+class CountedLoop:
+    """A `for` loop's variable and, where `env` gives them, its start, step and every value."""
+
+    variable: str | None
+    start: int | None
+    step: int | None  # the additive step (negative counting down); None for other updates
+    values: tuple[int, ...] | None  # in order, when the loop ends after at most `limit` iterations
+
+
+def counted_loop(loop: Node, env: ConstEnv, limit: int) -> CountedLoop:
+    if loop.type != "for_statement":
+        return CountedLoop(None, None, None, None)
+    variable, start_node, compare, bound_node, step_op, step_node = _header(loop)
+    local = env.child()
+    local.hidden.add(variable or "")
+    start, bound, step = (local.eval(n) for n in (start_node, bound_node, step_node))
+    additive = None if step is None or step_op not in ("+", "-") else (step if step_op == "+" else -step)
+    values: list[int] | None = None
+    if None not in (start, bound, step) and compare is not None and step_op in _BINARY:
+        values, value = [], start
+        while values is not None and _BINARY[compare](value, bound):
+            following = _BINARY[step_op](value, step)
+            if len(values) == limit or following is None or following == value:  # too many, or never ends
+                values = None
+                break
+            values.append(value)
+            value = following
+    return CountedLoop(variable, start, additive, tuple(values) if values is not None else None)
+
+
+def _header(loop: Node) -> tuple[str | None, Node | None, str | None, Node | None, str | None, Node | None]:
+    """(variable, start, comparison, bound, step operator, step) of a `for` statement's header."""
     init, cond, update = (loop.child_by_field_name(f) for f in ("initializer", "condition", "update"))
     variable, start = None, None
     if init is not None and init.type == "declaration":
@@ -528,17 +603,7 @@ def trip_count(loop: Node, env: ConstEnv, template_names: set[str]) -> tuple[str
     if variable is None and step_op is not None and update is not None:
         variable = text(update.child_by_field_name("argument") or update.child_by_field_name("left") or update)
     compare, bound = _bound(cond, variable)
-    local = env.child()
-    local.hidden.add(variable or "")
-    values = [local.eval(n) for n in (start, bound, step)]
-    count = None
-    if None not in values and step_op is not None and compare is not None:
-        count = _count(values[0], compare, values[1], step_op, values[2])
-    depends = None
-    if count is None:
-        names = [text(n) for part in (start, bound, step) if part is not None for n in walk(part)]
-        depends = next((name for name in names if name in template_names), None)
-    return variable, count, depends
+    return variable, start, compare, bound, step_op, step
 
 
 def _step(update: Node | None) -> tuple[str | None, Node | None]:

@@ -35,7 +35,7 @@ from agents._ts import (
 )
 
 _LOOPS = {"for_statement": "for", "for_range_loop": "for", "while_statement": "while", "do_statement": "do"}
-_DEFAULT_STREAMS = {"0", "nullptr", "NULL", "cudaStreamLegacy"}
+DEFAULT_STREAMS = frozenset({"0", "nullptr", "NULL", "cudaStreamLegacy"})  # the legacy default stream
 _FUNCTIONS = frozenset({"function_definition"})
 
 
@@ -141,6 +141,8 @@ class Kernel:
     writes: frozenset[str]  # pointer params stored through (aliases followed), atomics included
     may_write: frozenset[str]  # non-const pointer params handed to a call whose effect is unknown
     reads: frozenset[str]
+    # An instance's template arguments: value parameters' integers, type parameters' type names.
+    template_values: tuple[tuple[str, int | str], ...] = ()
 
     def param(self, name: str) -> Param:
         """The parameter named `name` (KeyError when there is none)."""
@@ -162,10 +164,12 @@ class Launch:
     line: int
     function: str | None  # the enclosing function (lambdas belong to the function around them)
     loops: tuple[int | None, ...]  # trip counts of the loops around it in its function, outermost first
+    # Each template argument: an integer (evaluated where the launch is), a type's name, or None.
+    template_values: tuple[int | str | None, ...] = ()
 
     @property
     def on_default_stream(self) -> bool:
-        return self.stream is None or self.stream in _DEFAULT_STREAMS
+        return self.stream is None or self.stream in DEFAULT_STREAMS
 
     def bound_args(self, kernel: Kernel) -> dict[str, str]:
         """The argument expression passed to each of `kernel`'s parameters."""
@@ -200,6 +204,7 @@ class HostOp:
     src: str | None = None
     direction: str | None = None  # cudaMemcpyHostToDevice, ...
     launch: Launch | None = None
+    at: int = -1  # the call's byte offset in the parsed text: its node in `SourceModel.root`
 
 
 # api -> (kind, dst, src, direction, stream): argument positions, None where the call has none.
@@ -238,8 +243,16 @@ class SourceModel:
     launches: tuple[Launch, ...]
     host_ops: tuple[HostOp, ...]  # source order
     errors: tuple[ParseIssue, ...]
+    # Every kernel as launched: a template kernel once per distinct set of template arguments its
+    # launches give (defaults filled in), its constants, loops and shared arrays resolved with
+    # them; a kernel that is no template, or is never launched, as it is in `kernels`.
+    instances: tuple[Kernel, ...] = ()
     macros: Mapping[str, str] = field(default_factory=dict, hash=False)
     constants: Mapping[str, int] = field(default_factory=dict, hash=False)  # file-scope, evaluated
+    # The syntax tree and the text it indexes (comments and directives blanked), for the readers
+    # that walk statements (agents.hostflow).
+    root: Node | None = field(default=None, compare=False, hash=False, repr=False)
+    clean: bytes = field(default=b"", compare=False, hash=False, repr=False)
 
     def kernel(self, name: str) -> Kernel:
         """The kernel named `name` (KeyError when there is none)."""
@@ -284,18 +297,22 @@ class _Analysis:
         for node in walk(self.root, skip=_FUNCTIONS):
             if node.type == "declaration":
                 _declare_constants(node, self.env, hide_others=False)
+            elif node.type == "field_declaration":
+                _declare_member(node, self.env)
 
     def model(self) -> SourceModel:
+        launches, ops = self.host_ops()
         kernels = [(self.kernel(n), n) for n in walk(self.root) if n.type == "function_definition" and _is_kernel(n)]
         file_shared = [self.with_accesses(array, [(k.name, fn) for k, fn in kernels], self.env)
                        for node in walk(self.root, skip=_FUNCTIONS) for array in self.shared(node, None)]
-        launches, ops = self.host_ops()
+        instances = [i for k, fn in kernels for i in self.instances(k, fn, launches)]
         values = {name: self.env.value(name) for name in [*self.pre.macros, *self.env.declared]}
         return SourceModel(
             path=self.path, kernels=tuple(k for k, _ in kernels),
             shared=tuple(s for k, _ in kernels for s in k.shared) + tuple(file_shared),
-            launches=tuple(launches), host_ops=tuple(ops), errors=tuple(self.errors()),
+            launches=tuple(launches), host_ops=tuple(ops), errors=tuple(self.errors()), instances=tuple(instances),
             macros=dict(self.pre.macros), constants={k: v for k, v in values.items() if v is not None},
+            root=self.root, clean=self.pre.clean,
         )
 
     # -- positions and text ----------------------------------------------------------------
@@ -329,7 +346,9 @@ class _Analysis:
         return env
 
     # -- kernels ---------------------------------------------------------------------------
-    def kernel(self, fn: Node) -> Kernel:
+    def kernel(self, fn: Node, binding: Mapping[str, int | str] | None = None) -> Kernel:
+        """The kernel defined by `fn`; with `binding`, the instance for those template arguments."""
+        binding = binding or {}
         declarator = next((n for n in walk(fn.child_by_field_name("declarator") or fn, frozenset({"parameter_list"}))
                            if n.type == "function_declarator"), None)
         name = declared_name(declarator)
@@ -339,8 +358,13 @@ class _Analysis:
         params = tuple(self.param(p) for p in (plist.named_children if plist is not None else ())
                        if p.type.endswith("parameter_declaration") and p.child_by_field_name("declarator"))
         body = fn.child_by_field_name("body") or fn
-        template_names = {t.name for t in template_params}
+        template_names = {t.name for t in template_params} - set(binding)
         env = self.scope_env(body, template_names | {p.name for p in params})
+        for bound, value in binding.items():
+            if isinstance(value, int):
+                env.bind(bound, value)
+            else:
+                env.types[bound] = value
         bounds = next((c for c in fn.children if c.type == "launch_bounds"), None)
         effects = _Effects(params, body)
         return Kernel(
@@ -348,8 +372,37 @@ class _Analysis:
             span=self.span(template or fn), body=self.span(body), loops=tuple(self.loops(body, env, template_names)),
             shared=tuple(self.with_accesses(a, [(name, fn)], env) for n in walk(body) for a in self.shared(n, name)),
             writes=frozenset(effects.writes), may_write=frozenset(effects.may_write - effects.writes),
-            reads=frozenset(effects.reads),
+            reads=frozenset(effects.reads), template_values=tuple(binding.items()),
         )
+
+    def instances(self, kernel: Kernel, fn: Node, launches: list[Launch]) -> list[Kernel]:
+        """`kernel` once per distinct binding of its template parameters among `launches`."""
+        if not kernel.template_params:
+            return [kernel]
+        bindings: list[dict[str, int | str]] = []
+        for launch in launches:
+            if launch.kernel == kernel.name and (binding := self.binding(kernel, launch)) not in bindings:
+                bindings.append(binding)
+        bindings = [b for b in bindings if b] or [self.binding(kernel, None)]
+        return [self.kernel(fn, b) for b in bindings] if any(bindings) else [kernel]
+
+    def binding(self, kernel: Kernel, launch: Launch | None) -> dict[str, int | str]:
+        """The template arguments `launch` gives `kernel`, defaults (evaluated with the earlier
+        arguments) for those it leaves out; a parameter that resolves to nothing is left out."""
+        given = launch.template_values if launch is not None else ()
+        env, out = self.env.child(), {}
+        for i, param in enumerate(kernel.template_params):
+            value = given[i] if i < len(given) else None
+            if value is None and param.default is not None:
+                value = param.default if param.kind == "type" else env.eval_text(param.default)
+            if isinstance(value, int) and param.kind == "value":
+                env.bind(param.name, value)
+            elif isinstance(value, str) and param.kind == "type":
+                env.types[param.name] = value
+            else:
+                continue
+            out[param.name] = value
+        return out
 
     def template_params(self, template: Node | None) -> tuple[TemplateParam, ...]:
         plist = template.child_by_field_name("parameters") if template is not None else None
@@ -461,41 +514,43 @@ class _Analysis:
             if node.type != "call_expression":
                 continue
             api, line, args = callee_name(node), node.start_point[0] + 1, tuple(self.text(a) for a in arguments(node))
-            function, loops = self.enclosing(node)
+            function, loops, env = self.enclosing(node)
             chevrons = next((c for c in node.children if c.type == "kernel_call_syntax"), None)
             if chevrons is not None or api == "cudaLaunchKernel":
-                launch = self.launch(node, chevrons, args, function, loops)
+                launch = self.launch(node, chevrons, args, function, loops, env)
                 if launch is not None:
                     launches.append(launch)
                     kernel_name = api if chevrons is None else launch.kernel
                     ops.append((node.start_byte, HostOp(HostOpKind.LAUNCH, kernel_name, line, function, args, loops,
-                                                        launch.stream, launch=launch)))
+                                                        launch.stream, launch=launch, at=node.start_byte)))
             elif api in _HOST_APIS:
                 kind, *positions = _HOST_APIS[api]
                 dst, src, direction, stream = (args[i] if i is not None and i < len(args) else None for i in positions)
                 ops.append((node.start_byte, HostOp(kind, api, line, function, args, loops, stream, dst, src,
-                                                    direction or _DEFAULT_DIRECTION.get(api))))
+                                                    direction or _DEFAULT_DIRECTION.get(api), at=node.start_byte)))
             elif api in self.functions:
-                calls.append((node.start_byte, HostOp(HostOpKind.CALL, api, line, function, args, loops)))
+                calls.append((node.start_byte, HostOp(HostOpKind.CALL, api, line, function, args, loops,
+                                                      at=node.start_byte)))
         active = {op.function for _, op in ops}
         while more := {c.function for _, c in calls if c.api in active} - active:  # their callers do host ops too
             active |= more
         ops += [(at, c) for at, c in calls if c.api in active]
         return launches, [op for _, op in sorted(ops, key=lambda pair: pair[0])]
 
-    def enclosing(self, node: Node) -> tuple[str | None, tuple[int | None, ...]]:
-        """The function around `node` (through lambdas), and the trip counts of the loops between."""
+    def enclosing(self, node: Node) -> tuple[str | None, tuple[int | None, ...], ConstEnv]:
+        """The function around `node` (through lambdas), the trip counts of the loops between, and
+        the function's constants."""
         fn = next((a for a in ancestors(node) if a.type == "function_definition"), None)
         if fn is None:
-            return None, ()
+            return None, (), self.env
         if fn.id not in self.function_envs:
             self.function_envs[fn.id] = self.scope_env(fn.child_by_field_name("body") or fn, set())
         loops = [a for a in ancestors(node) if a.type in _LOOPS and a.start_byte > fn.start_byte]
         trips = tuple(trip_count(loop, self.function_envs[fn.id], set())[1] for loop in reversed(loops))
-        return declared_name(fn.child_by_field_name("declarator")) or None, trips
+        return declared_name(fn.child_by_field_name("declarator")) or None, trips, self.function_envs[fn.id]
 
     def launch(self, call: Node, chevrons: Node | None, args: tuple[str, ...], function: str | None,
-               loops: tuple[int | None, ...]) -> Launch | None:
+               loops: tuple[int | None, ...], env: ConstEnv) -> Launch | None:
         line = call.start_point[0] + 1
         if chevrons is None:  # cudaLaunchKernel(kernel, grid, block, args[, smem[, stream]])
             if len(args) < 4:
@@ -505,14 +560,31 @@ class _Analysis:
                 target = unwrap(target.child_by_field_name("argument"))
             smem, stream = [*args[4:6], None, None][:2]
             return Launch(declared_name(target) or args[0], None, args[1], args[2], smem, stream, args[3:4], line,
-                          function, loops)
+                          function, loops, self.template_values(target, env))
         config: list[str | None] = [self.text(c) for c in chevrons.named_children if c.type != "comment"]
         config += [None] * (4 - len(config))
         fn = call.child_by_field_name("function")
         templated = next((n for n in walk(fn) if n.type == "template_function"), None) if fn is not None else None
         targs = templated.child_by_field_name("arguments") if templated is not None else None
         return Launch(callee_name(call), self.text(targs)[1:-1].strip() if targs is not None else None,
-                      config[0] or "", config[1] or "", config[2], config[3], args, line, function, loops)
+                      config[0] or "", config[1] or "", config[2], config[3], args, line, function, loops,
+                      self.template_values(fn, env))
+
+    def template_values(self, callee: Node | None, env: ConstEnv) -> tuple[int | str | None, ...]:
+        """The template arguments of `callee` (`k<256, float>`): integers where they evaluate in
+        `env`, type names for types, None for what does not resolve."""
+        templated = next((n for n in walk(callee) if n.type == "template_function"), None) if callee else None
+        targs = templated.child_by_field_name("arguments") if templated is not None else None
+        values: list[int | str | None] = []
+        for arg in targs.named_children if targs is not None else ():
+            if arg.type == "comment":
+                continue
+            if arg.type != "type_descriptor":
+                values.append(env.eval(arg))
+            else:  # `k<kBlock>` reads as a type to the grammar: a constant's name is tried first
+                value = env.eval_text(self.text(arg)) if re.fullmatch(r"[\w:]+", self.text(arg)) else None
+                values.append(self.text(arg) if value is None else value)
+        return tuple(values)
 
 
 class _Effects:
@@ -618,6 +690,17 @@ def _char_offsets(raw: bytes) -> list[int]:
 
 def _is_kernel(fn: Node) -> bool:
     return any(c.type == "__global__" for c in fn.children)
+
+
+def _declare_member(field: Node, env: ConstEnv) -> None:
+    """`struct Cfg { static constexpr int kTile = 32; };` declares `Cfg::kTile`."""
+    constant = any(text(c) in ("constexpr", "const") for c in field.children if c.type == "type_qualifier")
+    static = any(text(c) == "static" for c in field.children if c.type == "storage_class_specifier")
+    owner = next((a for a in ancestors(field) if a.type in ("struct_specifier", "class_specifier")), None)
+    name, value = field.child_by_field_name("declarator"), field.child_by_field_name("default_value")
+    owner_name = owner.child_by_field_name("name") if owner is not None else None
+    if constant and static and name is not None and value is not None and owner_name is not None:
+        env.declare(f"{text(owner_name)}::{text(name)}", value)
 
 
 def _declare_constants(decl: Node, env: ConstEnv, hide_others: bool) -> None:

@@ -1,32 +1,41 @@
 """The dependence graph of one host function's CUDA work, and a check that a transformed
 program (Streamify's: launches moved onto streams) still orders every dependent pair.
 
-`extract` turns a function's host operations into nodes in program order: kernel launches,
-memcpy/memset (data nodes, with the buffers they read and write) and the synchronisation
-points (device/stream/event synchronize, event record, stream wait event). Its edges are the
-RAW, WAR and WAW hazards between data nodes touching the same buffer. `ordering` is what the
-stream semantics guarantee runs in order; `check` holds a transformed graph's ordering
-against the original's edges.
+`extract` turns a function's host operations, as `agents.hostflow.unfold` runs them (helpers
+followed, counted loops unfolded), into nodes in program order: kernel launches, memcpy/memset
+(data nodes, with the regions they read and write) and the synchronisation points
+(device/stream/event synchronize, event record, stream wait event). Its edges are the RAW, WAR
+and WAW hazards between data nodes touching overlapping regions. `ordering` is what the stream
+semantics guarantee runs in order; `check` holds a transformed graph's ordering against the
+original's edges.
 
 Both sides are conservative in the direction that keeps `check` safe: edges over-approximate
-(buffer-level, any pointer a kernel may write counts as written, an unknown kernel reads and
-writes all its arguments) and ordering under-approximates (a stream the file does not create
-is taken as non-blocking). Assumptions, kept simple on purpose:
+(any pointer a kernel may write counts as written, an unknown kernel reads and writes all its
+arguments, a pointer the analysis lost is every buffer) and ordering under-approximates (a
+stream the file does not create is taken as non-blocking; a synchronisation that may not run
+orders nothing). Assumptions, kept simple on purpose:
 - the legacy default stream (no `--default-stream per-thread`);
-- streams are identified by their expression text (`s[1]` and `s[2]` differ, `s[i]` is one);
-- a launch inside a loop is one node, and calls to other host functions are not followed.
+- streams and events are identified by their expression text once names are bound (`s[1]` and
+  `s[2]` differ);
+- a region is a whole buffer, except `base + C * E` (or `&base[C * E]`) handed to a kernel that
+  also gets E (or copied with a size of E elements): slot C of E elements, which the kernel stays
+  within; and the elements of an array of device pointers (`outs[2]`) are distinct buffers.
 """
 
 from __future__ import annotations
 
 import re
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import StrEnum
 
-from agents.cuda_source import HostOp, HostOpKind, SourceModel, read_params, written_params
+from agents.cuda_source import DEFAULT_STREAMS, HostOp, HostOpKind, SourceModel, read_params, written_params
+from agents.hostflow import Site, Step, unfold
+from agents.regions import ANY, base_buffer, overlap, pretty, region, strip_parentheses
 
-_DEFAULT_STREAMS = {"0", "nullptr", "NULL", "cudaStreamLegacy"}
+__all__ = ["ANY", "CheckResult", "Dependency", "Hazard", "KernelGraph", "Node", "Violation", "base_buffer", "check",
+           "extract", "graph_of", "ordering", "overlap", "pretty", "region", "streams_ordered"]
+
 _DATA = {HostOpKind.LAUNCH, HostOpKind.MEMCPY, HostOpKind.MEMSET}
 # Operations enqueued on a stream: ordered with earlier work by the stream rules.
 _STREAM_OPS = _DATA | {HostOpKind.EVENT_RECORD, HostOpKind.STREAM_WAIT_EVENT}
@@ -58,6 +67,12 @@ class Node:
     writes: frozenset[str]
     event: str | None = None  # the event recorded, waited on or synchronised on
     blocks_host: bool = False  # the host waits for it before issuing anything after it
+    conditional: bool = False  # it may not run (agents.hostflow)
+    # The conditions it runs under: a node orders later ones only if they run only when it does
+    # (its guards are a subset of theirs).
+    guards: frozenset[int] = field(default=frozenset(), compare=False)
+    trail: tuple[Site, ...] = field(default=(), compare=False)  # the statements around it
+    call: int = field(default=-1, compare=False)  # byte offset of the function's call that led to it
 
     @property
     def key(self) -> tuple[str, int]:
@@ -70,7 +85,8 @@ class Node:
 
 @dataclass(frozen=True)
 class Dependency:
-    """`target` must run after `source` (node indices, source < target) because of `buffer`."""
+    """`target` must run after `source` (node indices, source < target) because of `buffer`, a
+    region both touch."""
 
     source: int
     target: int
@@ -106,55 +122,23 @@ class CheckResult:
 
 # -- extraction ----------------------------------------------------------------------------------
 
-_CAST_CALL = re.compile(r"^(?:\w+_cast\s*<[^()]*>|\w+::raw_pointer_cast)\s*\(")
-_C_CAST = re.compile(r"^\(\s*(?:const\s+|volatile\s+|struct\s+)*[\w:<>,\s]+?[\s*&]*\)\s*(?=[\w(&*])")
-_BASE = re.compile(r"[A-Za-z_]\w*(?:(?:\.|->)[A-Za-z_]\w*)*")
-
-
-def base_buffer(expr: str | None) -> str | None:
-    """The buffer an argument points into: casts, outer parentheses and `&` stripped, then the
-    leading name (with `.`/`->` members) kept, which drops `[i]`, `+ offset` and `.data()`.
-    `(float*)&d_y[4] + off` -> `d_y`. None for literals and nullptr. Deliberately textual: an
-    argument such as `n + d_y` yields `n`; the hazards stay conservative only for the usual forms."""
-    text = (expr or "").strip()
-    while True:
-        before = text
-        if text.startswith("(") and _closing(text) == len(text) - 1:
-            text = text[1:-1].strip()
-        if (m := _CAST_CALL.match(text)) and (end := _closing(text[m.end() - 1 :])) > 0:
-            text = text[m.end() : m.end() - 1 + end].strip()  # the cast's operand; an offset after it goes
-        text = _C_CAST.sub("", text, count=1).lstrip("&").strip()
-        if text == before:
-            break
-    if text.startswith("(") and (end := _closing(text)) > 0:  # `(d_y) + 4`
-        return base_buffer(text[1:end])
-    m = _BASE.match(text)
-    if m is None or m.group(0) in _DEFAULT_STREAMS | {"true", "false"}:
-        return None
-    return re.sub(r"\.data$", "", m.group(0))
-
-
-def _closing(text: str) -> int:
-    """The index of the parenthesis closing text[0]'s, or -1."""
-    depth = 0
-    for i, char in enumerate(text):
-        depth += {"(": 1, ")": -1}.get(char, 0)
-        if depth == 0:
-            return i
-    return -1
-
-
 def extract(model: SourceModel, function: str) -> KernelGraph:
-    """The CUDA operations of host function `function` in program order, and their hazards."""
+    """The CUDA operations of host function `function` in the order they run, and their hazards."""
+    return graph_of(model, function, unfold(model, function))
+
+
+def graph_of(model: SourceModel, function: str, steps: list[Step]) -> KernelGraph:
     seen: Counter[str] = Counter()
     nodes = []
-    for op in model.ops_in(function):
+    for step in steps:
+        op = step.op
         if op.kind not in _NODE_KINDS:
             continue
         reads, writes = _effects(model, op)
         label = _label(op)
         nodes.append(Node(len(nodes), op.kind, label, seen[label], op.line, op.stream, frozenset(reads),
-                          frozenset(writes), _event(op), _blocks_host(op)))
+                          frozenset(writes), _event(op), _blocks_host(op), step.conditional, step.guards, step.trail,
+                          step.call))
         seen[label] += 1
     return KernelGraph(function, tuple(nodes), tuple(_hazards(nodes)), _blocking_streams(model))
 
@@ -164,15 +148,26 @@ def _effects(model: SourceModel, op: HostOp) -> tuple[set[str], set[str]]:
         try:
             kernel = model.kernel(op.launch.kernel)
         except KeyError:  # not defined in this file: it may touch anything it is given
-            every = {b for a in op.launch.args if (b := base_buffer(a))}
+            every = {b for a in op.launch.args if (b := region(a, ()))}
             return every, every
         bound = op.launch.bound_args(kernel)
+        extents = [bound[p.name] for p in kernel.params if not p.is_pointer and p.name in bound]
         written, read = written_params(kernel), read_params(kernel)
-        pointers = {p.name: base_buffer(bound.get(p.name)) for p in kernel.params if p.is_pointer}
+        pointers = {p.name: region(bound.get(p.name), extents, model) for p in kernel.params if p.is_pointer}
         return ({b for p, b in pointers.items() if b and p in read},
                 {b for p, b in pointers.items() if b and p in written})
-    dst, src = base_buffer(op.dst), base_buffer(op.src)
+    extents = _copied_elements(op)
+    dst, src = region(op.dst, extents, model), region(op.src, extents, model)
     return ({src} if src else set()), ({dst} if dst and op.kind in _DATA else set())
+
+
+def _copied_elements(op: HostOp) -> list[str]:
+    """`n` of a copy or set of `n * sizeof(float)` bytes (the size argument), for slot regions."""
+    position = 2 if op.kind in (HostOpKind.MEMCPY, HostOpKind.MEMSET) and not op.api.endswith(("2D", "Symbol",
+                                                                                             "SymbolAsync")) else None
+    size = op.args[position] if position is not None and position < len(op.args) else ""
+    m = re.fullmatch(r"(.+?)\s*\*\s*sizeof\s*\(.*\)|sizeof\s*\(.*?\)\s*\*\s*(.+)", size.strip())
+    return [strip_parentheses(next(g for g in m.groups() if g))] if m else []
 
 
 def _label(op: HostOp) -> str:
@@ -209,13 +204,12 @@ def _hazards(nodes: list[Node]) -> list[Dependency]:
     edges = []
     for later in nodes:
         for earlier in nodes[: later.index]:
-            for buffer in sorted((earlier.writes | earlier.reads) & (later.writes | later.reads)):
-                if buffer in earlier.writes and buffer in later.reads:
-                    edges.append(Dependency(earlier.index, later.index, Hazard.RAW, buffer))
-                if buffer in earlier.reads and buffer in later.writes:
-                    edges.append(Dependency(earlier.index, later.index, Hazard.WAR, buffer))
-                if buffer in earlier.writes and buffer in later.writes:
-                    edges.append(Dependency(earlier.index, later.index, Hazard.WAW, buffer))
+            for hazard, mine, theirs in ((Hazard.RAW, earlier.writes, later.reads),
+                                         (Hazard.WAR, earlier.reads, later.writes),
+                                         (Hazard.WAW, earlier.writes, later.writes)):
+                shared = sorted(b for b in theirs if any(overlap(a, b) for a in mine))
+                if shared:
+                    edges.append(Dependency(earlier.index, later.index, hazard, shared[0]))
     return edges
 
 
@@ -223,7 +217,7 @@ def _hazards(nodes: list[Node]) -> list[Dependency]:
 
 
 def _stream_key(stream: str | None) -> str:
-    return "0" if stream is None or stream.strip() in _DEFAULT_STREAMS else stream.strip()
+    return "0" if stream is None or stream.strip() in DEFAULT_STREAMS else stream.strip()
 
 
 def streams_ordered(earlier: str | None, later: str | None, blocking: frozenset[str]) -> bool:
@@ -242,7 +236,8 @@ def streams_ordered(earlier: str | None, later: str | None, blocking: frozenset[
 def _direct_predecessors(graph: KernelGraph, node: Node) -> set[int]:
     """The earlier nodes that `node` waits for by one rule, before the transitive closure."""
     earlier = graph.nodes[: node.index]
-    preds = {a.index for a in earlier if a.blocks_host}  # the host issued `node` after they finished
+    # The host issued `node` after they finished (when they ran, which they did if `node` runs).
+    preds = {a.index for a in earlier if a.blocks_host and _runs_with(a, node)}
     if node.kind == HostOpKind.DEVICE_SYNC:
         return {a.index for a in earlier}
     if node.kind == HostOpKind.STREAM_SYNC:  # its own stream only: the conservative reading
@@ -251,7 +246,7 @@ def _direct_predecessors(graph: KernelGraph, node: Node) -> set[int]:
     if node.kind in (HostOpKind.EVENT_SYNC, HostOpKind.STREAM_WAIT_EVENT):
         record = next((a for a in reversed(earlier) if a.kind == HostOpKind.EVENT_RECORD and a.event == node.event),
                       None)  # waiting on an event waits for its latest record
-        if record is not None:
+        if record is not None and _runs_with(record, node):  # else an earlier record may be the latest
             preds.add(record.index)
     if node.kind in _STREAM_OPS:
         preds |= {a.index for a in earlier if a.kind in _STREAM_OPS
@@ -267,8 +262,14 @@ def ordering(graph: KernelGraph) -> set[tuple[int, int]]:
     before: list[set[int]] = []
     for node in graph.nodes:  # every rule points forward in program order: one pass closes it
         direct = _direct_predecessors(graph, node)
-        before.append(direct.union(*(before[a] for a in direct)))
+        # Only through a node that surely ran when `node` runs: what it waited for is then done.
+        before.append(direct.union(*(before[a] for a in direct if _runs_with(graph.nodes[a], node))))
     return {(a, b) for b, preds in enumerate(before) for a in preds}
+
+
+def _runs_with(a: Node, b: Node) -> bool:
+    """Whether `a` surely runs when `b` does: every condition of a's is one of b's."""
+    return a.guards <= b.guards
 
 
 # -- checking ------------------------------------------------------------------------------------
@@ -313,7 +314,7 @@ def _unordered(dep: Dependency, a: Node, b: Node) -> str:
     """`combine_kernel (line 40) reads y written by poly_kernel (line 31) but may run before it:
     different streams (s_poly, s_combine), no event`."""
     verb = {Hazard.RAW: "reads {} written by", Hazard.WAR: "writes {} read by",
-            Hazard.WAW: "writes {} also written by"}[dep.hazard].format(dep.buffer)
+            Hazard.WAW: "writes {} also written by"}[dep.hazard].format(pretty(dep.buffer))
     if b.index < a.index:
         why = "it is now issued first"
     elif _stream_key(a.stream) == "0" or _stream_key(b.stream) == "0":

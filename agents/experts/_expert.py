@@ -6,8 +6,39 @@ without the workflow's bookkeeping.
 
 from __future__ import annotations
 
+import bisect
+from dataclasses import dataclass
+
+from agents import _ts
 from agents._base import Agent, AnalysisContext, Proposal
+from agents._ts import Node
+from agents.cuda_source import Kernel, SourceModel, analyze
+from agents.patch import Edit, Replace, source_files
 from agents.workflow.steps import Analyst, Level, Planner, Transformer
+
+
+def source_models(context: AnalysisContext) -> dict[str, SourceModel]:
+    """Each source of the target analysed as the baseline builds it: its params as -D defines,
+    so that constants, template arguments and the loops and tiles they size resolve."""
+    return {path: analyze(text, path, defines=defines(context)) for path, text in source_files(context.target).items()}
+
+
+def defines(context: AnalysisContext) -> dict[str, str]:
+    return {name: str(value) for name, value in context.target.baseline_params.items()}
+
+
+def kernel_node(model: SourceModel, kernel: Kernel) -> Node:
+    """The definition of `kernel` in `model`'s syntax tree."""
+    return next(n for n in _ts.walk(model.root) if n.type == "function_definition"
+                and _ts.declared_name(n.child_by_field_name("declarator")) == kernel.name
+                and n.start_point[0] + 1 >= kernel.span.start_line)
+
+
+def instance_label(kernel: Kernel) -> str:
+    """`mm<BLOCK_SIZE=32>` for a template kernel's instance, else the kernel's name."""
+    if not kernel.template_values:
+        return kernel.name
+    return f"{kernel.name}<{', '.join(f'{name}={value}' for name, value in kernel.template_values)}>"
 
 
 class Expert(Agent, Analyst, Planner, Transformer):
@@ -20,3 +51,39 @@ class Expert(Agent, Analyst, Planner, Transformer):
             if finding.applies and (plan := self.plan(context, finding)) is not None:
                 proposals += self.transform(context, plan)
         return proposals
+
+
+@dataclass(frozen=True)
+class Change:
+    """Replace bytes [start, end) of the source with `text`."""
+
+    start: int
+    end: int
+    text: str
+
+
+def line_edits(path: str, source: bytes, changes: list[Change]) -> list[Edit]:
+    """Byte replacements as `Replace`s of whole lines (changes on common lines merged)."""
+    starts = [0] + [i + 1 for i, b in enumerate(source) if b == 0x0A]
+
+    def line_of(offset: int) -> int:  # 1-based
+        return bisect.bisect_right(starts, offset)
+
+    groups: list[list[Change]] = []
+    for change in sorted(changes, key=lambda c: c.start):
+        if groups and line_of(change.start) <= line_of(max(groups[-1][-1].end - 1, groups[-1][-1].start)):
+            groups[-1].append(change)
+        else:
+            groups.append([change])
+    edits: list[Edit] = []
+    for group in groups:
+        first, last = line_of(group[0].start), line_of(max(group[-1].end - 1, group[-1].start))
+        begin = starts[first - 1]
+        end = starts[last] - 1 if last < len(starts) else len(source)
+        out, at = [], begin
+        for change in group:
+            out += [source[at:change.start].decode("utf-8", "surrogateescape"), change.text]
+            at = change.end
+        out.append(source[at:end].decode("utf-8", "surrogateescape"))
+        edits.append(Replace(path, first, last, "".join(out)))
+    return edits

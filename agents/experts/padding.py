@@ -24,11 +24,11 @@ from __future__ import annotations
 
 import math
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from agents._base import AnalysisContext, Proposal
 from agents.cuda_source import SharedAccess, SharedArray, SourceModel, analyze
-from agents.experts._expert import Expert
+from agents.experts._expert import Expert, defines, instance_label, source_models
 from agents.patch import Patched, Replace, apply, readonly_regions, source_files
 from agents.workflow.steps import Finding, Level, Plan
 
@@ -58,6 +58,7 @@ class PaddingFinding:
     pad: bool  # propose padding its last dimension by one element
     reason: str  # why (not): the bank analysis, or what ruled it out
     access: SharedAccess | None = None  # the column-wise access that conflicts
+    instance: str = ""  # the template kernel's instance the verdict is for (`mm<BLOCK_SIZE=32>`), if one
 
     @property
     def label(self) -> str:
@@ -138,17 +139,40 @@ def _pad_edit(text: str, path: str, array: SharedArray) -> Replace | None:
         if new_lines != lines[first:end] else None
 
 
+def instance_arrays(model: SourceModel) -> list[tuple[SharedArray, str]]:
+    """Every shared array with the instance it is sized for: a template kernel's arrays once per
+    instance (`mm<BLOCK_SIZE=32>`), file-scope and other kernels' arrays once ("")."""
+    arrays = [(a, "") for a in model.shared if a.kernel is None]
+    for kernel in model.instances:
+        label = instance_label(kernel) if kernel.template_values else ""
+        arrays += [(a, label) for a in kernel.shared]
+    return arrays
+
+
 def find_padding(context: AnalysisContext) -> list[PaddingFinding]:
-    """Every shared array of the target's sources, with the padding verdict on each."""
+    """Every shared array of the target's sources, with the padding verdict on each; an array
+    of a template kernel is padded when one instance of it conflicts (the verdict names it)."""
     metric = context.metrics.get(BANK_CONFLICTS_METRIC)
-    defines = {name: str(value) for name, value in context.target.baseline_params.items()}
-    findings = []
-    for path, text in source_files(context.target).items():
-        model: SourceModel = analyze(text, path, defines=defines)
+    texts = source_files(context.target)
+    verdicts: dict[tuple[str, int, str], list[PaddingFinding]] = {}
+    for path, model in source_models(context).items():
+        text = texts[path]
         lanes = {k.name: _lane_names(text[k.body.start:k.body.end]) for k in model.kernels}
         readonly = readonly_regions(text)
-        findings += [_analyse(array, path, lanes, readonly, metric) for array in model.shared]
-    return findings
+        for array, instance in instance_arrays(model):
+            found = _analyse(array, path, lanes, readonly, metric)
+            if instance:
+                found = replace(found, reason=f"{instance}: {found.reason}", instance=instance)
+            verdicts.setdefault((path, array.span.start, array.name), []).append(found)
+    return [_one(found) for found in verdicts.values()]
+
+
+def _one(instances: list[PaddingFinding]) -> PaddingFinding:
+    """The first instance that pads, else the first with every instance's reason."""
+    padding = next((f for f in instances if f.pad), None)
+    if padding is not None:
+        return padding
+    return replace(instances[0], reason="; ".join(dict.fromkeys(f.reason for f in instances)))
 
 
 class PaddingExpert(Expert):
@@ -195,9 +219,9 @@ class PaddingExpert(Expert):
 def _grew_by_one(patched: Patched, finding: PaddingFinding, context: AnalysisContext) -> bool:
     """The patched source's analysis agrees: same array, last dimension one element longer."""
     new_text = dict(patched.files)[finding.path]
-    defines = {name: str(value) for name, value in context.target.baseline_params.items()}
-    arrays = [a for a in analyze(new_text, finding.path, defines=defines).shared
-              if a.name == finding.array.name and a.span.start_line == finding.array.span.start_line]
+    arrays = [a for a, instance in instance_arrays(analyze(new_text, finding.path, defines=defines(context)))
+              if instance == finding.instance and a.name == finding.array.name
+              and a.span.start_line == finding.array.span.start_line]
     old = finding.array.dim_values
     return len(arrays) == 1 and arrays[0].dim_values == (*old[:-1], (old[-1] or 0) + 1)
 

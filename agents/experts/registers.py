@@ -13,9 +13,8 @@ import re
 from collections.abc import Callable, Mapping
 
 from agents._base import AnalysisContext, Proposal
-from agents.cuda_source import SourceModel, analyze
-from agents.experts._expert import Expert
-from agents.patch import source_files
+from agents.cuda_source import SourceModel
+from agents.experts._expert import Expert, source_models
 from agents.workflow.steps import Finding, Level, Plan
 from cluster.core.occupancy import DeviceLimits, Occupancy, limits_for, occupancy_of_kernel, register_steps
 from cluster.core.types import KernelResources
@@ -42,7 +41,7 @@ class RegisterExpert(Expert):
         except KeyError:
             why = f"no occupancy model for {context.arch}"
             return [Finding(self.name, self.level, context.arch, False, reason=why)]
-        models = [analyze(text, path) for path, text in source_files(context.target).items()]
+        models = list(source_models(context).values())
         findings = []
         achieved = context.metrics.get(ACHIEVED_OCCUPANCY)
         for kernel in context.kernels:
@@ -96,14 +95,14 @@ def block_size(kernel: str, models: list[SourceModel], metrics: Mapping[str, flo
     file's constants; else ``metrics["block_size"]``; else the default."""
     for model in models:
         for launch in model.launches:
-            if _names_kernel(kernel, launch.kernel):
+            if names_kernel(kernel, launch.kernel):
                 value = evaluate(launch.block, model.constants)
                 if value is not None and value > 0:
                     return value
     return int(metrics.get("block_size", DEFAULT_BLOCK_SIZE))
 
 
-def _names_kernel(reported: str, name: str) -> bool:
+def names_kernel(reported: str, name: str) -> bool:
     """Whether ptxas's (mangled, or extern "C") name ``reported`` is the kernel ``name``."""
     return reported == name or re.search(rf"(?:^_Z|\d){len(name)}{re.escape(name)}(?:I|E|[A-Za-z]|$)",
                                          reported) is not None

@@ -12,9 +12,11 @@ loop or ``if``.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from agents._base import AnalysisContext, Proposal
-from agents.cuda_source import Kernel, Loop, analyze
-from agents.experts._expert import Expert
+from agents.cuda_source import Kernel, Loop, SourceModel
+from agents.experts._expert import Expert, source_models
 from agents.patch import Edit, InsertBefore, MarkerError, Patched, Replace, apply, readonly_regions, source_files
 from agents.workflow.steps import Finding, Level, Plan
 
@@ -35,15 +37,18 @@ class UnrollExpert(Expert):
 
     def analyse(self, context: AnalysisContext) -> list[Finding]:
         findings = []
-        for path, text in source_files(context.target).items():
+        texts = source_files(context.target)
+        for path, model in source_models(context).items():
+            text = texts[path]
             try:
                 regions = readonly_regions(text)
             except MarkerError as exc:
                 why = f"malformed read-only markers: {exc}"
                 findings.append(Finding(self.name, self.level, path, False, reason=why))
                 continue
-            for kernel in analyze(text, path).kernels:
+            for kernel in model.kernels:
                 for loop in kernel.loops:
+                    loop = _resolved(model, kernel, loop)
                     where = f"{path}:{loop.span.start_line} in {kernel.name}"
                     count = "run-time trip count" if loop.trip_count is None else f"trip count {loop.trip_count}"
                     pragma = "no unroll pragma" if loop.unroll is None else f"#pragma unroll {loop.unroll.argument}"
@@ -76,6 +81,16 @@ class UnrollExpert(Expert):
             return []  # a variant already unrolled by the macro: one factor per file
         patched = apply(files, _edits(path, kernel, loop, files[path].split("\n"), full), context.target.spec.sources)
         return [_proposal(self.name, path, kernel, loop, full, patched)] if isinstance(patched, Patched) else []
+
+
+def _resolved(model: SourceModel, kernel: Kernel, loop: Loop) -> Loop:
+    """`loop` with the trip count its template kernel's instances agree on (`k < BLOCK` with
+    every launch giving BLOCK = 8 has 8); as it is when they differ or do not resolve it."""
+    if loop.trip_count is not None or loop.trip_param is None:
+        return loop
+    counts = {other.trip_count for instance in model.instances if instance.name == kernel.name
+              for other in instance.loops if other.span == loop.span}
+    return replace(loop, trip_count=counts.pop(), trip_param=None) if len(counts) == 1 and None not in counts else loop
 
 
 def _eligible(loop: Loop, text: str) -> bool:

@@ -5,7 +5,8 @@
                  ─► agents.workflow.run_workflow, or iterate (profile-guided rounds)
     every exchange ─► <run_dir>/llm/ (content-addressed, replayable); every proposal ─► usage_record
 
-``FakeOpenAIServer`` is the scripted endpoint for tests and dry runs.
+The scripted endpoint for tests and rehearsals without a model is ``agents.llm.testing`` (not
+re-exported here: it is a test double, not part of the agents' API).
 """
 import importlib
 
@@ -13,16 +14,12 @@ import importlib
 # this package reads cluster, so an eager import here would be a cycle.
 _WHERE = {
     "AgentsConfig": "cluster.config.agents",
-    "Attempts": "agents.llm.fake_server",
     "ChatClient": "agents.llm.client",
     "ChatRequest": "agents.llm.client",
     "Completion": "agents.llm.client",
-    "Conversation": "agents.llm.fake_server",
     "CustomSpec": "cluster.config.agents",
     "EndpointError": "agents.llm.client",
     "ExchangeStore": "agents.llm.store",
-    "Fail": "agents.llm.fake_server",
-    "FakeOpenAIServer": "agents.llm.fake_server",
     "IterationResult": "agents.llm.iterate",
     "Kit": "agents.llm.steps",
     "LLMAnalyst": "agents.llm.steps",
@@ -35,24 +32,19 @@ _WHERE = {
     "OpenAIChat": "agents.llm.client",
     "Prices": "cluster.config.agents",
     "Prompts": "agents.llm.prompts",
-    "ReplayChat": "agents.llm.store",
-    "Reply": "agents.llm.fake_server",
+    "ReplayChat": "agents.llm.replay",
     "Round": "agents.llm.iterate",
     "Services": "agents.llm.tools",
-    "Stall": "agents.llm.fake_server",
     "StepChoice": "cluster.config.agents",
     "TokenBudget": "agents.llm.accounting",
-    "ToolCall": "agents.llm.fake_server",
     "Trial": "agents.llm.iterate",
     "Usage": "agents.llm.accounting",
     "Workspace": "agents.llm.guard",
     "build_steps": "agents.llm.kit",
-    "call": "agents.llm.fake_server",
     "check_files": "agents.llm.guard",
     "custom_steps": "agents.llm.custom",
     "feedback_text": "agents.llm.iterate",
     "load_custom": "agents.llm.custom",
-    "local_build": "agents.llm.tools",
     "make_kit": "agents.llm.kit",
     "steps_from_config": "agents.llm.kit",
     "trial_record": "agents.llm.iterate",
@@ -60,12 +52,11 @@ _WHERE = {
 }
 
 __all__ = [
-    "AgentsConfig", "Attempts", "ChatClient", "ChatRequest", "Completion", "Conversation", "CustomSpec",
-    "EndpointError", "ExchangeStore", "Fail", "FakeOpenAIServer", "IterationResult", "Kit", "LLMAnalyst",
-    "LLMPlanner", "LLMProposal", "LLMReviewer", "LLMSpec", "LLMStepError", "LLMTransformer", "OpenAIChat", "Prices",
-    "Prompts", "ReplayChat", "Reply", "Round", "Services", "Stall", "StepChoice", "TokenBudget", "ToolCall", "Trial",
-    "Usage", "Workspace", "build_steps", "call", "check_files", "custom_steps", "feedback_text",
-    "load_custom", "local_build", "make_kit", "steps_from_config", "trial_record", "usage_record",
+    "AgentsConfig", "ChatClient", "ChatRequest", "Completion", "CustomSpec", "EndpointError", "ExchangeStore",
+    "IterationResult", "Kit", "LLMAnalyst", "LLMPlanner", "LLMProposal", "LLMReviewer", "LLMSpec", "LLMStepError",
+    "LLMTransformer", "OpenAIChat", "Prices", "Prompts", "ReplayChat", "Round", "Services", "StepChoice",
+    "TokenBudget", "Trial", "Usage", "Workspace", "build_steps", "check_files", "custom_steps", "feedback_text",
+    "load_custom", "make_kit", "steps_from_config", "trial_record", "usage_record",
 ]
 
 

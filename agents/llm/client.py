@@ -3,7 +3,7 @@
     ChatRequest ─► ChatClient.complete ─► Completion (message, tool calls, Usage, exchange hash)
                    ├─ OpenAIChat: the endpoint; retries 408/409/429/5xx/timeouts with backoff,
                    │  at most ``concurrency`` requests in flight, each exchange stored
-                   └─ ReplayChat (agents.llm.store): the stored exchanges, no endpoint
+                   └─ ReplayChat (agents.llm.replay): the stored exchanges, no endpoint
 
 A client that cannot get an answer raises ``EndpointError``; the ReAct loop turns it into a value.
 """
@@ -16,15 +16,13 @@ import time
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import openai
 
 from agents.llm.accounting import TokenBudget, Usage
+from agents.llm.store import ExchangeStore
 from cluster.config.agents import LLMSpec
-
-if TYPE_CHECKING:
-    from agents.llm.store import ExchangeStore
 
 Message = dict[str, Any]
 

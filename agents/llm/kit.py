@@ -15,9 +15,10 @@ from agents.llm.accounting import TokenBudget
 from agents.llm.client import OpenAIChat
 from agents.llm.custom import custom_steps
 from agents.llm.prompts import Prompts
+from agents.llm.replay import ReplayChat
 from agents.llm.steps import Kit, LLMAnalyst, LLMPlanner, LLMTransformer
-from agents.llm.store import ExchangeStore, ReplayChat
-from agents.llm.tools import Services, local_build
+from agents.llm.store import ExchangeStore
+from agents.llm.tools import Services
 from agents.workflow.steps import Steps
 from cluster.config.agents import AgentsConfig, CustomSpec, LLMSpec, StepChoice
 from cluster.core.registry import EXPERTS
@@ -35,7 +36,7 @@ def make_kit(spec: LLMSpec, run_dir: str | Path | None = None, *, replay: bool =
         chat = ReplayChat(spec, store, budget)
     else:
         chat = OpenAIChat(spec, store, budget)
-    return Kit(spec, chat, Prompts(spec.prompts), services or Services(build=local_build), budget)
+    return Kit(spec, chat, Prompts(spec.prompts), services or Services(), budget)
 
 
 def build_steps(spec: LLMSpec | None, choice: Mapping[str, Mapping[str, str] | StepChoice], *,
@@ -44,7 +45,7 @@ def build_steps(spec: LLMSpec | None, choice: Mapping[str, Mapping[str, str] | S
     """The workflow's steps for each optimization of ``choice`` (in its order), e.g.
     ``{"unroll": {"analyst": "expert", "planner": "expert", "transformer": "llm"}, "fusion": {...}}``:
     an expert or an LLM agent at each step (missing steps: expert). Optimizations are the experts'
-    (registers, unroll, padding, streamify) and the ``custom`` ones, which are LLM at every step.
+    (``cluster.core.registry.EXPERTS``) and the ``custom`` ones, which are LLM at every step.
 
     The LLM agents share ``kit``, or one made from ``spec`` (``make_kit``: ``run_dir`` stores the
     exchanges, ``replay`` answers from them). Raises ValueError for an unknown optimization, an

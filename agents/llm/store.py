@@ -1,4 +1,4 @@
-"""Every LLM exchange of a run, stored content-addressed, and the client that replays them.
+"""Every LLM exchange of a run, stored content-addressed (``agents.llm.replay`` answers from them).
 
     <run_dir>/llm/
         exchanges/<hash>.json   request body + response + label, turn, latency, attempts
@@ -22,10 +22,6 @@ import threading
 import time
 from pathlib import Path
 from typing import Any
-
-from agents.llm.accounting import TokenBudget
-from agents.llm.client import ChatClient, ChatRequest, Completion, EndpointError
-from cluster.config.agents import LLMSpec
 
 LLM_DIR = "llm"
 
@@ -97,33 +93,3 @@ def _write_atomic(path: Path, text: str) -> None:
         fh.write(text)
     os.replace(tmp, path)
 
-
-class ReplayChat(ChatClient):
-    """Answers from a store, never from an endpoint: a sweep replayed offline, for an audit or to
-    rerun the verification and measurement of the same proposals."""
-
-    def __init__(self, spec: LLMSpec, store: ExchangeStore, budget: TokenBudget | None = None) -> None:
-        self.spec, self.store, self.budget = spec, store, budget
-        self._labels = store.by_label()
-        self.replayed = 0
-        self.drifted = 0  # answered by label and turn: the request was not the stored one
-
-    def complete(self, request: ChatRequest) -> Completion:
-        if self.budget is not None:
-            self.budget.check()
-        body = request.body(self.spec)
-        key = request_hash(body)
-        record = self.store.get(key)
-        drifted = False
-        if record is None and (fallback := self._labels.get((request.label, request.turn))):
-            record, drifted = self.store.get(fallback), True
-        if record is None:
-            raise EndpointError(f"replay: no stored exchange for request {key[:16]} "
-                                f"(conversation {request.label!r}, turn {request.turn})")
-        completion = Completion.from_response(record["response"], float(record.get("latency_s", 0.0)), self.spec,
-                                              record["hash"], replayed=True, drifted=drifted)
-        self.replayed += 1
-        self.drifted += drifted
-        if self.budget is not None:
-            self.budget.charge(completion.usage)
-        return completion

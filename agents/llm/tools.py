@@ -10,9 +10,7 @@ Guards live in the tools, not in the prompts: ``edit`` goes through ``agents.llm
 
 from __future__ import annotations
 
-import dataclasses
 import json
-import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -324,29 +322,6 @@ def profile_tool(session: Session, _: NoArgs) -> str:
     if session.services.profile is None:
         return "profile is not available in this run; the sweep measures your proposal after you finish"
     return session.services.profile(session.context, dict(session.workspace.current))
-
-
-_TOOL_TEMP = re.compile(r"\S*/(?:build|run)-[0-9a-f]{16}-[^/\s]+/")
-
-
-def local_build(context: AnalysisContext, files: Mapping[str, str]) -> str:
-    """Compile the working copy here (the target's build command and timeout) and say how it went:
-    the ptxas report on success, the compiler's tail on failure."""
-    from agents.patch import Variant, variant_bundle
-    from cluster.core.types import Candidate, Status
-    from cluster.runners.build import compile_candidate
-
-    target = context.target
-    changed = tuple((p, t) for p, t in files.items() if t != dict(target.bundle.files)[p].decode("utf-8", "replace"))
-    variant = dataclasses.replace(target, bundle=variant_bundle(target, Variant(changed, "", "", target.bundle.hash)))
-    candidate = Candidate(target.name, target.spec.toolchain, "local", context.arch, variant.bundle.hash, (),
-                          tuple(target.baseline_params.items()))
-    artifact = compile_candidate(variant, candidate)
-    if artifact.status is not Status.OK:
-        return f"build failed ({artifact.status}):\n{_TOOL_TEMP.sub('', artifact.error_tail)[-3000:]}"
-    kernels = "\n".join(f"{k.kernel}: {k.registers} registers, {k.spill_stores} B spill stores, "
-                        f"{k.shared_bytes} B shared" for k in artifact.kernels)
-    return "build ok" + (f"\n{kernels}" if kernels else "")
 
 
 READ_TOOLS = (

@@ -175,7 +175,7 @@ class AgentsConfig(_Model):
     llm: LLMSpec | None = None
     steps: dict[str, StepChoice] = {}  # optimization -> choice; the experts' default is all-expert
     custom: list[CustomSpec] = []
-    only: list[str] | None = None  # the optimizations to run; default: the four experts' and every custom one
+    only: list[str] | None = None  # the optimizations to run; default: every expert's and every custom one
 
     @model_validator(mode="after")
     def _consistent(self) -> AgentsConfig:

@@ -46,11 +46,14 @@ class MeasureSpec(_Model):
 
 
 class ProfileSpec(_Model):
-    """The Nsight Compute stage, for GPU targets: which candidates, which metrics."""
+    """The Nsight Compute stage, for GPU targets: which candidates, which metrics, how many launches."""
 
     candidates: Literal["none", "best", "all"] = "best"  # best: the baseline and each study's winner
     metrics: list[str] | None = None  # default: cluster.runners.profile.DEFAULT_METRICS
     timeout_s: float = Field(600, gt=0, le=86400)
+    # Launches profiled per launch configuration (kernel, grid, block, shared memory): ncu replays
+    # each one many times, so a program of hundreds of launches would time out; null: every launch.
+    launches: int | None = Field(1, ge=1)
 
 
 class RunConfig(_Model):

@@ -46,6 +46,9 @@ EXPERTS = Registry("expert", {
     "unroll": "agents.experts.unroll:UnrollExpert",
     "padding": "agents.experts.padding:PaddingExpert",
     "streamify": "agents.experts.streamify:StreamifyExpert",
+    "launch_bounds": "agents.experts.launch_bounds:LaunchBoundsExpert",
+    "restrict": "agents.experts.restrict:RestrictExpert",
+    "vectorize": "agents.experts.vectorize:VectorizeExpert",
 })
 
 # `warpfleet export --format NAME`: each a function (best configs, rows, run dir) -> text (cluster/outputs/exports/).

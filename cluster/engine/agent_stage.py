@@ -135,14 +135,15 @@ class AgentStage:
         spec = self.spec
         if spec.llm is None and not spec.steps and not spec.custom:
             return [Steps.of(EXPERTS.load(name)()) for name in spec.experts]
-        from agents.llm import Services, build_steps, local_build, make_kit
+        from agents.llm import Services, build_steps, make_kit
         from cluster.config.agents import choices_of
+        from cluster.runners.build import build_report
 
         if self.kit is None and spec.llm is not None:
             self.kit = make_kit(spec.llm, self.run_dir, replay=spec.replay)
         kit = self.kit
         if kit is not None:
-            kit = dataclasses.replace(kit, services=Services(build=local_build, verify=verifier.verify))
+            kit = dataclasses.replace(kit, services=Services(build=build_report, verify=verifier.verify))
         only = [*spec.experts, *(c.name for c in spec.custom)]
         return build_steps(spec.llm, choices_of(spec.steps, spec.custom, only=only), custom=spec.custom, kit=kit)
 
@@ -198,7 +199,8 @@ class AgentStage:
             return {}
         self.log(f"{study.name}: Nsight Compute on the baseline, for the analysts")
         metrics = tuple(self.profile_spec.metrics or DEFAULT_METRICS)
-        done = jobs.profile(None, metrics, self.profile_spec.timeout_s, priority=1).result()
+        done = jobs.profile(None, metrics, self.profile_spec.timeout_s, self.profile_spec.launches,
+                            priority=1).result()
         profile: Profile = done.value if isinstance(done.value, Profile) else Profile(
             study.baseline_candidate().key, done.failure or Status.CRASHED, error_tail=done.error)
         with self._lock, ResultWriter(self.run_dir, PROFILE_SCHEMA, subdir="profiles") as writer:

@@ -117,10 +117,10 @@ class StudyJobs:
         return self.submit(self.job(JobKind.GUARD, build, self.build(), args={"files": files}))
 
     def profile(self, candidate: Candidate | None, metrics: tuple[str, ...], timeout: float,
-                priority: int | None = None) -> Future[JobResult]:
+                launches: int | None, priority: int | None = None) -> Future[JobResult]:
         source = self.state.source_of(candidate)[0] if candidate else None
-        return self.submit(self.job(JobKind.PROFILE, self.build(source, candidate),
-                                    args={"metrics": metrics, "timeout": timeout}, priority=priority))
+        return self.submit(self.job(JobKind.PROFILE, self.build(source, candidate), priority=priority,
+                                    args={"metrics": metrics, "timeout": timeout, "launches": launches}))
 
 
 class Flow(ABC):
@@ -283,7 +283,8 @@ class StudyFlow(Flow):
         for key in dict.fromkeys(k for k in keys if k in state.candidates and k not in self.ctx.profiled):
             candidate = state.candidates[key]
             build = self.jobs.build(state.source_of(candidate)[0], candidate)
-            self._submit(self.jobs.job(JobKind.PROFILE, build, args={"metrics": metrics, "timeout": spec.timeout_s}))
+            self._submit(self.jobs.job(JobKind.PROFILE, build, args={"metrics": metrics, "timeout": spec.timeout_s,
+                                                                     "launches": spec.launches}))
 
     def _enter_done(self) -> None:
         return None

@@ -17,6 +17,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
 from agents._base import AnalysisContext, Proposal
+from agents.contracts import CUDA_SOURCES, violations
 from agents.cuda_source import HostOpKind, analyze
 from agents.depgraph import check, extract
 from agents.patch import MarkerError, readonly_regions, source_files, variant_target
@@ -53,13 +54,15 @@ def guard_verdict(target: Target, proposal: Proposal) -> Verdict:
 
 
 def depgraph_verdict(target: Target, proposal: Proposal) -> Verdict:
-    """Every host function that launches kernels keeps every kernel and every dependence."""
+    """Every host function that launches kernels, itself or through helpers of its file, keeps
+    every kernel and every dependence (agents.depgraph follows the helpers and unfolds loops)."""
     original = source_files(target)
+    defines = {name: str(value) for name, value in target.baseline_params.items()}
     checked, problems = 0, []
     for path, text in proposal.files:
-        before, after = analyze(original[path], path), analyze(text, path)
+        before, after = analyze(original[path], path, defines=defines), analyze(text, path, defines=defines)
         functions = dict.fromkeys(op.function for op in before.host_ops
-                                  if op.function and op.kind is HostOpKind.LAUNCH)
+                                  if op.function and op.kind in (HostOpKind.LAUNCH, HostOpKind.CALL))
         for function in functions:
             checked += 1
             result = check(extract(before, function), extract(after, function))
@@ -71,11 +74,24 @@ def depgraph_verdict(target: Target, proposal: Proposal) -> Verdict:
     return Verdict("depgraph", V.PASSED, f"{checked} host functions keep every kernel and dependence")
 
 
+def contracts_verdict(target: Target, proposal: Proposal) -> Verdict:
+    """The kernel-level promises the variant adds hold (agents.contracts): launch bounds that
+    every launch fits, `__restrict__` only where no launch hands aliasing arguments, vector
+    accesses under an alignment test."""
+    if not any(path.endswith(CUDA_SOURCES) for path, _ in proposal.files):
+        return Verdict("contracts", V.SKIPPED, "no CUDA source changed")
+    defines = {name: str(value) for name, value in target.baseline_params.items()}
+    problems = violations(source_files(target), dict(proposal.files), defines)
+    if problems:
+        return Verdict("contracts", V.FAILED, "; ".join(problems[:3]))
+    return Verdict("contracts", V.PASSED, "launch bounds, __restrict__ and vector accesses hold")
+
+
 def static_verdicts(target: Target, proposal: Proposal) -> list[Verdict]:
     guards = guard_verdict(target, proposal)
     if guards.failed or not proposal.files:
         return [guards]
-    return [guards, depgraph_verdict(target, proposal)]
+    return [guards, depgraph_verdict(target, proposal), contracts_verdict(target, proposal)]
 
 
 # -- the variant as a target --------------------------------------------------------------------

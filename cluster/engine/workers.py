@@ -22,7 +22,7 @@ from cluster.runners._base import Runner
 from cluster.runners.build import compile_candidate
 from cluster.runners.devices import cpu_device, gpu_device
 from cluster.runners.measure import Reference, measure_candidate
-from cluster.runners.profile import Profile, profile_candidate
+from cluster.runners.profile import DEFAULT_LAUNCHES, LaunchFilter, Profile, profile_candidate
 from cluster.runners.sanitize import SanitizerResult, sanitize_candidate
 from cluster.runners.telemetry import Monitor, NvmlSource
 
@@ -101,12 +101,14 @@ class MeasureWorker:
                                     BuildArtifact("candidate", Status.OK, binary), runner=self.runner(variant.runner))
 
     def profile(self, target: Target, candidate: Candidate, binary: bytes | None, metrics: tuple[str, ...],
-                timeout: float) -> Profile:
+                timeout: float, launches: int | None = DEFAULT_LAUNCHES.count) -> Profile:
+        """``launches``: per launch configuration (ProfileSpec.launches; None: every launch)."""
         if binary is None:
             return Profile(candidate.key, Status.COMPILE_ERROR, error_tail="no binary to profile")
         if shutil.which("ncu") is None:
             return Profile(candidate.key, Status.CRASHED, error_tail=f"ncu not found on {self.device.hostname}")
-        return profile_candidate(target, candidate, binary, metrics, timeout, self.runner(candidate.runner))
+        return profile_candidate(target, candidate, binary, metrics, timeout, self.runner(candidate.runner),
+                                 LaunchFilter(launches))
 
 
 MAX_RESTARTS = 10  # per actor; a poison candidate is quarantined long before (Pipeline.max_attempts)

@@ -3,7 +3,9 @@ and keep every kernel's metrics in the run's ``profiles/`` table, joined to the 
 candidate key.
 
 The program runs with ``WARPFLEET_PROFILE=1`` so that the timing harness launches once; the
-harness's L2-flush kernel (``wf_l2_flush``) is left out of the table.
+harness's L2-flush kernel (``wf_l2_flush``) is left out of the table. ``LaunchFilter`` bounds what
+ncu replays (by default the first launch of each launch configuration), so that a program with
+hundreds of launches is profiled in seconds, not timed out.
 """
 
 from __future__ import annotations
@@ -28,6 +30,8 @@ STALL_REASONS = ("long_scoreboard", "short_scoreboard", "mio_throttle", "lg_thro
                  "math_pipe_throttle", "wait", "not_selected", "no_instruction", "branch_resolving",
                  "dispatch_stall", "drain", "tex_throttle", "imc_miss", "sleeping", "misc")
 STALL_PREFIX = "smsp__average_warps_issue_stalled_"
+GLOBAL_ACCESS_METRICS = tuple(f"l1tex__t_{what}_pipe_lsu_mem_global_op_{op}.sum"
+                              for op in ("ld", "st") for what in ("sectors", "requests"))
 DEFAULT_METRICS = (
     "gpu__time_duration.sum",
     "l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_ld.sum",
@@ -42,6 +46,11 @@ DEFAULT_METRICS = (
     "l1tex__t_bytes_pipe_lsu_mem_local_op_st.sum",
     "dram__throughput.avg.pct_of_peak_sustained_elapsed",
     "sm__throughput.avg.pct_of_peak_sustained_elapsed",
+    # Global memory: sectors and requests (sectors per request: 4 is a warp's coalesced 4-byte
+    # access, 16 its float4 access, 32 one sector per lane), L1/tex hit rate, load throughput.
+    *GLOBAL_ACCESS_METRICS,
+    "l1tex__t_sector_hit_rate.pct",
+    "l1tex__t_bytes_pipe_lsu_mem_global_op_ld.sum.per_second",
     *(f"{STALL_PREFIX}{reason}_per_issue_active.ratio" for reason in STALL_REASONS),
 )
 FLUSH_KERNEL = "wf_l2_flush"
@@ -76,14 +85,37 @@ class Profile:
         return [v.value for v in self.values if v.metric == name and v.value is not None]
 
 
-def ncu_prefix(metrics: tuple[str, ...] | list[str]) -> list[str]:
+@dataclass(frozen=True)
+class LaunchFilter:
+    """Which kernel launches ncu profiles: ``count`` launches of each launch configuration (a
+    kernel with its grid, block and shared memory: ncu's ``--filter-mode per-launch-config``)
+    after skipping ``skip`` of each; ``per_config=False`` counts all launches together. ``count``
+    None profiles every launch."""
+
+    count: int | None = 1
+    skip: int = 0
+    per_config: bool = True
+
+    def options(self) -> list[str]:
+        if self.count is None and not self.skip:
+            return []
+        mode = ["--filter-mode", "per-launch-config"] if self.per_config else []
+        count = ["--launch-count", str(self.count)] if self.count is not None else []
+        return [*mode, "--launch-skip", str(self.skip), *count]
+
+
+DEFAULT_LAUNCHES = LaunchFilter()
+
+
+def ncu_prefix(metrics: tuple[str, ...] | list[str], launches: LaunchFilter = DEFAULT_LAUNCHES) -> list[str]:
     # --print-units base: bytes and nanoseconds, not "Kbyte" and "usecond" chosen per value.
     return ["ncu", "--csv", "--clock-control", "none", "--print-units", "base", "--target-processes", "all",
-            "--metrics", ",".join(metrics)]
+            *launches.options(), "--metrics", ",".join(metrics)]
 
 
-def ncu_command(run_argv: list[str], metrics: tuple[str, ...] | list[str]) -> list[str]:
-    return [*ncu_prefix(metrics), *run_argv]
+def ncu_command(run_argv: list[str], metrics: tuple[str, ...] | list[str],
+                launches: LaunchFilter = DEFAULT_LAUNCHES) -> list[str]:
+    return [*ncu_prefix(metrics, launches), *run_argv]
 
 
 def parse_ncu_csv(text: str) -> list[MetricValue]:
@@ -109,11 +141,12 @@ def parse_ncu_csv(text: str) -> list[MetricValue]:
 
 
 def profile_candidate(target: Target, candidate: Candidate, binary: bytes, metrics: tuple[str, ...],
-                      timeout: float, runner: Runner | None = None) -> Profile:
-    """Run the candidate once under ncu in its own scratch directory."""
+                      timeout: float, runner: Runner | None = None,
+                      launches: LaunchFilter = DEFAULT_LAUNCHES) -> Profile:
+    """Run the candidate once under ncu in its own scratch directory, profiling ``launches``."""
     runner = runner or ProcessRunner()
     with runner.stage(target, dict(candidate.params), candidate.arch, binary, prefix="ncu-") as staged:
-        result = staged.run(Invocation(wrapper=tuple(ncu_prefix(metrics)), env={"WARPFLEET_PROFILE": "1"},
+        result = staged.run(Invocation(wrapper=tuple(ncu_prefix(metrics, launches)), env={"WARPFLEET_PROFILE": "1"},
                                        timeout=timeout))
         if not result.ok:
             status = Status.TIMEOUT if result.timed_out else Status.CRASHED

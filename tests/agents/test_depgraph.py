@@ -312,3 +312,19 @@ def test_a_dependency_the_original_leaves_unordered_is_not_the_transformations_t
     assert check(original, unrolled).ok
     dropped = graph(PASSED_STREAM.replace("    combine_kernel<<<grid, block, 0, given>>>(d_y, d_out, n);\n", ""))
     assert not check(original, dropped).ok  # a dropped kernel is still caught
+
+
+def test_a_synchronize_under_a_condition_orders_nothing_but_an_early_return_guards_all_alike() -> None:
+    guarded = """
+    scale_kernel<<<grid, block, 0, s1>>>(d_x, d_a, n);
+    if (n > 4096) cudaDeviceSynchronize();
+    poly_kernel<<<grid, block, 0, s2>>>(d_a, d_y, n);
+"""
+    prefix = "    cudaStream_t s1, s2;\n    cudaStreamCreateWithFlags(&s1, cudaStreamNonBlocking);\n" \
+             "    cudaStreamCreateWithFlags(&s2, cudaStreamNonBlocking);\n"
+    g = graph(prefix + guarded)
+    scale, poly = index(g, "scale_kernel"), index(g, "poly_kernel")
+    assert (scale, poly) not in ordering(g)  # the synchronize may not have run
+    early = graph(prefix + "    if (n < 0) return;\n" + guarded.replace("if (n > 4096) ", ""))
+    assert all(node.conditional for node in early.nodes)  # everything after the return may not run...
+    assert (index(early, "scale_kernel"), index(early, "poly_kernel")) in ordering(early)  # ...but together

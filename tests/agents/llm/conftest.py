@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from agents._base import AnalysisContext, Proposal
-from agents.llm import FakeOpenAIServer, LLMSpec
-from agents.llm.fake_server import Conversation, Reply, call
+from agents.llm import LLMSpec
+from agents.llm.testing import Conversation, FakeOpenAIServer, Reply, call
 from agents.workflow.steps import Plan, Verification, Verifier
 from cluster.config import Target, load_target
 from cluster.core.types import Candidate, DeviceInfo, Status

@@ -12,7 +12,7 @@ import pytest
 
 from agents.llm import ChatRequest, EndpointError, ExchangeStore, OpenAIChat, Prices, TokenBudget
 from agents.llm.accounting import BudgetExhausted
-from agents.llm.fake_server import Attempts, Conversation, Fail, Reply, Stall, call
+from agents.llm.testing import Attempts, Conversation, Fail, Reply, Stall, call
 from tests.agents.llm.conftest import SECRET, spec_for, stored_text
 
 HELLO = ChatRequest(({"role": "user", "content": "hello"},), label="t/hello")

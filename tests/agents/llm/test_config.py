@@ -26,6 +26,7 @@ from agents.llm import (
 from agents.llm.custom import prompt_values
 from agents.workflow.steps import Level
 from cluster.config.agents import DEFAULT_PROMPTS
+from cluster.core.registry import EXPERTS
 from tests.conftest import REPO
 
 SPEC = {"base_url": "http://127.0.0.1:9/v1", "model": "m", "api_key_env": None}
@@ -46,7 +47,8 @@ def test_spec_defaults_and_limits() -> None:
 
 def test_step_choices_keep_experts_before_llms() -> None:
     config = AgentsConfig.model_validate({"llm": SPEC, "steps": {"unroll": {"transformer": "llm"}}})
-    assert list(config.choices()) == ["registers", "unroll", "padding", "streamify"]
+    assert list(config.choices()) == ["registers", "unroll", "padding", "streamify", "launch_bounds", "restrict",
+                                      "vectorize"]
     assert config.choices()["unroll"].transformer == "llm" and config.choices()["padding"].analyst == "expert"
     with pytest.raises(ValidationError, match="planner cannot be an expert after an llm analyst"):
         AgentsConfig.model_validate({"llm": SPEC, "steps": {"unroll": {"analyst": "llm"}}})
@@ -99,7 +101,7 @@ def test_custom_steps_fill_the_prompt_with_the_users_text() -> None:
     assert "{{" not in prompt and "(none given)" in prompt
 
 
-@pytest.mark.parametrize("optimization", ["registers", "unroll", "padding", "streamify"])
+@pytest.mark.parametrize("optimization", list(EXPERTS))
 def test_every_expert_optimization_has_a_prompt_per_step_with_examples(optimization: str) -> None:
     prompts = Prompts(DEFAULT_PROMPTS)
     prompts.check(optimization)

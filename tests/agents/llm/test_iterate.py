@@ -12,8 +12,8 @@ import pytest
 
 from agents._base import AnalysisContext, Proposal
 from agents.llm import Services, Trial, build_steps, feedback_text, trial_record
-from agents.llm.fake_server import Conversation, Reply, call
 from agents.llm.iterate import iterate
+from agents.llm.testing import Conversation, Reply, call
 from agents.workflow.steps import Finding, Level, Plan, Verdict, VerdictStatus
 from tests.agents.llm.conftest import spec_for
 

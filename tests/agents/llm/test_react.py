@@ -5,10 +5,10 @@ from __future__ import annotations
 
 from agents._base import AnalysisContext
 from agents.llm import OpenAIChat, TokenBudget
-from agents.llm.fake_server import Conversation, Fail, Reply, call
 from agents.llm.guard import Workspace
 from agents.llm.react import react
 from agents.llm.steps import FindingsArgs, _store
+from agents.llm.testing import Conversation, Fail, Reply, call
 from agents.llm.tools import READ_TOOLS, Session, Toolbox, final_tool
 from agents.patch import source_files
 from tests.agents.llm.conftest import spec_for

@@ -9,12 +9,13 @@ import json
 from pathlib import Path
 
 from agents._base import AnalysisContext
-from agents.llm import LLMProposal, Services, build_steps, local_build, usage_record
-from agents.llm.fake_server import Attempts, Conversation, Fail, Reply, Stall, ToolCall, call
+from agents.llm import LLMProposal, Services, build_steps, usage_record
 from agents.llm.steps import LLMReviewer
+from agents.llm.testing import Attempts, Conversation, Fail, Reply, Stall, ToolCall, call
 from agents.patch import readonly_regions
 from agents.workflow import run_workflow
 from agents.workflow.steps import Finding, Level, Plan
+from cluster.runners.build import build_report as local_build
 from tests.agents.llm.conftest import (
     ANALYSIS,
     HONEST_COMPUTE,
@@ -143,7 +144,8 @@ def test_a_cheating_variant_is_rejected_and_the_retry_hears_why(serve, context: 
     assert "if (done) return;" in rejected.proposal.files[0][1]
     assert rejected.reason.startswith("poisoned_outputs: with its output buffers poisoned: out.bin:")
     checks = {v.check: v.status.value for v in rejected.verification.verdicts}
-    assert checks == {"guards": "passed", "depgraph": "skipped", "build": "passed", "outputs": "passed",
+    assert checks == {"guards": "passed", "depgraph": "skipped", "contracts": "skipped", "build": "passed",
+                      "outputs": "passed",
                       "tests": "passed", "timing_code": "passed", "poisoned_outputs": "failed",
                       "cached_results": "passed", "untimed_work": "passed"}  # the sweep alone would have taken it
     assert outcomes[1].attempt == 1 and "static float s[N + K];" in outcomes[1].proposal.files[0][1]

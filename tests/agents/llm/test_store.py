@@ -11,9 +11,9 @@ import pytest
 
 from agents._base import AnalysisContext
 from agents.llm import ChatRequest, EndpointError, ExchangeStore, OpenAIChat, ReplayChat, Services, build_steps
-from agents.llm.fake_server import Conversation, Reply
 from agents.llm.iterate import iterate as iterate_rounds
 from agents.llm.store import request_hash
+from agents.llm.testing import Conversation, Reply
 from agents.workflow import run_workflow
 from tests.agents.llm.conftest import ANALYSIS, PLANNING, SECRET, LocalVerifier, spec_for, stored_text, transforming
 from tests.agents.llm.test_iterate import PLAN, FakeMeasure, rounds_script
@@ -79,7 +79,7 @@ def test_a_stored_sweep_replays_with_the_server_stopped(serve, context: Analysis
 
 
 def test_a_replay_survives_a_tool_whose_output_changed(serve, context: AnalysisContext, tmp_path: Path) -> None:
-    from agents.llm import local_build
+    from cluster.runners.build import build_report as local_build
 
     server = serve([ANALYSIS, PLANNING, transforming()])
     spec = spec_for(server)

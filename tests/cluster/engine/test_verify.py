@@ -6,7 +6,8 @@ import pytest
 
 from agents._base import Proposal
 from agents.cuda_source import analyze
-from agents.experts.streamify import streamify_function
+from agents.experts._streams import Plan
+from agents.experts.streamify import streamify
 from agents.patch import source_files, variant_target
 from agents.workflow import VerdictStatus
 from cluster.config import load_target
@@ -55,21 +56,15 @@ def test_depgraph_verdict_keeps_a_correct_streamify_and_rejects_a_dropped_event(
     target = kernel_target(tmp_path, program(JOIN))
     files = source_files(target)
     model = analyze(files["kernel.cu"], "kernel.cu")
-    good = streamify_function(files, ["kernel.cu"], "kernel.cu", model, "run")
+    [good] = streamify(files, ["kernel.cu"], "kernel.cu", model, "run")
     assert depgraph_verdict(target, good.proposal).status is VerdictStatus.PASSED
-    broken = streamify_function(files, ["kernel.cu"], "kernel.cu", model, "run", drop_events=True)
+    [broken] = streamify(files, ["kernel.cu"], "kernel.cu", model, "run", sabotage=lambda plan: Plan(plan.streams))
     assert broken.proposal is None and broken.check is not None  # the expert itself refuses to propose it
     # ... and had an agent proposed it anyway, the verifier rejects it on its own:
-    from agents.depgraph import extract
-    from agents.experts.streamify import edits, plan_streams
-    from agents.patch import apply
-
-    graph = extract(model, "run")
-    dropped = [e for e in edits("kernel.cu", files["kernel.cu"], model, "run", graph, plan_streams(graph))
-               if "EventRecord" not in getattr(e, "text", "") and "StreamWaitEvent" not in getattr(e, "text", "")]
-    patched = apply(files, dropped, ["kernel.cu"])
-    verdict = depgraph_verdict(target, Proposal("careless", "", patched.files))
-    assert verdict.failed and "kernel.cu:run" in verdict.detail
+    text = dict(good.proposal.files)["kernel.cu"]
+    wait = next(line for line in text.splitlines() if "cudaStreamWaitEvent(wf_st0[2], wf_dep0[0], 0);" in line)
+    verdict = depgraph_verdict(target, Proposal("careless", "", (("kernel.cu", text.replace(wait + "\n", "")),)))
+    assert verdict.failed and "kernel.cu:run" in verdict.detail and "reads d_y written by poly_kernel" in verdict.detail
 
 
 def test_depgraph_verdict_rejects_a_dropped_kernel(tmp_path):

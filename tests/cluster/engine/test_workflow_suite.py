@@ -1,5 +1,6 @@
-"""The four experts and the verifier's static checks and real builds on the benchmark suite (sm_90,
-compiled here; nothing runs): what the acceptance run on the GPU starts from."""
+"""The experts (cluster.core.registry.EXPERTS) and the verifier's static checks and real builds on
+the benchmark suite (sm_90, compiled here; nothing runs): what the acceptance run on the GPU
+starts from."""
 
 from __future__ import annotations
 
@@ -38,7 +39,8 @@ def test_transpose_gets_a_padded_tile_that_builds():
     outcomes = workflow("transpose")
     [padding] = [o for o in outcomes if o.finding.optimization == "padding" and o.proposal]
     checks = {v.check: v.status.value for v in padding.verification.verdicts}
-    assert checks == {"guards": "passed", "depgraph": "passed", "build": "passed", "outputs": "skipped"}
+    assert checks == {"guards": "passed", "depgraph": "passed", "contracts": "passed", "build": "passed",
+                      "outputs": "skipped"}
     assert "[TILE + 1]" in dict(padding.proposal.files)["transpose.cu"] or "+ 1]" in padding.proposal.description
 
 
@@ -53,7 +55,7 @@ def test_multikernel_streamify_rewrites_the_loop_and_leaves_the_helper():
     outcomes = workflow("multikernel")
     streamify = {o.finding.location: o for o in outcomes if o.finding.optimization == "streamify"}
     assert streamify["multikernel.cu:enqueue_task"].stage == "not_applicable"
-    loop = streamify["multikernel.cu:main (loop at line 188)"]
+    loop = streamify["multikernel.cu:main (line 188)"]
     assert loop.accepted, loop.reason  # guards, dependence graph and an sm_90 build; no GPU to run it here
     assert all(o.stage != "error" for o in outcomes), [o.reason for o in outcomes if o.stage == "error"]
 

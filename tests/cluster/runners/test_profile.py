@@ -1,7 +1,19 @@
 """The Nsight Compute stage's parsing (the real ncu runs in the GPU tests)."""
 
-from cluster.core.types import Status
-from cluster.runners.profile import DEFAULT_METRICS, Profile, ncu_command, parse_ncu_csv, top_stalls
+from cluster.config import ProfileSpec, load_target
+from cluster.core.types import Candidate, Status
+from cluster.runners._base import Invocation, ProcessRunner, Staged
+from cluster.runners.profile import (
+    DEFAULT_METRICS,
+    LaunchFilter,
+    Profile,
+    ncu_command,
+    parse_ncu_csv,
+    profile_candidate,
+    top_stalls,
+)
+from cluster.runners.sandbox import ProcessResult
+from tests.conftest import write_target
 
 NCU_OUTPUT = '''==PROF== Connected to process 4242 (/tmp/run/candidate.bin)
 @warpfleet time_ms=0.2
@@ -41,3 +53,49 @@ def test_command_pins_clock_control_off_and_is_an_argument_list():
     assert argv[:4] == ["ncu", "--csv", "--clock-control", "none"]
     assert argv[-3:] == ["/x/candidate.bin", "--seed", "0"]
     assert argv[argv.index("--metrics") + 1] == ",".join(DEFAULT_METRICS[:2])
+
+
+def test_command_bounds_the_launches_profiled_per_launch_configuration():
+    argv = ncu_command(["/x/candidate.bin"], DEFAULT_METRICS[:1])
+    assert argv[argv.index("--filter-mode") + 1] == "per-launch-config"
+    assert argv[argv.index("--launch-count") + 1] == "1" and argv[argv.index("--launch-skip") + 1] == "0"
+    assert argv.index("--launch-count") < argv.index("--metrics") < argv.index("/x/candidate.bin")
+    warmed = ncu_command(["/x/candidate.bin"], DEFAULT_METRICS[:1], LaunchFilter(count=3, skip=2, per_config=False))
+    assert "--filter-mode" not in warmed
+    assert warmed[warmed.index("--launch-skip") + 1] == "2" and warmed[warmed.index("--launch-count") + 1] == "3"
+    every = ncu_command(["/x/candidate.bin"], DEFAULT_METRICS[:1], LaunchFilter(count=None))
+    assert not {"--launch-count", "--launch-skip", "--filter-mode"} & set(every)
+
+
+def test_default_metrics_give_sectors_per_request_and_the_l1_hit_rate():
+    for op in ("ld", "st"):
+        assert f"l1tex__t_sectors_pipe_lsu_mem_global_op_{op}.sum" in DEFAULT_METRICS
+        assert f"l1tex__t_requests_pipe_lsu_mem_global_op_{op}.sum" in DEFAULT_METRICS
+    assert {"l1tex__t_sector_hit_rate.pct", "l1tex__t_bytes_pipe_lsu_mem_global_op_ld.sum.per_second"} <= set(
+        DEFAULT_METRICS)
+    assert len(set(DEFAULT_METRICS)) == len(DEFAULT_METRICS)
+
+
+class ScriptedRunner(ProcessRunner):
+    """Starts nothing: answers every run with NCU_OUTPUT and keeps the argv it would have run."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.argv: list[list[str]] = []
+
+    def execute(self, staged: Staged, invocation: Invocation) -> ProcessResult:
+        self.argv.append(staged.argv(invocation))
+        return ProcessResult(0, NCU_OUTPUT, "", 0.1)
+
+
+def test_profile_candidate_bounds_the_launches_as_the_run_config_says(tmp_path):
+    target = load_target(write_target(tmp_path))
+    candidate = Candidate(target.name, "cc", "host", "host", target.bundle.hash, (), ())
+    runner = ScriptedRunner()
+    default = LaunchFilter(ProfileSpec().launches)  # as the workers build it from the run config
+    assert profile_candidate(target, candidate, b"", DEFAULT_METRICS[:1], 60, runner, default).status is Status.OK
+    profile_candidate(target, candidate, b"", DEFAULT_METRICS[:1], 60, runner, LaunchFilter(None))
+    bounded, every = runner.argv
+    assert bounded[bounded.index("--launch-count") + 1] == "1" and bounded[-1].endswith("candidate.bin")
+    assert bounded.index("--launch-count") < bounded.index("--metrics")
+    assert "--launch-count" not in every and every[-1].endswith("candidate.bin")

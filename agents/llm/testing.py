@@ -14,9 +14,10 @@ conversations stay deterministic;
                                                    Reply("done")])]) as server:
         spec = LLMSpec(base_url=server.base_url, model="fake", api_key_env=None)
 
-Dry run from the shell: ``python -m agents.llm.fake_server script.json --port 8000`` serves the
+A rehearsal from the shell: ``python -m agents.llm.testing script.json --port 8000`` serves the
 conversations of a JSON file (``[{"match": "...", "turns": [{"content": "...", "tool_calls":
-[{"name": "...", "arguments": {...}}]}]}]``).
+[{"name": "...", "arguments": {...}}]}]}]``); ``scripts/llm_rehearsal.py`` runs a whole workflow
+against it. Not re-exported by ``agents.llm``: import it from here.
 """
 
 from __future__ import annotations

@@ -9,8 +9,8 @@ from pathlib import Path
 import openai
 import pytest
 
-from agents.llm import ChatRequest, FakeOpenAIServer, OpenAIChat
-from agents.llm.fake_server import load_script
+from agents.llm import ChatRequest, OpenAIChat
+from agents.llm.testing import FakeOpenAIServer, load_script
 from tests.agents.llm.conftest import spec_for
 
 

@@ -27,6 +27,7 @@ from cluster.engine.studies import StudyState, storage_retry
 from cluster.engine.verify import RayVerifier
 from cluster.runners.profile import DEFAULT_METRICS, PROFILE_SCHEMA, Profile, profile_records
 from cluster.store.results import ResultWriter
+from cluster.store.rundir import RunDir
 from cluster.store.variants import (
     VARIANT_SCHEMA,
     AcceptedVariant,
@@ -93,7 +94,7 @@ class AgentStage:
                  f"{', '.join(s.analyst.name for s in self.steps_used)}; each proposal verified before it joins")
         outcomes = run_workflow(context, self.steps_used, verifier, self.spec.retries)
         outcomes += self._iterate(context, outcomes, verifier, study, metrics)
-        with ResultWriter(self.run_dir, VARIANT_SCHEMA, subdir="variants") as writer:
+        with ResultWriter(self.run_dir, VARIANT_SCHEMA, subdir=RunDir.VARIANTS) as writer:
             for outcome in outcomes:
                 writer.append_record(outcome_record(self.run_id, study.name, study.target, outcome))
         accepted = []
@@ -191,7 +192,7 @@ class AgentStage:
         except ray.exceptions.RayError as exc:
             self.log(f"{study.name}: baseline profile lost: {exc}")
             return {}
-        with ResultWriter(self.run_dir, PROFILE_SCHEMA, subdir="profiles") as writer:
+        with ResultWriter(self.run_dir, PROFILE_SCHEMA, subdir=RunDir.PROFILES) as writer:
             for record in profile_records(self.run_id, study, profile):
                 writer.append_record(record)
         if profile.status is not Status.OK:

@@ -98,7 +98,7 @@ def load_origins(source: str) -> tuple[list[Origin], str | None]:
     targets' sources) where the source is a run directory."""
     path = Path(source)
     if path.is_dir():
-        meta = json.loads((path / "meta.json").read_text()) if (path / "meta.json").is_file() else {}
+        meta = json.loads((path / RunDir.META).read_text()) if (path / RunDir.META).is_file() else {}
         return origins_from_run(path), meta.get("config_file")
     if not path.is_file():
         raise ConfigError(path, "", "neither a run directory nor an export file")
@@ -280,7 +280,7 @@ def create_run_dir(plan: RunPlan, origins: list[Origin], sources: list[str], out
     config = plan.config.model_copy(update={"name": f"{plan.config.name}-eval",
                                             **({"output_dir": output_dir} if output_dir else {})})
     run_dir = RunDir.create(RunPlan(config, plan.file, plan.targets))
-    meta_path = run_dir.path / "meta.json"
+    meta_path = run_dir.path / RunDir.META
     meta = json.loads(meta_path.read_text())
     meta |= {"kind": "evaluate", "sources": [str(Path(s).resolve()) for s in sources],
              "evaluated": [dataclasses.asdict(o) for o in origins]}

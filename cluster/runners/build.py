@@ -25,7 +25,7 @@ def build_command(target: Target, candidate: Candidate, workdir: Path) -> list[s
         "defines": candidate.defines,
         "arch": candidate.arch,
         "binary": str(workdir / BINARY_NAME),
-        "sources": list(target.spec.sources),
+        "sources": target.compiled_sources,  # headers are sources too, but only included
         "workdir": str(workdir),
         "harness_include": [f"-I{HARNESS_INCLUDE}"],
     }

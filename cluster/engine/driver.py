@@ -53,6 +53,7 @@ class SweepSummary:
     skipped: tuple[str, ...]  # why targets or studies were left out
     wall_s: float = 0.0
     bookkeeping_s: float = 0.0  # driver time spent asking, submitting and recording
+    no_baseline: tuple[str, ...] = ()  # issue 17: studies whose baseline failed (the CLI exits non-zero)
 
 
 def init_ray(address: str | None) -> None:
@@ -82,6 +83,7 @@ class Sweep:
         self.agent_steps = agent_steps
         self.config = plan.config
         self.skipped: list[str] = []
+        self.no_baseline: list[str] = []  # issue 17
         self.written = 0
         self.bookkeeping_s = 0.0
         self.baseline_kernels: dict[str, tuple] = {}
@@ -111,7 +113,7 @@ class Sweep:
             self._review([s for s in studies if not s.disabled], workers)
         self._profile([s for s in studies if not s.disabled], workers)
         return SweepSummary(self.run_dir.path, self.written, tuple(self.skipped), time.monotonic() - start,
-                            self.bookkeeping_s)
+                            self.bookkeeping_s, tuple(self.no_baseline))  # issue 17: no_baseline
 
     # -- setup -------------------------------------------------------------------------------
     def _cover(self, targets: Iterable[Target]) -> bool:
@@ -218,6 +220,7 @@ class Sweep:
                 study.disabled = "its baseline did not run"
         for study in studies:
             if study.disabled:
+                self.no_baseline.append(study.name)  # issue 17
                 self.skipped.append(f"{study.name}: {study.disabled}")
                 self.log(f"skipped {study.name}: {study.disabled}")
 
@@ -266,7 +269,7 @@ class Sweep:
         """Candidates more than ``SUSPECT_SPEEDUP`` x faster than their baseline, run again against it
         on fresh seeds (cluster.runners.guardrails). A failure is a final row with ``verify_failed``, which
         keeps the candidate out of the selection; every verdict goes to the ``reviews/`` table."""
-        done = set(read_table(self.run_dir.path, "reviews", REVIEW_SCHEMA)["candidate_key"])
+        done = set(read_table(self.run_dir.path, RunDir.REVIEWS, REVIEW_SCHEMA)["candidate_key"])
         for study in studies:
             if not study.baseline_median:
                 continue
@@ -286,7 +289,7 @@ class Sweep:
                 verdict = ray.get(worker.reverify.remote(study.target, target, baseline_binary, binary))
                 self.log(f"{study.name}: {ratio:.1f}x over the baseline: re-verified on fresh seeds: "
                          f"{verdict.status.value} {verdict.detail}")
-                with ResultWriter(self.run_dir.path, REVIEW_SCHEMA, subdir="reviews") as writer:
+                with ResultWriter(self.run_dir.path, REVIEW_SCHEMA, subdir=RunDir.REVIEWS) as writer:
                     writer.append_record({"run_id": self.run_dir.run_id, "study": study.name, "candidate_key": key,
                                           "speedup": ratio, "status": verdict.status.value,
                                           "detail": verdict.detail})
@@ -304,7 +307,7 @@ class Sweep:
         if spec.candidates == "none" or not gpu:
             return
         rows = read_results(self.run_dir.path)
-        done = set(read_table(self.run_dir.path, "profiles", PROFILE_SCHEMA)["candidate_key"])
+        done = set(read_table(self.run_dir.path, RunDir.PROFILES, PROFILE_SCHEMA)["candidate_key"])
         winners = {(b.target, b.device_type): b.candidate_key for b in select_best(rows)}
         metrics = tuple(spec.metrics or DEFAULT_METRICS)
         pending: dict[ray.ObjectRef, StudyState] = {}
@@ -322,7 +325,7 @@ class Sweep:
         if not pending:
             return
         self.log(f"profiling {len(pending)} candidates with Nsight Compute")
-        with ResultWriter(self.run_dir.path, PROFILE_SCHEMA, subdir="profiles") as writer:
+        with ResultWriter(self.run_dir.path, PROFILE_SCHEMA, subdir=RunDir.PROFILES) as writer:
             while pending:
                 ready, _ = ray.wait(list(pending), num_returns=1)
                 study = pending.pop(ready[0])

@@ -69,6 +69,7 @@ def sweep(config: str, address: str | None, resume: str | None, trials: int | No
     """Sweep the targets of CONFIG, then print the best configurations."""
     from cluster.engine.driver import Sweep
     from cluster.outputs.show import next_commands, show
+    from cluster.store.results import check_tables
     from cluster.store.rundir import RunDir
 
     plan = load_run(config)
@@ -76,6 +77,7 @@ def sweep(config: str, address: str | None, resume: str | None, trials: int | No
     existing = RunDir.open(resume) if resume else None
     if existing is not None:  # the budget given on the first command line holds unless given again
         budget = {**existing.read_meta().get(COMMAND_LINE, {}), **budget}
+        check_tables(existing.path)  # a damaged part is one line now, before Ray and workers start
     plan = _override(plan, budget, output_dir)
     _join_ray(plan, address)
     run_dir = existing or RunDir.create(plan, meta={COMMAND_LINE: budget})

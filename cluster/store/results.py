@@ -92,7 +92,7 @@ import re
 import secrets
 import shlex
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass, fields
 from datetime import UTC, datetime
 from pathlib import Path
@@ -522,6 +522,21 @@ def read_table(run_dir: Path, subdir: str, schema: pa.Schema) -> pd.DataFrame:
     return table.to_pandas(types_mapper=_NULLABLE.get)
 
 
+def _damaged(run_dir: Path) -> Iterator[tuple[str, Path, str]]:
+    """(table, part, problem) of each part of the run's tables that does not read whole."""
+    for table in RunDir.TABLES:
+        for part in _parts(Path(run_dir) / table):
+            if problem := part_problem(part):
+                yield table, part, problem
+
+
+def check_tables(run_dir: Path) -> None:
+    """Raise the ConfigError that names the first damaged part of the run's tables, if any: what a
+    resume checks before it starts anything."""
+    for _, part, problem in _damaged(run_dir):
+        raise _bad_part(part, problem)
+
+
 def part_problem(part: Path) -> str:
     """Why ``part`` cannot be read whole ("" when it can): its footer, schema and every page."""
     try:
@@ -542,20 +557,15 @@ def check_run(run_dir: Path, move: bool = True) -> list[BadPart]:
     """Every part file of the run's tables that cannot be read, moved (``move``) to
     ``<run>/quarantine/<table>/``: outside the dataset folders, so readers and a resume go on
     without it, and the rows it held are run again by the resume."""
-    run_dir = Path(run_dir)
     bad = []
-    for table in RunDir.TABLES:
-        for part in _parts(run_dir / table):
-            problem = part_problem(part)
-            if not problem:
-                continue
-            moved = None
-            if move:
-                folder = run_dir / RunDir.QUARANTINE / table
-                folder.mkdir(parents=True, exist_ok=True)
-                moved = folder / part.name
-                os.replace(part, moved)
-            bad.append(BadPart(part, problem, moved))
+    for table, part, problem in list(_damaged(run_dir)):
+        moved = None
+        if move:
+            folder = Path(run_dir) / RunDir.QUARANTINE / table
+            folder.mkdir(parents=True, exist_ok=True)
+            moved = folder / part.name
+            os.replace(part, moved)
+        bad.append(BadPart(part, problem, moved))
     return bad
 
 

@@ -69,7 +69,7 @@ def sweep(config: str, address: str | None, resume: str | None, trials: int | No
     """Sweep the targets of CONFIG, then print the best configurations."""
     from cluster.engine.driver import Sweep
     from cluster.outputs.show import next_commands, show
-    from cluster.store.results import check_tables
+    from cluster.store.check import check_tables
     from cluster.store.rundir import RunDir
 
     plan = load_run(config)
@@ -146,7 +146,7 @@ def _resume_hint(command: str) -> Iterator[None]:
 
 def _fail_without_baseline(summary: Any) -> None:
     """Exit status 1 when a study had no valid baseline: its target was never tuned."""
-    studies = getattr(summary, "no_baseline", ())
+    studies = summary.no_baseline
     if not studies:
         return
     for study in studies:
@@ -196,7 +196,7 @@ def show(run: str) -> None:
 def check(run: str, dry_run: bool) -> None:
     """Read every Parquet part file of RUN whole; move the unreadable ones (truncated, zeroed, empty)
     to RUN/quarantine/, so that show, export and --resume go on; a resume runs their rows again."""
-    from cluster.store.results import check_run
+    from cluster.store.check import check_run
     from cluster.store.rundir import RunDir
 
     run_dir = RunDir.open(run)

@@ -26,8 +26,9 @@ from typing import Any
 from agents.llm.accounting import TokenBudget
 from agents.llm.client import ChatClient, ChatRequest, Completion, EndpointError
 from cluster.config.agents import LLMSpec
+from cluster.store.rundir import RunDir
 
-LLM_DIR = "llm"
+LLM_DIR = RunDir.LLM  # the run directory's layout is cluster.store.rundir's
 
 
 def request_hash(body: dict[str, Any]) -> str:

@@ -12,8 +12,8 @@ A flush writes a temporary file whose name starts with ``.`` and does not end in
 fsyncs it, then renames it into place; readers never see a half-written part. A flush that cannot
 start a thread (a machine out of processes: pyarrow's "Failed to launch worker thread") waits and
 tries again, keeping its rows. A part damaged afterwards (truncated, zeroed, empty) is named by the
-readers in one line, and ``check_run`` (``warpfleet check RUN``) moves it to ``<run>/quarantine/``,
-after which a resume runs the points whose rows it held again.
+readers in one line, and ``cluster.store.check.check_run`` (``warpfleet check RUN``) moves it to
+``<run>/quarantine/``, after which a resume runs the points whose rows it held again.
 
 =====================  ====================  ======================================================
 column                 type                  meaning
@@ -92,7 +92,7 @@ import re
 import secrets
 import shlex
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, fields
 from datetime import UTC, datetime
 from pathlib import Path
@@ -322,7 +322,8 @@ def _record(row: ResultRow, schema: pa.Schema) -> dict[str, Any]:
     return record
 
 
-def _parts(results_dir: Path) -> list[Path]:
+def part_files(results_dir: Path) -> list[Path]:
+    """The complete part files of a table's folder, in order (temporary files left out)."""
     return sorted(p for p in results_dir.glob("part-*.parquet") if _PART.match(p.name))
 
 
@@ -360,7 +361,7 @@ class ResultWriter:
         self.flush_interval_s = flush_interval_s
         for stale in self.results_dir.glob(f"{_TEMP_PREFIX}*{_TEMP_SUFFIX}"):
             stale.unlink(missing_ok=True)
-        parts = _parts(self.results_dir)
+        parts = part_files(self.results_dir)
         self._next_part = max((int(p.name[5:11]) for p in parts), default=-1) + 1
         self._pending: list[dict[str, Any]] = []
         self._last_flush = time.monotonic()
@@ -467,7 +468,7 @@ def _base_schema() -> pa.Schema:
 
 
 def _dataset(run_dir: Path, subdir: str = RESULTS_DIR) -> ds.Dataset | None:
-    parts = _parts(Path(run_dir) / subdir)
+    parts = part_files(Path(run_dir) / subdir)
     if not parts:
         return None
     schemas = []
@@ -475,12 +476,13 @@ def _dataset(run_dir: Path, subdir: str = RESULTS_DIR) -> ds.Dataset | None:
         try:
             schemas.append(pq.read_schema(part))
         except (OSError, pa.ArrowException) as exc:
-            raise _bad_part(part, _first_line(exc)) from None
+            raise bad_part(part, _first_line(exc)) from None
     schema = pa.unify_schemas(schemas)  # tolerates a resume that added targets
     return ds.dataset([str(p) for p in parts], schema=schema, format="parquet")
 
 
-def _bad_part(part: Path, problem: str) -> ConfigError:
+def bad_part(part: Path, problem: str) -> ConfigError:
+    """The one line that names a damaged part and what to do about it."""
     return ConfigError(part, "", f"not a readable Parquet part ({problem}); `warpfleet check "
                        f"{part.parent.parent}` moves it aside, and a resume runs its rows again")
 
@@ -498,7 +500,7 @@ def _to_table(dataset: ds.Dataset, **scan: Any) -> pa.Table:
         for part in dataset.files:
             problem = part_problem(Path(part))
             if problem:
-                raise _bad_part(Path(part), problem) from None
+                raise bad_part(Path(part), problem) from None
         raise
 
 
@@ -522,21 +524,6 @@ def read_table(run_dir: Path, subdir: str, schema: pa.Schema) -> pd.DataFrame:
     return table.to_pandas(types_mapper=_NULLABLE.get)
 
 
-def _damaged(run_dir: Path) -> Iterator[tuple[str, Path, str]]:
-    """(table, part, problem) of each part of the run's tables that does not read whole."""
-    for table in RunDir.TABLES:
-        for part in _parts(Path(run_dir) / table):
-            if problem := part_problem(part):
-                yield table, part, problem
-
-
-def check_tables(run_dir: Path) -> None:
-    """Raise the ConfigError that names the first damaged part of the run's tables, if any: what a
-    resume checks before it starts anything."""
-    for _, part, problem in _damaged(run_dir):
-        raise _bad_part(part, problem)
-
-
 def part_problem(part: Path) -> str:
     """Why ``part`` cannot be read whole ("" when it can): its footer, schema and every page."""
     try:
@@ -544,29 +531,6 @@ def part_problem(part: Path) -> str:
     except (OSError, pa.ArrowException) as exc:
         return _first_line(exc)
     return ""
-
-
-@dataclass(frozen=True)
-class BadPart:
-    path: Path  # where it was
-    problem: str
-    moved_to: Path | None  # under <run>/quarantine/<table>/, or None when left in place
-
-
-def check_run(run_dir: Path, move: bool = True) -> list[BadPart]:
-    """Every part file of the run's tables that cannot be read, moved (``move``) to
-    ``<run>/quarantine/<table>/``: outside the dataset folders, so readers and a resume go on
-    without it, and the rows it held are run again by the resume."""
-    bad = []
-    for table, part, problem in list(_damaged(run_dir)):
-        moved = None
-        if move:
-            folder = Path(run_dir) / RunDir.QUARANTINE / table
-            folder.mkdir(parents=True, exist_ok=True)
-            moved = folder / part.name
-            os.replace(part, moved)
-        bad.append(BadPart(part, problem, moved))
-    return bad
 
 
 def read_keys(run_dir: Path) -> set[str]:

@@ -1,4 +1,4 @@
-"""The ``warpfleet`` command line: sweep, optimize, show, export, validate."""
+"""The ``warpfleet`` command line: sweep, optimize, validate, show, check, export, evaluate, compare, report."""
 
 from __future__ import annotations
 

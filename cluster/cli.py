@@ -1,18 +1,18 @@
-"""The ``warpfleet`` command line: sweep, optimize, show, export, validate."""
+"""The ``warpfleet`` command line: sweep, optimize, validate, show, check, export, evaluate, compare, report."""
 
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from functools import wraps
 from pathlib import Path
 from typing import Any
 
 import click
-from rich.console import Console
-from rich.table import Table
 
 from cluster.config import RunPlan, load_run
+from cluster.config.run import MAX_TRIALS
 from cluster.core.errors import ConfigError
 from cluster.core.registry import EXPORT_FORMATS
 
@@ -57,8 +57,10 @@ def main() -> None:
 @click.argument("config", type=click.Path(dir_okay=False))
 @click.option("--address", help="Ray cluster to join (auto, HOST:PORT, ray://...); default: a local instance.")
 @click.option("--resume", "resume", type=click.Path(file_okay=False), help="Continue this run directory.")
-@click.option("--trials", type=click.IntRange(min=1), help="Evaluated candidates per study (overrides the config).")
-@click.option("--time-budget", type=click.FloatRange(min=0, min_open=True), help="Seconds of search (overrides).")
+@click.option("--trials", type=click.IntRange(min=1, max=MAX_TRIALS),
+              help="Evaluated candidates per study (overrides the config; a resume keeps it).")
+@click.option("--time-budget", type=click.FloatRange(min=0, min_open=True),
+              help="Seconds of search (overrides the config; a resume keeps it).")
 @click.option("--output-dir", type=click.Path(file_okay=False), help="Where run directories go (overrides).")
 @click.option("--progress/--no-progress", default=None, help="Progress bars (default: when stderr is a terminal).")
 @_one_line_errors
@@ -66,35 +68,115 @@ def sweep(config: str, address: str | None, resume: str | None, trials: int | No
           time_budget: float | None, output_dir: str | None, progress: bool | None) -> None:
     """Sweep the targets of CONFIG, then print the best configurations."""
     from cluster.engine.driver import Sweep
+    from cluster.outputs.show import next_commands, show
+    from cluster.store.check import check_tables
     from cluster.store.rundir import RunDir
 
-    plan = _override(load_run(config), trials, time_budget, output_dir)
-    run_dir = RunDir.open(resume) if resume else RunDir.create(plan)
+    plan = load_run(config)
+    budget = {k: v for k, v in {"trials": trials, "time_budget_s": time_budget}.items() if v is not None}
+    existing = RunDir.open(resume) if resume else None
+    if existing is not None:  # the budget given on the first command line holds unless given again
+        budget = {**existing.read_meta().get(COMMAND_LINE, {}), **budget}
+        check_tables(existing.path)  # a damaged part is one line now, before Ray and workers start
+    plan = _override(plan, budget, output_dir)
+    _join_ray(plan, address)
+    run_dir = existing or RunDir.create(plan, meta={COMMAND_LINE: budget})
+    if existing is not None and budget:
+        run_dir.update_meta(**{COMMAND_LINE: budget})
     click.echo(f"run directory: {run_dir.path}", err=True)
     show_progress = sys.stderr.isatty() if progress is None else progress
-    summary = Sweep(plan, run_dir, log=lambda m: click.echo(m, err=True)).run(address, show_progress)
-    click.echo(f"{summary.evaluated} rows written to {run_dir.path / 'results'}", err=True)
-    _show(run_dir.path)
+    with _resume_hint(f"warpfleet sweep {config} --resume {run_dir.path}"):
+        summary = Sweep(plan, run_dir, log=lambda m: click.echo(m, err=True)).run(address, show_progress)
+    click.echo(f"{summary.evaluated} rows written to {run_dir.results}", err=True)
+    selected = show(run_dir.path)
+    click.echo("next:\n" + "".join(f"  {command}\n" for command in next_commands(run_dir.path, selected)),
+               err=True, nl=False)
+    _fail_without_baseline(summary)
 
 
-def _override(plan: RunPlan, trials: int | None, time_budget: float | None, output_dir: str | None) -> RunPlan:
-    search = plan.config.search.model_copy(update={
-        k: v for k, v in {"trials": trials, "time_budget_s": time_budget}.items() if v is not None})
+COMMAND_LINE = "command_line"  # meta.json: the budget given on the command line, for a resume
+
+
+def _override(plan: RunPlan, budget: dict[str, Any], output_dir: str | None) -> RunPlan:
+    search = plan.config.search.model_copy(update=budget)
     update: dict[str, Any] = {"search": search}
     if output_dir:
         update["output_dir"] = output_dir
     return RunPlan(plan.config.model_copy(update=update), plan.file, plan.targets)
 
 
+def _join_ray(plan: RunPlan, address: str | None) -> None:
+    """Join the Ray cluster (or start a local instance) before anything is written: an address
+    with no cluster behind it is one line, with no run directory left behind."""
+    from cluster.engine.driver import init_ray
+
+    where = address or plan.config.cluster.address
+    field = "--address" if address else "cluster.address"
+    try:
+        _reachable(where)
+        init_ray(where)
+    except Exception as exc:  # ConnectionError, ValueError, RuntimeError, ...: Ray's words, one line
+        lines = [line for line in str(exc).splitlines() if line.strip()]
+        reason = lines[0][:300] if lines else type(exc).__name__
+        raise ConfigError(plan.file, field, f"cannot join a Ray cluster at {where or 'a local instance'} "
+                          f"({type(exc).__name__}: {reason})") from None
+
+
+def _reachable(address: str | None, timeout_s: float = 5.0) -> None:
+    """Raise OSError at once when nothing listens at a HOST:PORT address: Ray would wait minutes for
+    a GCS that is not there. ``auto`` and a local instance (None) are left to Ray."""
+    import re
+    import socket
+
+    match = re.fullmatch(r"(?:ray://)?\[?([^\]]+?)\]?:(\d+)", address or "")
+    if match:
+        with socket.create_connection((match[1], int(match[2])), timeout=timeout_s):
+            pass
+
+
+@contextmanager
+def _resume_hint(command: str) -> Iterator[None]:
+    """Ctrl-C: ``aborted`` and the command that goes on from where it stopped, exit status 130."""
+    try:
+        yield
+    except KeyboardInterrupt:
+        click.echo(f"\naborted; resume with: {command}", err=True)
+        sys.exit(130)
+
+
+def _fail_without_baseline(summary: Any) -> None:
+    """Exit status 1 when a study had no valid baseline: its target was never tuned."""
+    studies = summary.no_baseline
+    if not studies:
+        return
+    for study in studies:
+        reason = next((s.split(": ", 1)[1] for s in summary.skipped if s.startswith(f"{study}: ")),
+                      "its baseline failed")
+        click.echo(f"error: no valid baseline for {study}: {reason}; nothing was tuned there", err=True)
+    sys.exit(1)
+
+
 @main.command()
 @click.argument("config", type=click.Path(dir_okay=False))
+@click.option("--build", is_flag=True, help="Also compile each target's baseline and, per param, one other "
+              "value, and warn about a param that does not change the binary (a -D the source ignores).")
+@click.option("--arch", default="sm_90", show_default=True, callback=lambda ctx, param, value: _archs((value,))[0],
+              help="The arch --build compiles GPU targets for.")
 @_one_line_errors
-def validate(config: str) -> None:
-    """Check CONFIG and its targets without running anything."""
+def validate(config: str, build: bool, arch: str) -> None:
+    """Check CONFIG and its targets without running anything (--build: compile them)."""
     plan = load_run(config)
     for target in plan.targets:
-        click.echo(f"{target.name}: {target.spec.toolchain}, space {target.space.name}, "
-                   f"{target.space_size()} configurations")
+        points, exact = target.space_count()
+        count = f"{points} configurations" if exact else \
+            f"at most {points} configurations (too many to count with the constraints)"
+        click.echo(f"{target.name}: {target.spec.toolchain}, space {target.space.name}, {count}")
+    if build:
+        from cluster.runners.probe import probe_params
+
+        for target in plan.targets:
+            for line in probe_params(target, arch):
+                click.echo(f"{target.name}: {line}", err=line.startswith("warning"))
 
 
 @main.command()
@@ -102,115 +184,41 @@ def validate(config: str) -> None:
 @_one_line_errors
 def show(run: str) -> None:
     """Best configuration per target and GPU, with its speedup over the baseline."""
-    _show(Path(run))
+    from cluster.outputs.show import show as show_run
+
+    show_run(Path(run))
 
 
-def _show(path: Path) -> None:
-    from cluster.outputs.select import select_best
-    from cluster.store.results import read_results
+@main.command()
+@click.argument("run", type=click.Path(file_okay=False))
+@click.option("--dry-run", is_flag=True, help="Name the unreadable part files; move nothing.")
+@_one_line_errors
+def check(run: str, dry_run: bool) -> None:
+    """Read every Parquet part file of RUN whole; move the unreadable ones (truncated, zeroed, empty)
+    to RUN/quarantine/, so that show, export and --resume go on; a resume runs their rows again."""
+    from cluster.store.check import check_run
     from cluster.store.rundir import RunDir
 
-    run_dir = RunDir.open(path)
-    rows = read_results(run_dir.path)
-    best = {(b.target, b.device_type): b for b in select_best(rows)}
-    table = Table(title=f"warpfleet run {run_dir.run_id}")
-    for column in ("target", "device", "evaluated", "failed", "baseline", "best", "speedup", "configuration"):
-        table.add_column(column, justify="right" if column in {"evaluated", "failed", "speedup"} else "left",
-                         overflow="fold")
-    console = Console() if sys.stdout.isatty() else Console(width=200)  # files and pipes get whole lines
-    if rows.empty:
-        console.print("no results yet")
+    run_dir = RunDir.open(run)
+    bad = check_run(run_dir.path, move=not dry_run)
+    for part in bad:
+        moved = f"; moved to {part.moved_to}" if part.moved_to else ""
+        click.echo(f"{part.path}: unreadable ({part.problem}){moved}")
+    if not bad:
+        click.echo(f"{run_dir.path}: every part file reads whole")
         return
-    for (target, device), group in rows.groupby(["target", "device_type"], sort=True):
-        search = group[group["phase"].isin(["search", "evaluate"])]  # evaluate: a run of warpfleet evaluate
-        failed = search[search["status"] != "ok"]
-        b = best.get((str(target), str(device)))
-        if b is None:
-            status = ", ".join(f"{s} {n}" for s, n in group["status"].value_counts().items())
-            table.add_row(str(target), str(device), str(len(search)), str(len(failed)), "-", "-", "-",
-                          f"no correct candidate ({status})")
-            continue
-        config = " ".join([*b.flag_argv, *b.defines]) or "(baseline)"
-        table.add_row(b.target, b.device_type, str(len(search)), str(len(failed)),
-                      f"{b.baseline_median:.4g} {b.unit}", f"{b.median:.4g} ± {b.iqr:.2g} {b.unit}",
-                      f"{b.speedup:.2f}x", config)
-    console.print(table)
-    _show_pareto(console, rows)
-    _show_profiles(console, run_dir.path, rows, best)
-
-
-def _show_profiles(console: Console, run: Path, rows: Any, best: dict[tuple[str, str], Any]) -> None:
-    """What Nsight Compute saw for each study's baseline and winner: the metrics behind a speedup."""
-    import pandas as pd
-
-    from cluster.core.types import Status
-    from cluster.runners.profile import (
-        BANK_CONFLICT_METRICS,
-        LOCAL_MEMORY_METRICS,
-        PROFILE_SCHEMA,
-        MetricValue,
-        Profile,
-        top_stalls,
-    )
-    from cluster.store.results import read_table
-
-    profiles = read_table(run, "profiles", PROFILE_SCHEMA)
-    profiles = profiles[profiles["status"] == "ok"]
-    if profiles.empty:
-        return
-    table = Table(title="Nsight Compute: baseline and winner")
-    for column in ("target", "candidate", "duration", "bank conflicts (ld+st)", "achieved occupancy",
-                   "local memory (ld+st)", "top stalls"):
-        table.add_column(column, overflow="fold")
-    baselines = rows[rows["phase"] == "baseline"].set_index(["target", "device_type"])["candidate_key"].to_dict()
-    for (target, device), group in profiles.groupby(["target", "device_type"], sort=True):
-        winner = best.get((str(target), str(device)))
-        for label, key in (("baseline", baselines.get((target, device))),
-                           ("winner", winner.candidate_key if winner else None)):
-            mine = group[group["candidate_key"] == key]
-            if key is None or mine.empty or (label == "winner" and key == baselines.get((target, device))):
-                continue
-            values = tuple(MetricValue(int(r.launch), r.kernel, r.metric, r.unit, r.value)
-                           for r in mine.itertuples() if pd.notna(r.value))
-            profile = Profile(key, Status.OK, values)
-
-            def total(*names: str, p: Profile = profile) -> float:
-                return sum(v for name in names for v in p.metric(name))
-
-            occupancy = profile.metric("sm__warps_active.avg.pct_of_peak_sustained_active")
-            stalls = ", ".join(f"{reason} {value:.2g}" for reason, value in top_stalls(profile, 3))
-            table.add_row(str(target), label,
-                          f"{total('gpu__time_duration.sum') / 1e6:.4g} ms",
-                          f"{total(*BANK_CONFLICT_METRICS):,.0f}",
-                          f"{sum(occupancy) / len(occupancy):.1f}%" if occupancy else "-",
-                          f"{total(*LOCAL_MEMORY_METRICS):,.0f} B",
-                          stalls or "-")
-    console.print(table)
-
-
-def _show_pareto(console: Console, rows: Any) -> None:
-    """The time/energy Pareto front of each study that measured energy (GPU workers)."""
-    from cluster.outputs.select import pareto_front
-
-    for (target, device), group in rows.groupby(["target", "device_type"], sort=True):
-        front = pareto_front(group)
-        if front.empty:
-            continue
-        table = Table(title=f"time/energy Pareto front: {target} on {device}")
-        for column in ("time", "energy per sample", "power", "configuration"):
-            table.add_column(column, overflow="fold")
-        for _, row in front.iterrows():
-            config = " ".join(filter(None, [row["flags"], row["defines"]])) or "(baseline)"
-            power = f"{row['power_w']:.0f} W" if row["power_w"] == row["power_w"] else "-"
-            table.add_row(f"{row['median']:.4g} {row['unit']}", f"{row['energy_j'] * 1000:.4g} mJ", power, config)
-        console.print(table)
+    config = run_dir.read_meta().get("config_file", "CONFIG")
+    click.echo(f"{len(bad)} part files {'unreadable' if dry_run else 'moved aside'}; their rows run again on "
+               f"resume: warpfleet sweep {config} --resume {run_dir.path}", err=True)
+    if dry_run:
+        sys.exit(1)
 
 
 @main.command()
 @click.argument("target", type=click.Path(dir_okay=False))
 @click.option("--experts", default="registers,unroll,padding,streamify", show_default=True,
               help="Comma-separated rule-based experts to run.")
-@click.option("--trials", type=click.IntRange(min=1), default=24, show_default=True,
+@click.option("--trials", type=click.IntRange(min=1, max=MAX_TRIALS), default=24, show_default=True,
               help="Candidates searched over the verified variants and the flags.")
 @click.option("--sanitizer", default="memcheck,racecheck", show_default=True,
               help="compute-sanitizer tools run on every transformed source (GPU); '' for none.")
@@ -228,25 +236,32 @@ def optimize(target: str, experts: str, trials: int, sanitizer: str, address: st
     from cluster.config import load_target
     from cluster.engine.driver import Sweep
     from cluster.outputs.optimize_report import write_report
-    from cluster.store.rundir import RunDir
+    from cluster.store.rundir import RunDir, write_atomic
 
     spec = load_target(target)
     config = {"name": f"optimize-{spec.name}", "output_dir": str(Path(output_dir).resolve()),
               "targets": [str(Path(target).resolve())], "search": {"trials": trials},
               "agents": {"enabled": True, "experts": [e for e in experts.split(",") if e],
                          "sanitizer": [t for t in sanitizer.split(",") if t]}}
-    Path(output_dir).mkdir(parents=True, exist_ok=True)
     config_path = Path(output_dir) / f"optimize-{spec.name}.yaml"
-    config_path.write_text("# written by `warpfleet optimize`; `warpfleet sweep` takes it as it is\n"
-                           + yaml.safe_dump(config, sort_keys=False))
+    try:
+        Path(output_dir).mkdir(parents=True, exist_ok=True)
+        write_atomic(config_path, ("# written by `warpfleet optimize`; `warpfleet sweep` takes it as it is\n"
+                                   + yaml.safe_dump(config, sort_keys=False)).encode())
+    except OSError as exc:
+        raise ConfigError(output_dir, "--output-dir", f"cannot be written ({exc.strerror or exc})") from None
     plan = load_run(config_path)
-    run_dir = RunDir.open(resume) if resume else RunDir.create(plan)
+    existing = RunDir.open(resume) if resume else None
+    _join_ray(plan, address)
+    run_dir = existing or RunDir.create(plan)
     click.echo(f"run directory: {run_dir.path}", err=True)
     show_progress = sys.stderr.isatty() if progress is None else progress
-    Sweep(plan, run_dir, log=lambda m: click.echo(m, err=True)).run(address, show_progress)
+    with _resume_hint(f"warpfleet optimize {target} --output-dir {output_dir} --resume {run_dir.path}"):
+        summary = Sweep(plan, run_dir, log=lambda m: click.echo(m, err=True)).run(address, show_progress)
     report = write_report(run_dir.path)
     click.echo(report.read_text())
     click.echo(f"report: {report}", err=True)
+    _fail_without_baseline(summary)
 
 
 @main.command()
@@ -259,7 +274,7 @@ def optimize(target: str, experts: str, trials: int, sanitizer: str, address: st
 @_one_line_errors
 def export(run: str, fmt: str, output: str | None, target: str | None, device: str | None) -> None:
     """Export the best configurations of RUN for a build."""
-    from cluster.outputs.exports import WRITES_FOLDER, ExportError, ExportRequest, render
+    from cluster.outputs.exports import WRITES_FOLDER, ExportError, ExportRequest, NothingToExport, render
     from cluster.outputs.select import select_best
     from cluster.store.results import read_results
     from cluster.store.rundir import RunDir
@@ -282,6 +297,9 @@ def export(run: str, fmt: str, output: str | None, target: str | None, device: s
         text = render(fmt, request)
     except ExportError as exc:
         raise ConfigError(output if exc.option == "--output" and output else run, exc.option, str(exc)) from None
+    except NothingToExport as exc:
+        click.echo(f"{run}: {exc}", err=True)  # said, not an error: and no empty file written
+        return
     if fmt in WRITES_FOLDER:
         click.echo(text, err=True)
     elif output:
@@ -308,11 +326,14 @@ def evaluate(sources: tuple[str, ...], config: str | None, runs: int | None, add
     from cluster.engine.evaluate import Evaluation, create_run_dir, plan_for
 
     plan, origins = plan_for(list(sources), config)
+    _join_ray(plan, address)
     run_dir = create_run_dir(plan, origins, list(sources), output_dir)
     click.echo(f"run directory: {run_dir.path}", err=True)
     summary = Evaluation(plan, origins, run_dir, runs, log=lambda m: click.echo(m, err=True)).run(address)
-    click.echo(f"{summary.rows} rows written to {run_dir.path / 'results'}", err=True)
-    click.echo(f"compare: warpfleet compare {' '.join(sources)} {run_dir.path}", err=True)
+    click.echo(f"{summary.rows} rows written to {run_dir.results}", err=True)
+    # compare reads run directories: an export file's configurations are listed in this run's meta.json
+    runs_given = [s for s in sources if Path(s).is_dir()]
+    click.echo(f"compare: warpfleet compare {' '.join([*runs_given, str(run_dir.path)])}", err=True)
 
 
 

@@ -47,7 +47,7 @@ def main() -> None:
 
     def watch() -> None:
         while not stop.wait(5.0):
-            rows = sum(1 for _ in (run_dir.path / "results").glob("*.parquet"))
+            rows = sum(1 for _ in run_dir.results.glob("*.parquet"))
             samples.append((time.monotonic() - start, rss_mb(), rows))
 
     threading.Thread(target=watch, daemon=True).start()

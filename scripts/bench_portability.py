@@ -110,7 +110,7 @@ def check_runs(args: argparse.Namespace) -> tuple[list[str], list[str]]:
     sweeps, evaluations = [], []
     for path in [*([args.run] if args.run else []), *args.other]:
         run_dir = RunDir.open(path)
-        meta = json.loads((run_dir.path / "meta.json").read_text())
+        meta = run_dir.read_meta()
         if read_results(run_dir.path).empty:
             raise Failed(f"{path}: no results")
         (evaluations if meta.get("kind") == "evaluate" else sweeps).append(str(path))

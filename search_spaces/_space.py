@@ -14,6 +14,8 @@ from pathlib import Path
 import yaml
 
 SPACES_DIR = Path(__file__).parent
+MAX_SPACE_BYTES = 1024 * 1024
+MAX_OPTIONS = 1000  # per flag
 
 
 @dataclass(frozen=True)
@@ -45,14 +47,24 @@ def load_space(name_or_path: str, base: Path | None = None) -> FlagSpace:
         path = base / path
     if not path.is_file():
         raise KeyError(f"space file not found: {path}")
-    data = yaml.safe_load(path.read_text())
+    if path.stat().st_size > MAX_SPACE_BYTES:
+        raise ValueError(f"{path}: larger than {MAX_SPACE_BYTES // 1024} KB: not a flags space")
+    try:
+        data = yaml.safe_load(path.read_text())
+    except (yaml.YAMLError, UnicodeDecodeError, RecursionError) as exc:
+        raise ValueError(f"{path}: not valid YAML ({type(exc).__name__})") from None
     if not isinstance(data, dict) or not isinstance(data.get("flags"), dict):
         raise ValueError(f"{path}: needs a 'flags' mapping")
     flags: dict[str, tuple[str, ...]] = {}
     for flag, options in data["flags"].items():
         if not isinstance(options, list) or not options or not all(isinstance(o, str) for o in options):
             raise ValueError(f"{path}: flags.{flag}: needs a non-empty list of option strings")
+        if len(options) > MAX_OPTIONS or len(set(options)) != len(options):
+            raise ValueError(f"{path}: flags.{flag}: at most {MAX_OPTIONS} options, each once")
         for option in options:
-            shlex.split(option)  # fails early on unbalanced quotes
+            try:
+                shlex.split(option)  # fails early on unbalanced quotes
+            except ValueError as exc:
+                raise ValueError(f"{path}: flags.{flag}: {option!r}: {exc}") from None
         flags[str(flag)] = tuple(options)
     return FlagSpace(str(data.get("name", path.stem)), str(data.get("toolchain", path.stem)), flags)

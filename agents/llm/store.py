@@ -23,6 +23,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+# The run directory's llm/ folder: cluster.store.rundir.RunDir.LLM names the same (a test checks), but
+# the agents sit below the store and cannot import it.
 LLM_DIR = "llm"
 
 

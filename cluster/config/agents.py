@@ -12,7 +12,6 @@ holds it, and ``LLMSpec.api_key`` is the one place that reads it.
 from __future__ import annotations
 
 import itertools
-import os
 import re
 from collections.abc import Mapping, Sequence
 from enum import StrEnum
@@ -21,6 +20,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from cluster.config import env
 from cluster.core.registry import EXPERTS
 
 DEFAULT_PROMPTS = Path(__file__).resolve().parents[2] / "configs" / "prompts"
@@ -37,7 +37,7 @@ class Level(StrEnum):
 
 
 class _Model(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)  # as cluster.config.target._Model
 
 
 class Prices(_Model):
@@ -84,7 +84,7 @@ class LLMSpec(_Model):
         variable when it is unset."""
         if self.api_key_env is None:
             return NO_KEY
-        key = os.environ.get(self.api_key_env)
+        key = env.api_key(self.api_key_env)
         if not key:
             raise KeyError(f"environment variable {self.api_key_env} is not set (it holds the API key)")
         return key
@@ -122,7 +122,7 @@ class CustomSpec(_Model):
     name: str = Field(pattern=r"^[A-Za-z0-9_.-]+$")
     look_for: str = Field(min_length=1)
     change: str = Field(min_length=1)
-    level: Level = Level.KERNEL
+    level: Level = Field(Level.KERNEL, strict=False)  # a YAML string names the enum member
     examples: str = ""  # few-shot examples in the user's words
     search: dict[str, list[int | float | str]] = {}  # params the sweep should search, -D macros
 

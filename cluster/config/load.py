@@ -5,6 +5,7 @@ the file and the field.
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +15,7 @@ from pydantic import ValidationError
 from cluster.config.run import RunConfig, RunPlan
 from cluster.config.target import (
     BUILD_PLACEHOLDERS,
+    HEADER_SUFFIXES,
     RUN_PLACEHOLDERS,
     Target,
     TargetSpec,
@@ -24,7 +26,9 @@ from cluster.core.errors import ConfigError
 from cluster.core.placeholders import names_in
 from cluster.core.types import SourceBundle
 from cluster.toolchains import get_toolchain
-from search_spaces import compile_constraint, load_space
+from search_spaces import FlagSpace, compile_constraint, evaluate_constraint, load_space
+
+MAX_CONFIG_BYTES = 4 * 1024 * 1024  # a run config or target file; YAML parses at about 3 MB/s
 
 
 def _field_path(loc: tuple[Any, ...]) -> str:
@@ -36,11 +40,17 @@ def _field_path(loc: tuple[Any, ...]) -> str:
 
 def _read_yaml(path: Path) -> dict[str, Any]:
     try:
-        data = yaml.safe_load(path.read_text())
+        with open(path, "rb") as file:
+            raw = file.read(MAX_CONFIG_BYTES + 1)
+        if len(raw) > MAX_CONFIG_BYTES:
+            raise ConfigError(path, "", f"larger than {MAX_CONFIG_BYTES // (1024 * 1024)} MB: not a config file")
+        data = yaml.safe_load(raw.decode())
     except FileNotFoundError:
         raise ConfigError(path, "", "file not found") from None
     except (OSError, UnicodeDecodeError) as exc:
         raise ConfigError(path, "", f"cannot be read ({exc})") from None
+    except RecursionError:
+        raise ConfigError(path, "", "nested too deeply") from None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f"line {mark.line + 1}" if mark else ""
@@ -82,23 +92,41 @@ def load_target(path: str | Path) -> Target:
             if not file.is_file():
                 raise ConfigError(path, f"{field}[{i}]", f"file not found: {file}")
             files.append((name, file.read_bytes()))
+    if all(Path(name).suffix.lower() in HEADER_SUFFIXES for name in spec.sources):
+        raise ConfigError(path, "sources", "only headers: name at least one file the compiler builds")
     _check_commands(spec, path, toolchain.default_build)
+    space = _with_baseline(space, spec.baseline_flags, path)
     for name, value in spec.defaults.items():
         if name not in spec.params:
             raise ConfigError(path, f"defaults.{name}", "is not a param")
         if value not in spec.params[name]:
             raise ConfigError(path, f"defaults.{name}", f"{value!r} is not one of the param's values")
+    target = Target(spec, str(path), SourceBundle(tuple(files)), space)
     for i, expr in enumerate(spec.constraints):
         try:
             compile_constraint(expr, spec.params)
+            holds = evaluate_constraint(expr, spec.params, target.baseline_params)
         except ValueError as exc:
             raise ConfigError(path, f"constraints[{i}]", str(exc)) from None
+        if not holds:
+            raise ConfigError(path, "defaults", f"the baseline's params violate the constraints ({expr})")
     if spec.runner == "persistent" and (problem := shared_build_problem(spec)):
         raise ConfigError(path, "runner", f"persistent needs a shared-library build: {problem}")
-    target = Target(spec, str(path), SourceBundle(tuple(files)), space)
-    if spec.constraints and not target.satisfies(target.baseline_params):
-        raise ConfigError(path, "defaults", "the baseline's params violate the constraints")
     return target
+
+
+def _with_baseline(space: FlagSpace, baseline: dict[str, str], path: Path) -> FlagSpace:
+    """The space with each flag of ``baseline`` given that option first: the baseline's."""
+    flags = dict(space.flags)
+    for name, option in baseline.items():
+        if name not in flags:
+            raise ConfigError(path, f"baseline_flags.{name}",
+                              f"not a flag of space {space.name} (flags: {', '.join(flags)})")
+        if option not in flags[name]:
+            known = ", ".join(repr(o) for o in flags[name])
+            raise ConfigError(path, f"baseline_flags.{name}", f"{option!r} is not one of its options ({known})")
+        flags[name] = (option, *(o for o in flags[name] if o != option))
+    return dataclasses.replace(space, flags=flags) if baseline else space
 
 
 def _check_commands(spec: TargetSpec, path: Path, default_build: tuple[str, ...]) -> None:

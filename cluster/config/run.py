@@ -8,8 +8,10 @@ from typing import Annotated, Literal
 from pydantic import Field, field_validator
 
 from cluster.config.agents import AgentsSpec
-from cluster.config.target import Target, _Model
+from cluster.config.target import SAFE_NAME, Target, _Model
 from cluster.core.registry import SAMPLERS
+
+MAX_TRIALS = 10_000_000  # search.trials and --trials
 
 
 class SearchSpec(_Model):
@@ -18,7 +20,7 @@ class SearchSpec(_Model):
     # time_energy: both, a Pareto front found with NSGA-II. Energy needs GPU workers (NVML).
     objective: Literal["time", "energy", "edp", "time_energy"] = "time"
     seed: int = 0
-    trials: int | None = Field(40, gt=0, le=10_000_000)  # evaluated candidates per study
+    trials: int | None = Field(40, gt=0, le=MAX_TRIALS)  # evaluated candidates per study (strict: not `true`)
     time_budget_s: float | None = Field(None, gt=0)
     storage: str | None = None  # an RDB URL; default: a journal file in the run directory
 
@@ -57,7 +59,7 @@ class ProfileSpec(_Model):
 
 
 class RunConfig(_Model):
-    name: str = Field("sweep", pattern=r"^[A-Za-z0-9_.-]+$")
+    name: str = Field("sweep", pattern=SAFE_NAME)
     output_dir: str = "runs"
     targets: list[str] = Field(min_length=1)
     search: SearchSpec = SearchSpec()

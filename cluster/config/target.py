@@ -9,9 +9,10 @@ from __future__ import annotations
 import itertools
 import math
 import re
+import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, NamedTuple
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
@@ -20,9 +21,21 @@ from cluster.core.types import Scalar, SourceBundle
 from cluster.toolchains import get_toolchain
 from search_spaces import FlagSpace, compile_constraint
 
+# A name that becomes part of a file name (run directories, exports): no ".", "..", "/", no leading "-".
+SAFE_NAME = r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,99}$"
+MAX_PARAMS = 64
+MAX_PARAM_VALUES = 10_000  # per param; Optuna's categorical choices, and -D defines, one per value
+# Headers are sources (agents may edit them) but never compiled on their own: left out of {sources}.
+HEADER_SUFFIXES = frozenset({".h", ".hh", ".hpp", ".hxx", ".cuh", ".inc", ".inl"})
+# Counting a space's valid points enumerates the params' product up to this many points or this long;
+# past either, the count is the product itself, an upper bound (constraints not applied).
+EXACT_COUNT_POINTS = 200_000
+EXACT_COUNT_S = 2.0
+
 
 class _Model(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    # strict: `trials: true` is not 1, and `BLOCK: [true]` is not [1]; YAML gives each type as it is
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
 
 
 def _check_regex(value: str | None) -> str | None:
@@ -110,7 +123,7 @@ class LimitsSpec(_Model):
 
 
 class TargetSpec(_Model):
-    name: str = Field(pattern=r"^[A-Za-z0-9_.-]+$")
+    name: str = Field(pattern=SAFE_NAME)
     toolchain: str = "nvcc"
     space: str | None = None  # a named space in search_spaces/, or a path; default: the toolchain's
     sources: list[str] = Field(min_length=1)
@@ -121,12 +134,27 @@ class TargetSpec(_Model):
     verify: VerifySpec = VerifySpec()
     timeouts: Timeouts = Timeouts()
     limits: LimitsSpec = LimitsSpec()
-    params: dict[str, list[Scalar]] = {}
+    params: dict[str, list[Scalar]] = Field({}, max_length=MAX_PARAMS)
     defaults: dict[str, Scalar] = {}  # the baseline's params; default: each param's first value
+    # The baseline's flags by name, each one of the space's options (default: each flag's first option).
+    baseline_flags: dict[str, str] = {}
     # How candidates run (cluster.core.registry.RUNNERS): a process each, or inside a persistent host
     # process per device (a shared-library build); auto: persistent for programs that use the harness.
     runner: Literal["auto", "process", "persistent"] = "auto"
     constraints: list[str] = []
+
+    @field_validator("params", mode="before")
+    @classmethod
+    def _not_too_many(cls, value: Any) -> Any:
+        # before validation: a list of millions is refused before each item is looked at
+        if isinstance(value, dict):
+            for name, values in value.items():
+                if isinstance(values, list) and len(values) > MAX_PARAM_VALUES:
+                    raise ValueError(f"{name} has {len(values)} values (at most {MAX_PARAM_VALUES})")
+                for v in values if isinstance(values, list) else ():
+                    if isinstance(v, bool):  # YAML's true: a -D of 1 or True? Neither, silently
+                        raise ValueError(f"{name}: {v!r} is not a number or a string (quote it to mean the text)")
+        return value
 
     @field_validator("params")
     @classmethod
@@ -173,16 +201,48 @@ class Target:
         uses_harness = any(b"warpfleet/harness.cuh" in content for _, content in self.bundle.files)
         return "persistent" if uses_harness and shared_build_problem(self.spec) is None else "process"
 
+    @property
+    def baseline_flags(self) -> dict[str, str]:
+        """The baseline's option per flag: ``space`` lists it first (``load_target`` puts a target's
+        ``baseline_flags`` there), so ``space.baseline`` says the same."""
+        return self.space.baseline
+
+    @property
+    def compiled_sources(self) -> list[str]:
+        """The sources that ``{sources}`` passes to the compiler: every source but the headers."""
+        return [s for s in self.spec.sources if Path(s).suffix.lower() not in HEADER_SUFFIXES]
+
     def satisfies(self, params: dict[str, Scalar]) -> bool:
         return all(compile_constraint(expr, self.spec.params)(params) for expr in self.spec.constraints)
 
-    def space_size(self) -> int:
-        """The number of distinct valid (flags, params) points, counting constraints."""
+    def space_count(self) -> SpaceCount:
+        """How many distinct valid (flags, params) points the space has. Exact (constraints applied)
+        when the params' product has at most ``EXACT_COUNT_POINTS`` points and counting them takes
+        under ``EXACT_COUNT_S``; else the product itself, an upper bound, found without enumerating."""
         flags = math.prod(len(choices) for choices in self.space.flags.values())
+        product = math.prod(len(values) for values in self.spec.params.values())
+        if not self.spec.constraints:
+            return SpaceCount(flags * product, True)
+        if product > EXACT_COUNT_POINTS:
+            return SpaceCount(flags * product, False)
         names = list(self.spec.params)
-        points = itertools.product(*self.spec.params.values())
-        valid = sum(1 for values in points if self.satisfies(dict(zip(names, values, strict=True))))
-        return flags * valid
+        deadline = time.monotonic() + EXACT_COUNT_S
+        valid = 0
+        for i, values in enumerate(itertools.product(*self.spec.params.values())):
+            valid += self.satisfies(dict(zip(names, values, strict=True)))
+            if i % 1024 == 1023 and time.monotonic() > deadline:
+                return SpaceCount(flags * product, False)
+        return SpaceCount(flags * valid, True)
+
+    def space_size(self) -> int:
+        """The number of distinct valid (flags, params) points, or an upper bound of it for a space
+        too large to count (``space_count``); never fewer than there are."""
+        return self.space_count().points
+
+
+class SpaceCount(NamedTuple):
+    points: int
+    exact: bool  # False: an upper bound, the constraints not applied
 
 
 def shared_build_problem(spec: TargetSpec) -> str | None:

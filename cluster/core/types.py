@@ -245,6 +245,7 @@ class BestConfig:
     reason: str = ""  # why it won (e.g. "simplest within noise of the fastest")
     source_hash: str = ""  # the sources it builds (an agent's variant or the target's own); evaluate checks them
     baseline_source_hash: str = ""
+    noisy: bool = False  # its re-measurements' IQR/median stayed above measure.max_noise: its lead may be noise
 
     @property
     def is_variant(self) -> bool:

@@ -28,6 +28,7 @@ from cluster.engine.studies import StudyState, storage_retry
 from cluster.engine.verify import QueueVerifier
 from cluster.runners.profile import DEFAULT_METRICS, PROFILE_SCHEMA, Profile, profile_records
 from cluster.store.results import ResultWriter
+from cluster.store.rundir import RunDir
 from cluster.store.variants import (
     VARIANT_SCHEMA,
     AcceptedVariant,
@@ -103,7 +104,7 @@ class AgentStage:
                  f"{', '.join(s.analyst.name for s in steps)}; each proposal verified before it joins")
         outcomes = run_workflow(context, steps, verifier, self.spec.retries, parallel=len(steps))
         outcomes += self._iterate(context, outcomes, verifier, study, metrics, steps)
-        with self._lock, ResultWriter(self.run_dir, VARIANT_SCHEMA, subdir="variants") as writer:
+        with self._lock, ResultWriter(self.run_dir, VARIANT_SCHEMA, subdir=RunDir.VARIANTS) as writer:
             for outcome in outcomes:
                 writer.append_record(outcome_record(self.run_id, study.name, study.target, outcome))
         accepted = []
@@ -203,7 +204,7 @@ class AgentStage:
                             priority=1).result()
         profile: Profile = done.value if isinstance(done.value, Profile) else Profile(
             study.baseline_candidate().key, done.failure or Status.CRASHED, error_tail=done.error)
-        with self._lock, ResultWriter(self.run_dir, PROFILE_SCHEMA, subdir="profiles") as writer:
+        with self._lock, ResultWriter(self.run_dir, PROFILE_SCHEMA, subdir=RunDir.PROFILES) as writer:
             for record in profile_records(self.run_id, study, profile):
                 writer.append_record(record)
         if profile.status is not Status.OK:

@@ -21,6 +21,7 @@ import ray
 
 from agents.workflow import Steps
 from cluster.config import RunPlan, Target
+from cluster.config.env import token_auth_wanted
 from cluster.core.types import BuildArtifact, DeviceInfo, Measurement
 from cluster.engine.agent_stage import AgentStage
 from cluster.engine.flow import REVIEW_SCHEMA, Flow, Stage, StudyFlow, SweepContext
@@ -59,9 +60,7 @@ def init_ray(address: str | None) -> None:
     import cluster
     import search_spaces
 
-    if address and "RAY_AUTH_MODE" not in os.environ and (
-            "RAY_AUTH_TOKEN" in os.environ or "RAY_AUTH_TOKEN_PATH" in os.environ
-            or (Path.home() / ".ray" / "auth_token").is_file()):
+    if token_auth_wanted(address):
         # Ray 2.60 only sends a token to an explicit address when told to; with one at hand, do.
         os.environ["RAY_AUTH_MODE"] = "token"
     runtime_env = {"py_modules": [cluster, agents, search_spaces]} if address else None
@@ -106,8 +105,8 @@ class Sweep:
         agents_done = {s.name: agents.restore(s) for s in states} if agents else {}
         existing = read_results(self.run_dir.path)
         self._cover(v for s in states for v in s.variants.values())
-        reviewed = frozenset(read_table(self.run_dir.path, "reviews", REVIEW_SCHEMA)["candidate_key"])
-        profiled = frozenset(read_table(self.run_dir.path, "profiles", PROFILE_SCHEMA)["candidate_key"])
+        reviewed = frozenset(read_table(self.run_dir.path, RunDir.REVIEWS, REVIEW_SCHEMA)["candidate_key"])
+        profiled = frozenset(read_table(self.run_dir.path, RunDir.PROFILES, PROFILE_SCHEMA)["candidate_key"])
         with ResultWriter(self.run_dir.path, results_schema(self.schema_targets), self.config.flush_interval_s) \
                 as writer, ThreadPoolExecutor(max(1, len(states)), thread_name_prefix="agents") as executor:
             self.writer = writer
@@ -124,8 +123,8 @@ class Sweep:
             with SweepProgress(flows, self.config.search.trials, scheduler, enabled=show_progress,
                                log=self.log) as progress:
                 self._loop(flows, scheduler, writer, progress)
-        failed = tuple(f"{f.name}: {f.reason}" for f in flows if f.stage is Stage.FAILED)
-        self.skipped += failed
+        failed = tuple(f.name for f in flows if f.stage is Stage.FAILED)
+        self.skipped += [f"{f.name}: {f.reason}" for f in flows if f.stage is Stage.FAILED]
         end = time.monotonic()
         return SweepSummary(self.run_dir.path, writer.written, tuple(self.skipped), end - start,
                             self.bookkeeping_s, no_baseline=failed, ready_s=end - ready_at)

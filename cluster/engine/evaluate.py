@@ -38,6 +38,7 @@ from cluster.outputs.select import select_best
 from cluster.runners.measure import Reference
 from cluster.store.results import ResultWriter, make_row, read_results, results_schema
 from cluster.store.rundir import RunDir
+from cluster.store.variants import stored_variant
 from cluster.toolchains import get_toolchain
 
 
@@ -51,6 +52,14 @@ class Origin:
     tuned_on: str = ""  # the device type it was selected on
     run_id: str = ""  # the run it was selected in ("" when read from an export file)
     source_hash: str = ""  # of the sources it was tuned with ("" when the export predates it)
+    run_path: str = ""  # the run directory it came from: an agent's variant is rebuilt from its stored sources
+
+    def source(self, target: Target) -> Target | None:
+        """The sources it builds: the target's own, an agent's variant stored by its run, or None
+        when neither has its source hash (the sources changed since it was tuned)."""
+        if not self.source_hash or self.source_hash == target.bundle.hash:
+            return target
+        return stored_variant(Path(self.run_path), target, self.source_hash) if self.run_path else None
 
 
 class _Record(BaseModel):
@@ -93,7 +102,7 @@ def origins_from_run(path: Path) -> list[Origin]:
     if not best:
         raise ConfigError(path, "results", "no correct candidate to evaluate")
     return [Origin(b.target, tuple(b.flags.items()), tuple(b.params.items()), b.device_type, run_dir.run_id,
-                   b.source_hash) for b in best]
+                   b.source_hash, str(run_dir.path.resolve())) for b in best]
 
 
 def load_origins(source: str) -> tuple[list[Origin], str | None]:
@@ -101,7 +110,7 @@ def load_origins(source: str) -> tuple[list[Origin], str | None]:
     targets' sources) where the source is a run directory."""
     path = Path(source)
     if path.is_dir():
-        meta = json.loads((path / "meta.json").read_text()) if (path / "meta.json").is_file() else {}
+        meta = json.loads((path / RunDir.META).read_text()) if (path / RunDir.META).is_file() else {}
         return origins_from_run(path), meta.get("config_file")
     if not path.is_file():
         raise ConfigError(path, "", "neither a run directory nor an export file")
@@ -117,17 +126,19 @@ def check_origins(origins: list[Origin], plan: RunPlan, source: str) -> list[Ori
         target = targets.get(origin.target)
         if target is None:
             raise ConfigError(source, f"[{i}].target", f"{origin.target!r} is not a target of {plan.file}")
-        if origin.source_hash and origin.source_hash != target.bundle.hash:
+        built = origin.source(target)
+        if built is None:
             raise ConfigError(source, f"[{i}].source_hash", f"the sources of {origin.target} changed since it was "
-                              f"tuned ({origin.source_hash}, now {target.bundle.hash})")
+                              f"tuned ({origin.source_hash}, now {target.bundle.hash}), and no agent's variant "
+                              f"of that hash is stored in its run")
         params = dict(origin.params)
-        unknown = sorted(set(params) - set(target.spec.params))
+        unknown = sorted(set(params) - set(built.spec.params))
         if unknown:
             raise ConfigError(source, f"[{i}].params.{unknown[0]}", f"is not a param of target {origin.target}")
         for name, value in params.items():
-            if value not in target.spec.params[name]:  # a value of another space: a column of another type
+            if value not in built.spec.params[name]:  # a value of another space: a column of another type
                 raise ConfigError(source, f"[{i}].params.{name}", f"{value!r} is not one of the target's values")
-        ordered = tuple((name, params[name]) for name in target.spec.params if name in params)
+        ordered = tuple((name, params[name]) for name in built.spec.params if name in params)
         checked.append(dataclasses.replace(origin, params=ordered))
     return checked
 
@@ -226,15 +237,14 @@ class EvaluationFlow(Flow):
     def step(self) -> None:
         if not self.started:
             self.started = True
-            self._submit(self.study.baseline, None)
+            self._submit(Build(self.study.target, self.study.target_ref, self.study.baseline), None)
         elif self.stage is Stage.FINAL and not self.awaited:
             self.stage = Stage.DONE
 
-    def _submit(self, candidate: Candidate, reference: ray.ObjectRef | None) -> None:
+    def _submit(self, build: Build, reference: ray.ObjectRef | None) -> None:
         study = self.study
         kind = JobKind.BASELINE if reference is None else JobKind.EVALUATE
-        job = Job(kind, study.name, study.workers, study.device, (Build(study.target, study.target_ref, candidate),),
-                  runs=self.runs, reference=reference)
+        job = Job(kind, study.name, study.workers, study.device, (build,), runs=self.runs, reference=reference)
         self.awaited.add(job.seq)
         self.scheduler.submit(job)
 
@@ -256,8 +266,8 @@ class EvaluationFlow(Flow):
                 self.stage = Stage.FAILED
                 return
             self.stage = Stage.FINAL  # every configuration, measured like a sweep's finals
-            for candidate in study.candidates:
-                self._submit(candidate, study.reference)
+            for build in study.builds():
+                self._submit(build, study.reference)
 
 
 @dataclass
@@ -287,24 +297,24 @@ class _Study:
         return self._candidate(tuple(self.target.space.baseline.items()),
                                tuple(self.target.baseline_params.items()), Phase.BASELINE)
 
-    @property
-    def candidates(self) -> list[Candidate]:
-        """One per distinct build (the baseline's key aside: it is measured already)."""
-        chosen = {self.baseline.key: self.baseline}
+    def builds(self) -> list[Build]:
+        """One per distinct build (the baseline's key aside: it is measured already), from the
+        sources each configuration was tuned with (an agent's variant's, stored by its run)."""
+        chosen: dict[str, Build] = {self.baseline.key: Build(self.target, self.target_ref, self.baseline)}
         for origin in self.origins:
-            candidate = self._candidate(origin.flags, origin.params, Phase.EVALUATE)
-            chosen.setdefault(candidate.key, candidate)
-        return [c for c in chosen.values() if c.phase is Phase.EVALUATE]
+            source = origin.source(self.target) or self.target
+            candidate = dataclasses.replace(self._candidate(origin.flags, origin.params, Phase.EVALUATE),
+                                            source_hash=source.bundle.hash)
+            if candidate.key not in chosen:
+                ref = self.target_ref if source is self.target else ray.put(source)
+                chosen[candidate.key] = Build(source, ref, candidate)
+        return [b for b in chosen.values() if b.candidate.phase is Phase.EVALUATE]
 
 
 def create_run_dir(plan: RunPlan, origins: list[Origin], sources: list[str], output_dir: str | None) -> RunDir:
     """The evaluation's run directory, ``<name>-eval-<time>``, with the origins in its meta.json."""
     config = plan.config.model_copy(update={"name": f"{plan.config.name}-eval",
                                             **({"output_dir": output_dir} if output_dir else {})})
-    run_dir = RunDir.create(RunPlan(config, plan.file, plan.targets))
-    meta_path = run_dir.path / "meta.json"
-    meta = json.loads(meta_path.read_text())
-    meta |= {"kind": "evaluate", "sources": [str(Path(s).resolve()) for s in sources],
-             "evaluated": [dataclasses.asdict(o) for o in origins]}
-    meta_path.write_text(json.dumps(meta, indent=2) + "\n")
-    return run_dir
+    return RunDir.create(RunPlan(config, plan.file, plan.targets), meta={
+        "kind": "evaluate", "sources": [str(Path(s).resolve()) for s in sources],
+        "evaluated": [dataclasses.asdict(o) for o in origins]})

@@ -33,6 +33,7 @@ from cluster.engine.studies import Evaluated, StudyState, load_reference, save_r
 from cluster.runners.measure import Reference
 from cluster.runners.profile import DEFAULT_METRICS, Profile, profile_records
 from cluster.store.results import ResultWriter, make_row
+from cluster.store.rundir import RunDir
 
 REVIEW_SCHEMA = pa.schema([("run_id", pa.string()), ("study", pa.string()), ("candidate_key", pa.string()),
                            ("speedup", pa.float64()), ("status", pa.string()), ("detail", pa.string())])
@@ -399,7 +400,7 @@ class StudyFlow(Flow):
         key = job.candidate.key
         ratio = speedup(state.results[key].median, state.baseline_median, state.goal) if key in state.results else None
         self.reviews.append(verdict.status.value)
-        with ResultWriter(self.ctx.run_dir, REVIEW_SCHEMA, subdir="reviews") as writer:
+        with ResultWriter(self.ctx.run_dir, REVIEW_SCHEMA, subdir=RunDir.REVIEWS) as writer:
             writer.append_record({"run_id": self.ctx.run_id, "study": self.name, "candidate_key": key,
                                   "speedup": ratio, "status": verdict.status.value, "detail": verdict.detail})
         if verdict.failed:
@@ -414,7 +415,7 @@ class StudyFlow(Flow):
 
         profile = result.value if isinstance(result.value, Profile) else Profile(
             result.job.candidate.key, result.failure or Status.CRASHED, error_tail=result.error)
-        with ResultWriter(self.ctx.run_dir, PROFILE_SCHEMA, subdir="profiles") as writer:
+        with ResultWriter(self.ctx.run_dir, PROFILE_SCHEMA, subdir=RunDir.PROFILES) as writer:
             for record in profile_records(self.ctx.run_id, self.state, profile):
                 writer.append_record(record)
 

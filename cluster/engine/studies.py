@@ -27,6 +27,7 @@ from cluster.core.errors import ConfigError
 from cluster.core.registry import SAMPLERS
 from cluster.core.types import Candidate, DeviceInfo, Phase, RunOutputs, Scalar, Status
 from cluster.runners.measure import Reference
+from cluster.store.rundir import RunDir, break_stale_lock
 
 T = TypeVar("T")
 
@@ -93,7 +94,8 @@ def open_storage(search: SearchSpec, run_dir: Path) -> optuna.storages.BaseStora
         if search.storage.startswith("sqlite"):  # wait for a lock longer than SQLite's 5 s default
             return optuna.storages.RDBStorage(search.storage, engine_kwargs={"connect_args": {"timeout": 30}})
         return search.storage
-    backend = optuna.storages.journal.JournalFileBackend(str(run_dir / "optuna.journal"))
+    break_stale_lock(run_dir)  # issue 17: a killed driver's lock would stall this resume 30 s
+    backend = optuna.storages.journal.JournalFileBackend(str(run_dir / RunDir.JOURNAL))
     return optuna.storages.JournalStorage(backend)
 
 
@@ -286,7 +288,7 @@ def _native(value: Any) -> Scalar:
 
 def save_reference(run_dir: Path, key: str, reference: Reference) -> None:
     """Keep the baseline's outputs (one folder per seed) so that a resumed sweep needs no re-run."""
-    folder = run_dir / "references" / key
+    folder = run_dir / RunDir.REFERENCES / key
     manifest = []
     for index, run in enumerate(reference.runs):
         (folder / str(index)).mkdir(parents=True, exist_ok=True)
@@ -301,7 +303,7 @@ def save_reference(run_dir: Path, key: str, reference: Reference) -> None:
 
 
 def load_reference(run_dir: Path, key: str) -> Reference | None:
-    folder = run_dir / "references" / key
+    folder = run_dir / RunDir.REFERENCES / key
     manifest_path = folder / "manifest.json"
     if not manifest_path.is_file():
         return None

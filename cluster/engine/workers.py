@@ -7,7 +7,6 @@ run in parallel and hand the binary to a measuring actor through the object stor
 from __future__ import annotations
 
 import dataclasses
-import os
 import shutil
 import time
 from pathlib import Path
@@ -15,6 +14,7 @@ from pathlib import Path
 import ray
 
 from cluster.config import ClusterSpec, Target
+from cluster.config.env import scratch_root
 from cluster.core.errors import ConfigError
 from cluster.core.registry import RUNNERS
 from cluster.core.types import BuildArtifact, Candidate, DeviceInfo, Measurement, Status
@@ -29,8 +29,7 @@ from cluster.runners.telemetry import Monitor, NvmlSource
 
 def _scratch_root() -> Path | None:
     # The only environment variable warpfleet reads: where scratch directories go on a node.
-    root = os.environ.get("WARPFLEET_SCRATCH")
-    return Path(root) if root else None
+    return scratch_root()  # cluster.config.env: absolute (issue 17: a relative one failed every build)
 
 
 # max_retries: system failures only (a lost node); a compile error is a value, never retried.

@@ -26,7 +26,6 @@ those measured on every one of them.
 from __future__ import annotations
 
 import dataclasses
-import json
 import os
 import shlex
 from collections import defaultdict
@@ -45,6 +44,7 @@ from cluster.outputs.select import select_best
 from cluster.runners.build import compile_candidate
 from cluster.store.results import read_results
 from cluster.store.rundir import RunDir
+from cluster.store.variants import stored_variant
 from cluster.toolchains import get_toolchain
 
 
@@ -70,7 +70,7 @@ def load_run_dir(path: str | Path) -> Run:
                              zip(rows["target"], rows["source_hash"], rows["flags"], rows["defines"], strict=True)]
     else:
         rows["config_id"] = pd.Series(dtype=str)
-    return Run(run_dir.run_id, run_dir.path, rows, json.loads((run_dir.path / "meta.json").read_text()))
+    return Run(run_dir.run_id, run_dir.path, rows, run_dir.read_meta())
 
 
 @dataclass(frozen=True)
@@ -83,10 +83,16 @@ class Config:
     params: tuple[tuple[str, Scalar], ...]
     source_hash: str
     is_baseline: bool = False
+    tuned_in: tuple[str, ...] = ()  # the run each tuned_on entry won in ("" when not known)
+    noisy: bool = False  # a win whose re-measurements were noisy (select.NOISY_ADVICE)
 
     @property
     def label(self) -> str:
-        tuned = "tuned on " + ", ".join(self.tuned_on) if self.tuned_on else ""
+        """What it is, and where it was tuned: by device type and run, since two runs on one device
+        type (two sweeps on the same CPU) tune two different configurations."""
+        runs = self.tuned_in or ("",) * len(self.tuned_on)
+        where = [f"{device} in {run}" if run else device for device, run in zip(self.tuned_on, runs, strict=True)]
+        tuned = "tuned on " + ", ".join(where) if where else ""
         return "; ".join(filter(None, ["baseline" if self.is_baseline else "", tuned]))
 
     @property
@@ -166,13 +172,15 @@ def _configs(runs: Sequence[Run], target: str) -> list[Config]:
     that evaluation runs list (configurations tuned in runs not given here), merged by config_id."""
     found: dict[str, Config] = {}
 
-    def add(cid: str, tuned_on: str, flags: tuple, params: tuple, source_hash: str, baseline: bool = False) -> None:
-        known = found.get(cid)
-        if known is None:
-            found[cid] = Config(cid, (tuned_on,) if tuned_on else (), flags, params, source_hash, baseline)
-            return
-        tuned = known.tuned_on + ((tuned_on,) if tuned_on and tuned_on not in known.tuned_on else ())
-        found[cid] = Config(cid, tuned, known.flag_options, known.params, source_hash, known.is_baseline or baseline)
+    def add(cid: str, tuned_on: str, flags: tuple, params: tuple, source_hash: str, baseline: bool = False,
+            run_id: str = "", noisy: bool = False) -> None:
+        known = found.get(cid) or Config(cid, (), flags, params, source_hash)
+        pairs = list(zip(known.tuned_on, known.tuned_in or ("",) * len(known.tuned_on), strict=True))
+        if tuned_on and (tuned_on, run_id) not in pairs and not (not run_id and tuned_on in known.tuned_on):
+            pairs = [(d, r) for d, r in pairs if (d, r) != (tuned_on, "")] + [(tuned_on, run_id)]  # a run beats none
+        found[cid] = dataclasses.replace(known, tuned_on=tuple(d for d, _ in pairs),
+                                         tuned_in=tuple(r for _, r in pairs), source_hash=source_hash,
+                                         is_baseline=known.is_baseline or baseline, noisy=known.noisy or noisy)
 
     for run in runs:
         rows = run.rows[run.rows["target"] == target] if len(run.rows) else run.rows
@@ -184,7 +192,7 @@ def _configs(runs: Sequence[Run], target: str) -> list[Config]:
         for best in select_best(rows):
             row = rows[rows["candidate_key"] == best.candidate_key].iloc[0]
             add(row["config_id"], best.device_type, _settings(row, FLAG_PREFIX), _settings(row, PARAM_PREFIX),
-                row["source_hash"])
+                row["source_hash"], run_id=run.run_id, noisy=best.noisy)
     for run in runs:
         for origin in run.meta.get("evaluated", []) if run.is_evaluation else []:
             if origin["target"] != target:
@@ -194,7 +202,7 @@ def _configs(runs: Sequence[Run], target: str) -> list[Config]:
             params = tuple((k, v) for k, v in origin["params"])
             flag_args = [arg for _, option in flags for arg in shlex.split(option)]
             cid = config_id(target, source_hash, flag_args, [f"-D{k}={v}" for k, v in params])
-            add(cid, origin.get("tuned_on", ""), flags, params, source_hash)
+            add(cid, origin.get("tuned_on", ""), flags, params, source_hash, run_id=origin.get("run_id", ""))
     baselines = [c for c in found.values() if c.is_baseline and not c.tuned_on]
     return [c for c in found.values() if c.tuned_on] + baselines
 
@@ -320,10 +328,21 @@ def load_targets(runs: Sequence[Run], config_file: str | None = None) -> tuple[d
     return targets, problems
 
 
+def source_for(target: Target, config: Config, runs: Sequence[Run]) -> Target | None:
+    """What builds ``config``: the target itself, or the agent's variant that a run stored (in the
+    runs it was tuned in first); None when its sources are neither (the target changed since)."""
+    if not config.source_hash or config.source_hash == target.bundle.hash:
+        return target
+    ordered = sorted(runs, key=lambda r: r.run_id not in config.tuned_in)
+    return next((v for r in ordered if (v := stored_variant(r.path, target, config.source_hash))), None)
+
+
 def compile_only(target: Target, config: Config, arch: str) -> Resources:
-    """Build ``config`` for ``arch`` here (no GPU needed) and read ptxas's report."""
+    """Build ``config`` for ``arch`` here (no GPU needed) and read ptxas's report. ``target`` is what
+    builds it (``source_for``: an agent's variant for a variant's winner)."""
     if config.source_hash and config.source_hash != target.bundle.hash:
-        return Resources(None, None, None, True, f"the sources of {target.name} changed since the run")
+        return Resources(None, None, None, True, f"the sources of {target.name} changed since the run "
+                         f"(no run given stored variant {config.source_hash})")
     candidate = Candidate(target.name, target.spec.toolchain, f"compile only ({arch})", arch, target.bundle.hash,
                           config.flag_options, config.params, Phase.EVALUATE)
     artifact = compile_candidate(target, candidate)
@@ -356,7 +375,9 @@ def add_resources(matrix: Matrix, runs: Sequence[Run], archs: Sequence[str] = ()
     missing = [(c, arch) for c in matrix.configs for arch in all_archs
                if (c.config_id, arch) not in found and arch.startswith("sm_")]
     if targets is not None and matrix.target in targets and missing:
+        target = targets[matrix.target]
+        sources = {c.config_id: source_for(target, c, runs) or target for c, _ in missing}
         with ThreadPoolExecutor(max_workers=os.cpu_count() or 1) as pool:
-            built = pool.map(lambda pair: compile_only(targets[matrix.target], *pair), missing)
+            built = pool.map(lambda pair: compile_only(sources[pair[0].config_id], *pair), missing)
             found |= {(c.config_id, arch): r for (c, arch), r in zip(missing, built, strict=True)}
     return dataclasses.replace(matrix, resources=found, archs=all_archs)

@@ -8,6 +8,9 @@ from itertools import combinations
 from typing import Any
 
 from cluster.outputs.compare import Cell, Matrix, Resources, differences
+from cluster.outputs.select import NOISY_ADVICE
+
+NOISY_MARK = "*"
 
 
 def share_text(cell: Cell | None) -> str:
@@ -41,9 +44,12 @@ def matrix_markdown(matrix: Matrix) -> str:
              "Each cell: the configuration's performance on the column's device type as a share of that "
              "device type's own best (100% = as good as the configuration tuned there).", ""]
     lines += _table(["configuration", *matrix.devices],
-                    [[c.label, *(share_text(matrix.cells.get((c.config_id, d))) for d in matrix.devices)]
+                    [[c.label + (f" {NOISY_MARK}" if c.noisy else ""),
+                      *(share_text(matrix.cells.get((c.config_id, d))) for d in matrix.devices)]
                      for c in matrix.configs])
     lines.append("")
+    if any(c.noisy for c in matrix.configs):
+        lines += [f"{NOISY_MARK} noisy: {NOISY_ADVICE}", ""]
     if matrix.best_worst_case:
         cid, worst, where = matrix.best_worst_case
         config = matrix.config(cid)
@@ -75,6 +81,7 @@ def _matrix_record(matrix: Matrix) -> dict[str, Any]:
     return {
         "target": matrix.target, "unit": matrix.unit, "goal": matrix.goal, "devices": list(matrix.devices),
         "configs": [{"config_id": c.config_id, "label": c.label, "tuned_on": list(c.tuned_on),
+                     "tuned_in": list(c.tuned_in), "noisy": c.noisy,
                      "baseline": c.is_baseline, "arguments": c.arguments, "params": dict(c.params),
                      "flags": dict(c.flag_options)} for c in matrix.configs],
         "cells": [{"config_id": cid, "device": device, "share": cell.share, "how": cell.how, "run_id": cell.run_id}

@@ -17,6 +17,7 @@ from cluster.core.types import BestConfig, Phase, Status
 from cluster.outputs.select import select_best
 from cluster.runners.profile import BANK_CONFLICT_METRICS, LOCAL_MEMORY_METRICS, PROFILE_SCHEMA
 from cluster.store.results import read_results, read_table
+from cluster.store.rundir import RunDir
 from cluster.store.variants import VARIANT_SCHEMA
 
 OCCUPANCY = "sm__warps_active.avg.pct_of_peak_sustained_active"
@@ -147,8 +148,8 @@ def _winner_lines(best: BestConfig, rows: pd.DataFrame, variants: pd.DataFrame, 
 
 def render(run_dir: Path) -> str:
     rows = read_results(run_dir)
-    variants = read_table(run_dir, "variants", VARIANT_SCHEMA)
-    profiles = read_table(run_dir, "profiles", PROFILE_SCHEMA)
+    variants = read_table(run_dir, RunDir.VARIANTS, VARIANT_SCHEMA)
+    profiles = read_table(run_dir, RunDir.PROFILES, PROFILE_SCHEMA)
     best = {b.target: b for b in select_best(rows)} if len(rows) else {}
     lines = [f"# warpfleet optimize: {run_dir.name}", ""]
     for target in sorted(set(rows["target"]) | set(variants["target"])):
@@ -178,6 +179,6 @@ def render(run_dir: Path) -> str:
 
 
 def write_report(run_dir: Path) -> Path:
-    path = run_dir / "report.md"
+    path = run_dir / RunDir.REPORT
     path.write_text(render(run_dir))
     return path

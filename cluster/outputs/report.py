@@ -29,6 +29,7 @@ from cluster.outputs.compare import Matrix, Run, add_resources, build_matrices, 
 from cluster.outputs.compare_text import resources_text, share_text
 from cluster.outputs.exports.bundle import slug
 from cluster.outputs.select import select_best
+from cluster.store.rundir import RunDir
 
 MIN_TRIALS = 5  # fewer completed trials than this: no parameter importance for the study
 
@@ -130,10 +131,10 @@ def _energy(runs: Sequence[Run], out: Path) -> list[Block]:
 
 
 def _storage(run: Run) -> optuna.storages.BaseStorage | str | None:
-    journal = run.path / "optuna.journal"
+    journal = run.path / RunDir.JOURNAL
     if journal.is_file():
         return optuna.storages.JournalStorage(optuna.storages.journal.JournalFileBackend(str(journal)))
-    config = run.path / "config.yaml"
+    config = run.path / RunDir.CONFIG
     data = yaml.safe_load(config.read_text()) if config.is_file() else {}
     return ((data or {}).get("search") or {}).get("storage")
 
@@ -175,8 +176,8 @@ def _importance(runs: Sequence[Run], out: Path) -> list[Block]:
 
 
 def _dashboard(runs: Sequence[Run]) -> list[Block]:
-    commands = [f"optuna-dashboard {(r.path / 'optuna.journal').resolve()}" for r in runs
-                if (r.path / "optuna.journal").is_file()]
+    commands = [f"optuna-dashboard {(r.path / RunDir.JOURNAL).resolve()}" for r in runs
+                if (r.path / RunDir.JOURNAL).is_file()]
     if not commands:
         return []
     return [Block("h2", "The Optuna studies"),

@@ -32,7 +32,7 @@ def build_command(target: Target, candidate: Candidate, workdir: Path) -> list[s
         "defines": candidate.defines,
         "arch": candidate.arch,
         "binary": str(workdir / BINARY_NAME),
-        "sources": [*target.spec.sources, *([str(ENTRY_POINTS / toolchain.entry_source)] if shared else [])],
+        "sources": [*target.compiled_sources, *([str(ENTRY_POINTS / toolchain.entry_source)] if shared else [])],
         "workdir": str(workdir),
         "harness_include": [f"-I{HARNESS_INCLUDE}"],
     }

@@ -9,7 +9,11 @@ the whole run::
     duckdb: SELECT * FROM read_parquet('<run_dir>/results/*.parquet')
 
 A flush writes a temporary file whose name starts with ``.`` and does not end in ``.parquet``,
-fsyncs it, then renames it into place; readers never see a half-written part.
+fsyncs it, then renames it into place; readers never see a half-written part. A flush that cannot
+start a thread (a machine out of processes: pyarrow's "Failed to launch worker thread") waits and
+tries again, keeping its rows. A part damaged afterwards (truncated, zeroed, empty) is named by the
+readers in one line, and ``cluster.store.check.check_run`` (``warpfleet check RUN``) moves it to
+``<run>/quarantine/``, after which a resume runs the points whose rows it held again.
 
 =====================  ====================  ======================================================
 column                 type                  meaning
@@ -81,6 +85,7 @@ finished_at            timestamp[us, UTC]    when it finished
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import os
 import re
@@ -102,10 +107,12 @@ import pyarrow.parquet as pq
 
 from cluster.config import Target
 from cluster.core.encodings import speedup
+from cluster.core.errors import ConfigError
 from cluster.core.types import BuildArtifact, Candidate, Measurement, Phase, Scalar, Status
+from cluster.store.rundir import RunDir
 
 SCHEMA_VERSION = 1
-RESULTS_DIR = "results"
+RESULTS_DIR = RunDir.RESULTS
 _PART = re.compile(r"^part-(\d{6})-[0-9a-f]{8}\.parquet$")
 _TEMP_PREFIX = ".part-"  # readers skip names starting with "." and not ending in .parquet
 _TEMP_SUFFIX = ".tmp"
@@ -315,8 +322,28 @@ def _record(row: ResultRow, schema: pa.Schema) -> dict[str, Any]:
     return record
 
 
-def _parts(results_dir: Path) -> list[Path]:
+def part_files(results_dir: Path) -> list[Path]:
+    """The complete part files of a table's folder, in order (temporary files left out)."""
     return sorted(p for p in results_dir.glob("part-*.parquet") if _PART.match(p.name))
+
+
+FLUSH_RETRY_S = 60.0  # how long a flush waits for the machine to let it start a thread
+
+
+def _out_of_threads(exc: BaseException) -> bool:
+    """A thread (or process) could not be started: EAGAIN, or pyarrow's and Python's words for it."""
+    if isinstance(exc, OSError) and exc.errno == errno.EAGAIN:
+        return True
+    text = str(exc).lower()
+    return isinstance(exc, pa.ArrowException | RuntimeError | OSError | MemoryError) and (
+        "thread" in text or "resource temporarily unavailable" in text)
+
+
+def _fewer_threads() -> None:
+    """From now on pyarrow runs its work on as few threads as it can: each one is a process slot."""
+    with contextlib.suppress(Exception):
+        pa.set_cpu_count(1)
+        pa.set_io_thread_count(1)
 
 
 class ResultWriter:
@@ -334,7 +361,7 @@ class ResultWriter:
         self.flush_interval_s = flush_interval_s
         for stale in self.results_dir.glob(f"{_TEMP_PREFIX}*{_TEMP_SUFFIX}"):
             stale.unlink(missing_ok=True)
-        parts = _parts(self.results_dir)
+        parts = part_files(self.results_dir)
         self._next_part = max((int(p.name[5:11]) for p in parts), default=-1) + 1
         self.written = 0  # rows appended through this writer
         self._pending: list[dict[str, Any]] = []
@@ -377,11 +404,31 @@ class ResultWriter:
     def flush(self) -> Path | None:
         """Write the pending rows as a new part file; returns its path (None if nothing pending).
 
-        If the write fails the rows stay pending and the error propagates; no partial part file
-        is left where readers look.
+        A failure to start a thread is waited out (``FLUSH_RETRY_S``, doubling waits, pyarrow
+        told to use one thread from then on). If the write still fails, the rows stay pending and
+        the error propagates; no partial part file is left where readers look.
         """
         if not self._pending:
             return None
+        wait = 0.05
+        deadline = time.monotonic() + FLUSH_RETRY_S
+        while True:
+            try:
+                final = self._write_part()
+                break
+            except Exception as exc:
+                if not _out_of_threads(exc) or time.monotonic() + wait > deadline:
+                    raise
+                _fewer_threads()
+                time.sleep(wait)
+                wait = min(2 * wait, 2.0)
+        self._fsync_dir()
+        self._next_part += 1
+        self._pending.clear()
+        self._last_flush = time.monotonic()
+        return final
+
+    def _write_part(self) -> Path:
         table = pa.Table.from_pylist(self._pending, schema=self.schema)
         name = f"part-{self._next_part:06d}-{secrets.token_hex(4)}"
         final = self.results_dir / f"{name}.parquet"
@@ -395,10 +442,6 @@ class ResultWriter:
         except BaseException:
             temp.unlink(missing_ok=True)
             raise
-        self._fsync_dir()
-        self._next_part += 1
-        self._pending.clear()
-        self._last_flush = time.monotonic()
         return final
 
     def _fsync_dir(self) -> None:
@@ -430,18 +473,48 @@ def _base_schema() -> pa.Schema:
 
 
 def _dataset(run_dir: Path, subdir: str = RESULTS_DIR) -> ds.Dataset | None:
-    parts = _parts(Path(run_dir) / subdir)
+    parts = part_files(Path(run_dir) / subdir)
     if not parts:
         return None
-    schema = pa.unify_schemas([pq.read_schema(p) for p in parts])  # tolerates a resume that added targets
+    schemas = []
+    for part in parts:
+        try:
+            schemas.append(pq.read_schema(part))
+        except (OSError, pa.ArrowException) as exc:
+            raise bad_part(part, _first_line(exc)) from None
+    schema = pa.unify_schemas(schemas)  # tolerates a resume that added targets
     return ds.dataset([str(p) for p in parts], schema=schema, format="parquet")
+
+
+def bad_part(part: Path, problem: str) -> ConfigError:
+    """The one line that names a damaged part and what to do about it."""
+    return ConfigError(part, "", f"not a readable Parquet part ({problem}); `warpfleet check "
+                       f"{part.parent.parent}` moves it aside, and a resume runs its rows again")
+
+
+def _first_line(exc: BaseException) -> str:
+    lines = str(exc).strip().splitlines()
+    return (lines[0] if lines else type(exc).__name__)[:200]
+
+
+def _to_table(dataset: ds.Dataset, **scan: Any) -> pa.Table:
+    """The dataset's rows; a part whose footer reads but whose data does not is named, one line."""
+    try:
+        return dataset.to_table(**scan)
+    except (OSError, pa.ArrowException):
+        for part in dataset.files:
+            problem = part_problem(Path(part))
+            if problem:
+                raise bad_part(Path(part), problem) from None
+        raise
 
 
 def read_results(run_dir: Path, schema: pa.Schema | None = None) -> pd.DataFrame:
     """Every row of the run, part by part. With no parts, an empty frame with the columns of
-    ``schema`` (default: the fixed columns, without ``f_``/``p_``)."""
+    ``schema`` (default: the fixed columns, without ``f_``/``p_``). A damaged part is a
+    ConfigError naming it."""
     dataset = _dataset(run_dir)
-    table = (schema or _base_schema()).empty_table() if dataset is None else dataset.to_table()
+    table = (schema or _base_schema()).empty_table() if dataset is None else _to_table(dataset)
     # Nullable integers: an int param that another target lacks must stay 16, not become 16.0.
     return table.to_pandas(types_mapper=_NULLABLE.get)
 
@@ -452,8 +525,17 @@ _NULLABLE = {pa.int32(): pd.Int32Dtype(), pa.int64(): pd.Int64Dtype()}
 def read_table(run_dir: Path, subdir: str, schema: pa.Schema) -> pd.DataFrame:
     """Another table of the run (``profiles``), read like the results."""
     dataset = _dataset(run_dir, subdir)
-    table = schema.empty_table() if dataset is None else dataset.to_table()
+    table = schema.empty_table() if dataset is None else _to_table(dataset)
     return table.to_pandas(types_mapper=_NULLABLE.get)
+
+
+def part_problem(part: Path) -> str:
+    """Why ``part`` cannot be read whole ("" when it can): its footer, schema and every page."""
+    try:
+        pq.read_table(part, use_threads=False)
+    except (OSError, pa.ArrowException) as exc:
+        return _first_line(exc)
+    return ""
 
 
 def read_keys(run_dir: Path) -> set[str]:
@@ -462,5 +544,5 @@ def read_keys(run_dir: Path) -> set[str]:
     if dataset is None:
         return set()
     phases = pa.array([Phase.SEARCH.value, Phase.BASELINE.value])
-    table = dataset.to_table(columns=["candidate_key"], filter=pc.field("phase").isin(phases))
+    table = _to_table(dataset, columns=["candidate_key"], filter=pc.field("phase").isin(phases))
     return set(table.column("candidate_key").to_pylist())

@@ -1,23 +1,41 @@
 """A run directory: everything a sweep writes, and all that ``--resume``, ``show`` and ``export`` read.
+``RunDir`` owns every path in it; nothing else spells a name of the layout.
 
     runs/<name>-<UTC time>/
-        meta.json          run id, when, which config, the targets' source hashes
+        meta.json          run id, when, which config, the targets' source hashes, the budget given
         config.yaml        a copy of the run config as it was given
         optuna.journal     the Optuna studies (unless search.storage names an RDB)
         results/           the Parquet dataset, one part file per flush
+        profiles/          Nsight Compute metrics (a Parquet dataset)
+        variants/          the agents' workflow, one row per outcome (a Parquet dataset)
+        variant_sources/   the accepted variants' sources, for a resume and for rebuilding a winner
+        reviews/           suspiciously fast candidates re-verified on fresh seeds (a Parquet dataset)
         references/<key>/  the baseline's output files that candidates are compared with
+        llm/               every LLM exchange (agents.llm.store)
+        quarantine/        part files that ``warpfleet check`` found unreadable, moved aside
+        report.md          ``warpfleet optimize``'s report
+
+Creation is atomic: the directory is made with one ``mkdir`` (a clash takes the next suffix), and
+``config.yaml`` and ``meta.json`` are written to a temporary file and renamed into place, so a run
+directory never holds a half-written one; if the copy fails, the new directory is removed again.
 """
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import json
+import os
 import shutil
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, ClassVar
 
 from cluster.config import RunPlan
 from cluster.core.errors import ConfigError
+
+_MAX_SUFFIX = 1000  # run directories of one name started in one second
 
 
 @dataclass(frozen=True)
@@ -25,35 +43,199 @@ class RunDir:
     path: Path
     run_id: str
 
+    META: ClassVar[str] = "meta.json"
+    CONFIG: ClassVar[str] = "config.yaml"
+    JOURNAL: ClassVar[str] = "optuna.journal"
+    RESULTS: ClassVar[str] = "results"
+    PROFILES: ClassVar[str] = "profiles"
+    VARIANTS: ClassVar[str] = "variants"
+    VARIANT_SOURCES: ClassVar[str] = "variant_sources"
+    REVIEWS: ClassVar[str] = "reviews"
+    REFERENCES: ClassVar[str] = "references"
+    LLM: ClassVar[str] = "llm"
+    QUARANTINE: ClassVar[str] = "quarantine"
+    REPORT: ClassVar[str] = "report.md"
+    OWNER_LOCK: ClassVar[str] = ".driver.lock"  # held (flock) by the driver of the run: see break_stale_lock
+    TABLES: ClassVar[tuple[str, ...]] = (RESULTS, PROFILES, VARIANTS, REVIEWS)  # the Parquet datasets
+
     @classmethod
-    def create(cls, plan: RunPlan, output_dir: Path | None = None) -> RunDir:
-        root = output_dir or Path(plan.config.output_dir)  # relative to the working directory
-        stamp = time.strftime("%Y%m%d-%H%M%S", time.gmtime())
-        path = root / f"{plan.config.name}-{stamp}"
-        suffix = 1
-        while path.exists():
-            suffix += 1
-            path = root / f"{plan.config.name}-{stamp}-{suffix}"
-        path.mkdir(parents=True)
-        shutil.copyfile(plan.file, path / "config.yaml")
-        meta = {
-            "run_id": path.name,
-            "created_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-            "config_file": str(Path(plan.file).resolve()),
-            "targets": {t.name: t.bundle.hash for t in plan.targets},
-        }
-        (path / "meta.json").write_text(json.dumps(meta, indent=2) + "\n")
-        return cls(path, path.name)
+    def create(cls, plan: RunPlan, output_dir: Path | None = None, meta: dict[str, Any] | None = None) -> RunDir:
+        """A new run directory under ``output_dir`` (default: the config's ``output_dir``, relative to
+        the working directory), with the config copied and ``meta.json`` (plus ``meta``) written.
+        Raises ConfigError, one line, when the place cannot hold one (a file, read-only, full)."""
+        root = Path(output_dir or plan.config.output_dir)
+        field = "output_dir"
+        try:
+            root.mkdir(parents=True, exist_ok=True)
+            path = _make_unique(root, f"{plan.config.name}-{time.strftime('%Y%m%d-%H%M%S', time.gmtime())}")
+        except OSError as exc:
+            raise ConfigError(plan.file, field, f"{root}: cannot create a run directory there "
+                              f"({_reason(exc)})") from None
+        run_dir = cls(path, path.name)
+        try:
+            write_atomic(run_dir.config, Path(plan.file).read_bytes())
+            run_dir.write_meta({
+                "run_id": path.name,
+                "created_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+                "config_file": str(Path(plan.file).resolve()),
+                "targets": {t.name: t.bundle.hash for t in plan.targets},
+                **(meta or {}),
+            })
+        except OSError as exc:
+            shutil.rmtree(path, ignore_errors=True)  # nothing written: no run directory left behind
+            raise ConfigError(plan.file, field, f"{path}: cannot write the run directory ({_reason(exc)})") from None
+        return run_dir
 
     @classmethod
     def open(cls, path: str | Path) -> RunDir:
         """An existing run directory; a one-line error if it is not one."""
         path = Path(path)
-        meta = path / "meta.json"
+        meta = path / cls.META
         if not meta.is_file():
-            raise ConfigError(path, "", "not a warpfleet run directory (no meta.json)")
+            raise ConfigError(path, "", f"not a warpfleet run directory (no {cls.META})")
         try:
             run_id = json.loads(meta.read_text())["run_id"]
-        except (ValueError, KeyError):
+        except (OSError, ValueError, KeyError, TypeError):
             raise ConfigError(meta, "run_id", "missing or unreadable") from None
         return cls(path, str(run_id))
+
+    # -- the layout ---------------------------------------------------------------------------
+    @property
+    def meta(self) -> Path:
+        return self.path / self.META
+
+    @property
+    def config(self) -> Path:
+        return self.path / self.CONFIG
+
+    @property
+    def journal(self) -> Path:
+        return self.path / self.JOURNAL
+
+    @property
+    def results(self) -> Path:
+        return self.path / self.RESULTS
+
+    @property
+    def profiles(self) -> Path:
+        return self.path / self.PROFILES
+
+    @property
+    def variants(self) -> Path:
+        return self.path / self.VARIANTS
+
+    @property
+    def variant_sources(self) -> Path:
+        return self.path / self.VARIANT_SOURCES
+
+    @property
+    def reviews(self) -> Path:
+        return self.path / self.REVIEWS
+
+    @property
+    def references(self) -> Path:
+        return self.path / self.REFERENCES
+
+    @property
+    def quarantine(self) -> Path:
+        return self.path / self.QUARANTINE
+
+    @property
+    def report(self) -> Path:
+        return self.path / self.REPORT
+
+    # -- meta.json ----------------------------------------------------------------------------
+    def read_meta(self) -> dict[str, Any]:
+        try:
+            data = json.loads(self.meta.read_text())
+        except (OSError, ValueError):
+            raise ConfigError(self.meta, "", "missing or unreadable") from None
+        if not isinstance(data, dict):
+            raise ConfigError(self.meta, "", "not a JSON object")
+        return data
+
+    def write_meta(self, meta: dict[str, Any]) -> None:
+        write_atomic(self.meta, (json.dumps(meta, indent=2) + "\n").encode())
+
+    def update_meta(self, **fields: Any) -> dict[str, Any]:
+        """meta.json with ``fields`` set, written atomically; returns the new contents."""
+        meta = self.read_meta() | fields
+        self.write_meta(meta)
+        return meta
+
+
+def _make_unique(root: Path, name: str) -> Path:
+    """``root/name``, or ``name-2``, ``name-3``, ...: one ``mkdir`` each, so that two sweeps started
+    in the same second never share a directory (no check-then-create race)."""
+    for suffix in range(1, _MAX_SUFFIX + 1):
+        path = root / (name if suffix == 1 else f"{name}-{suffix}")
+        try:
+            path.mkdir()
+            return path
+        except FileExistsError:
+            continue
+    raise OSError(errno.EEXIST, f"{_MAX_SUFFIX} run directories named {name} already")
+
+
+def write_atomic(path: Path, content: bytes) -> None:
+    """``path`` holds ``content`` whole or is left as it was: a temporary file, fsynced, renamed."""
+    temp = path.with_name(f".{path.name}.tmp")
+    try:
+        with open(temp, "wb") as out:
+            out.write(content)
+            out.flush()
+            os.fsync(out.fileno())
+        os.replace(temp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            temp.unlink()
+        raise
+
+
+def _reason(exc: OSError) -> str:
+    return exc.strerror or str(exc)
+
+
+# -- the Optuna journal's lock -------------------------------------------------------------------
+_owned: dict[Path, int] = {}  # run directory -> the descriptor of its owner lock, held by this process
+
+
+def break_stale_lock(run_dir: Path | RunDir) -> bool:
+    """Remove ``optuna.journal.lock`` when whoever took it is gone; True when one was removed.
+
+    Optuna's journal lock (``JournalFileSymlinkLock``: a symlink made with ``os.symlink``, removed on
+    release) names no owner, so a driver killed while holding it leaves it behind and every later
+    writer waits out Optuna's 30 s grace period. The driver of a run therefore holds an ``flock`` on
+    the run's ``.driver.lock`` for as long as it lives (the kernel drops it when the process dies,
+    however it dies). Here that lock is taken (and kept for this process): if it is free, no live
+    driver can hold the journal's lock, which is then stale. If another live process holds it,
+    nothing is touched. Where ``flock`` does not exist (Windows), nothing is done.
+    """
+    path = run_dir.path if isinstance(run_dir, RunDir) else Path(run_dir)
+    if not _own(path):
+        return False
+    lock = path / f"{RunDir.JOURNAL}.lock"
+    try:
+        os.unlink(lock)  # a symlink (or JournalFileOpenLock's plain file): unlink, never follow
+    except FileNotFoundError:
+        return False
+    return True
+
+
+def _own(path: Path) -> bool:
+    """This process holds the run's owner lock (taken now if free); False if another process does."""
+    try:
+        import fcntl
+    except ImportError:
+        return False
+    key = path.resolve()
+    if key in _owned:
+        return True
+    fd = os.open(key / RunDir.OWNER_LOCK, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        os.close(fd)
+        return False
+    _owned[key] = fd  # held until this process ends
+    return True

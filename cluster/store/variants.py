@@ -1,7 +1,10 @@
 """Provenance of agents' variants: the ``variants/`` table (one row per workflow outcome: agent,
-finding, plan, diff, verification verdicts) and the accepted variants' files under
-``<run_dir>/variants/files/<source_hash>.json``, so that a resumed sweep searches the same
-variants without asking the agents again, and an export can carry a winner's patch.
+finding, plan, diff, verification verdicts) and the accepted variants' sources under
+``<run_dir>/variant_sources/<study>-<source_hash>-<n>.json``, so that a resumed sweep searches the
+same variants without asking the agents again, an export can carry a winner's patch, and a winner
+can be rebuilt elsewhere (``stored_variant``: compare --arch, evaluate). The sources stay out of
+the ``variants/`` dataset folder, so that any Parquet reader reads that folder as it is; runs
+written before kept them in ``variants/files/``, which is still read.
 
 Results rows join this table on ``source_hash`` (the variant's bundle hash).
 """
@@ -21,8 +24,10 @@ from agents.llm.accounting import usage_record
 from agents.patch import variant_target
 from agents.workflow.engine import Outcome
 from cluster.config import Target
+from cluster.store.rundir import RunDir
 
-VARIANTS_DIR = "variants"
+VARIANTS_DIR = RunDir.VARIANTS
+_OLD_SOURCES = (RunDir.VARIANTS, "files")  # where runs before issue 17 kept the sources
 
 VARIANT_SCHEMA = pa.schema([
     ("run_id", pa.string()), ("target", pa.string()), ("study", pa.string()), ("source_hash", pa.string()),
@@ -82,7 +87,12 @@ def _diff(target: Target, files: tuple[tuple[str, str], ...]) -> str:
 
 
 def _files_dir(run_dir: Path) -> Path:
-    return run_dir / VARIANTS_DIR / "files"
+    return run_dir / RunDir.VARIANT_SOURCES
+
+
+def _source_dirs(run_dir: Path) -> list[Path]:
+    """Where a run's variant sources may be: today's folder, then the old one."""
+    return [_files_dir(run_dir), run_dir.joinpath(*_OLD_SOURCES)]
 
 
 def save_accepted(run_dir: Path, study: str, variant: AcceptedVariant) -> None:
@@ -105,43 +115,72 @@ def mark_done(run_dir: Path, study: str) -> None:
     (folder / f"{_safe(study)}.done").write_text("")
 
 
+def _restore(target: Target, path: Path) -> AcceptedVariant:
+    data = json.loads(path.read_text())
+    files = tuple(data["files"].items()) if data["files_changed"] else ()
+    search = {k: tuple(v) for k, v in data["search"].items()}
+    proposal = Proposal("restored", data["label"], files, search)
+    return AcceptedVariant(variant_target(target, proposal), data["label"], search, data["files_changed"])
+
+
+def _number(path: Path) -> int:
+    return int(path.stem.rsplit("-", 1)[1])
+
+
 def load_accepted(run_dir: Path, study: str, target: Target) -> list[AcceptedVariant] | None:
     """The accepted variants of a study whose workflow finished before; None when it did not."""
-    folder = _files_dir(run_dir)
-    if not (folder / f"{_safe(study)}.done").exists():
-        return None
-    variants = []
-    for path in sorted(folder.glob(f"{_safe(study)}-*.json"), key=lambda p: int(p.stem.rsplit("-", 1)[1])):
-        data = json.loads(path.read_text())
-        files = tuple(data["files"].items()) if data["files_changed"] else ()
-        search = {k: tuple(v) for k, v in data["search"].items()}
-        proposal = Proposal("restored", data["label"], files, search)
-        variants.append(AcceptedVariant(variant_target(target, proposal), data["label"], search,
-                                        data["files_changed"]))
-    return variants
+    for folder in _source_dirs(run_dir):
+        if (folder / f"{_safe(study)}.done").exists():
+            return [_restore(target, path) for path in sorted(folder.glob(f"{_safe(study)}-*.json"), key=_number)]
+    return None
+
+
+def stored_variant(run_dir: Path, target: Target, source_hash: str) -> Target | None:
+    """The agent's variant of ``target`` that a run built as ``source_hash``, from the sources the run
+    stored: what rebuilds a variant winner on another arch or cluster. None when the run stored no
+    such variant, or when its sources no longer rebuild ``source_hash`` (the target's other files,
+    its inputs, changed since the run)."""
+    for folder in _source_dirs(Path(run_dir)):
+        for path in sorted(folder.glob(f"*-{source_hash}-*.json"), key=_number):
+            try:
+                variant = _restore(target, path).target
+            except (OSError, ValueError, KeyError):
+                continue
+            if variant.bundle.hash == source_hash:
+                return variant
+    return None
 
 
 def _safe(name: str) -> str:
     return "".join(c if c.isalnum() or c in "._" else "_" for c in name)
 
 
+NO_SOURCE_CHANGE = "no source change"
+
+
 def winner_patches(run_dir: Path, best: list) -> str:
-    """The unified diff of each winner built from an agent's variant (``git apply``-able), or a
-    comment saying that the winner uses the target's own sources."""
+    """The unified diff of each winner built from an agent's variant (``git apply``-able), after a
+    comment naming it; a winner that changes no source gets a comment saying so. Empty when no
+    winner changes a source (the caller says so rather than write an empty patch)."""
     from cluster.store.results import read_table
 
     variants = read_table(run_dir, VARIANTS_DIR, VARIANT_SCHEMA)
-    out = []
+    out, diffs = [], 0
     for b in sorted(best, key=lambda b: (b.target, b.device_type)):
-        if not b.is_variant:
-            out.append(f"# {b.target} on {b.device_type}: the target's own sources (flags only)\n")
+        noisy = " (noisy: its lead may be noise)" if getattr(b, "noisy", False) else ""
+        match = variants[(variants["source_hash"] == b.source_hash) & (variants["stage"] == "accepted")] \
+            if b.is_variant else variants.iloc[0:0]
+        diff = str(match.iloc[0]["diff"]) if len(match) else ""
+        if not b.is_variant or (len(match) and not diff.strip()):
+            out.append(f"# {b.target} on {b.device_type}: {NO_SOURCE_CHANGE} (flags and defines only: "
+                       f"warpfleet export --format flags){noisy}\n")
             continue
-        match = variants[(variants["source_hash"] == b.source_hash) & (variants["stage"] == "accepted")]
         if match.empty:
             out.append(f"# {b.target} on {b.device_type}: variant {b.source_hash} has no recorded diff\n")
             continue
         row = match.iloc[0]
         settings = " ".join(b.flag_argv + b.defines) or "no flags"
         out.append(f"# {b.target} on {b.device_type}: {row['optimization']} at {row['location']} "
-                   f"(variant {b.source_hash}, {b.speedup:.2f}x with {settings})\n" + row["diff"])
-    return "".join(out)
+                   f"(variant {b.source_hash}, {b.speedup:.2f}x with {settings}){noisy}\n" + diff)
+        diffs += 1
+    return "".join(out) if diffs else ""

@@ -30,8 +30,10 @@ class Nvcc(Toolchain):
 
     name: ClassVar[str] = "nvcc"
     device_kind: ClassVar[str] = "gpu"
+    # -O3 is for host code (nvcc passes it to the host compiler, which defaults to -O0); device code
+    # is optimized by ptxas, -O3 by default, which the space's `-Xptxas -O` flag overrides.
     default_build: ClassVar[tuple[str, ...]] = (
-        "nvcc", "{flags}", "{defines}", "-arch={arch}", "-o", "{binary}", "{sources}",
+        "nvcc", "-O3", "{flags}", "{defines}", "-arch={arch}", "-o", "{binary}", "{sources}",
     )  # fmt: skip
     # Implies `-Xptxas -v` (prints on stderr), or nvlink's verbose report under -rdc=true,
     # where ptxas's allocation is not final and nvcc prints none.

@@ -10,7 +10,7 @@ def test_named_spaces_have_an_unset_baseline():
     assert nvcc.baseline["maxrregcount"] == ""
     assert "-maxrregcount=64" in nvcc.flags["maxrregcount"]
     assert "-Xptxas -dlcm=cg" in nvcc.flags["dlcm"]
-    assert load_space("cc").flags["opt_level"][0] == ""
+    assert load_space("cc").flags["opt_level"][0] == "-O2"  # a user's build, not -O0
 
 
 def test_unknown_space_lists_known_ones():
@@ -49,3 +49,35 @@ def test_constraints_evaluate(expr, values, expected):
 def test_constraints_reject_anything_but_arithmetic(expr, message):
     with pytest.raises(ValueError, match=message):
         compile_constraint(expr, {"BLOCK": []})
+
+
+@pytest.mark.parametrize(("expr", "message"), [
+    ("9 ** 9 ** 9 > 0", "a power past 4096 bits"),  # hung
+    ("'a' * 10**10 == 'a'", "a string longer than 10000 characters"),  # exhausted memory
+    ("BLOCK / 0 > 1", None),  # a traceback; compiles, and is False wherever it divides by zero
+    ("'%09999999d' % BLOCK == ''", None),  # string formatting: no value anywhere
+    ("BLOCK ** BLOCK ** BLOCK > 1", None),  # a tower of params: no value where it is too big
+    ("x" * 1001, "longer than 1000 characters"),
+    ("min() > 1", "not allowed"),
+    ("BLOCK if BLOCK else 1", "not allowed"),
+])
+def test_constraints_are_bounded(expr, message):
+    import time
+
+    from search_spaces import evaluate_constraint
+
+    start = time.monotonic()
+    if message:
+        with pytest.raises(ValueError, match=message):
+            compile_constraint(expr, {"BLOCK": []})
+    else:
+        holds = compile_constraint(expr, {"BLOCK": []})
+        assert [holds({"BLOCK": v}) for v in (0, 7, 1024)] == [False, False, False]
+        with pytest.raises(ValueError):
+            evaluate_constraint(expr, {"BLOCK": []}, {"BLOCK": 7 if "/" not in expr else 0})
+    assert time.monotonic() - start < 1
+
+
+def test_a_division_by_zero_rejects_only_the_points_where_it_happens():
+    holds = compile_constraint("BLOCK / (BLOCK - 32) > 1", {"BLOCK": []})
+    assert [holds({"BLOCK": b}) for b in (16, 32, 48)] == [False, False, True]

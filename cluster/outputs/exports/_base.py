@@ -26,6 +26,11 @@ class ExportError(ValueError):
         self.option = option
 
 
+class NothingToExport(Exception):
+    """The format has nothing to say about these configurations (a patch of winners that change no
+    source): the command says why and writes nothing, rather than an empty file."""
+
+
 @dataclass(frozen=True)
 class ExportRequest:
     best: Sequence[BestConfig]  # the selected configurations, already filtered by --target/--device

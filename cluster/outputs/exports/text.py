@@ -34,6 +34,7 @@ import yaml
 
 from cluster.core.types import BestConfig
 from cluster.outputs.exports._base import ExportError, ExportRequest
+from cluster.outputs.select import NOISY_ADVICE
 
 
 def _plain(value: Any) -> Any:
@@ -67,6 +68,8 @@ def _record(config: BestConfig) -> dict[str, Any]:
         "reason": config.reason,
         "source_hash": config.source_hash,
         "variant": config.is_variant,  # built from an agent's variant: `warpfleet export --format patch`
+        "noisy": config.noisy,  # its re-measurements spread past measure.max_noise: see "noisy_advice"
+        **({"noisy_advice": NOISY_ADVICE} if config.noisy else {}),
     }
 
 
@@ -75,6 +78,8 @@ def _flags(best: list[BestConfig]) -> str:
     for config in best:
         if len(best) > 1:
             lines.append(f"# {config.target} on {config.device_type}")
+        if config.noisy:
+            lines.append(f"# noisy: {NOISY_ADVICE}")
         lines.append(shlex.join([*config.flag_argv, *config.defines]))
     return "".join(f"{line}\n" for line in lines)
 
@@ -113,6 +118,7 @@ def _defines(config: BestConfig) -> list[str]:
         f"{_number(config.speedup)}x the baseline ({_number(config.median)} vs "
         f"{_number(config.baseline_median)} {_comment(config.unit)})",
         f" * flags: {_comment(shlex.join(config.flag_argv)) or '(none)'}",
+        *([f" * noisy: {_comment(NOISY_ADVICE)}"] if config.noisy else []),
         f" * candidate {config.candidate_key}{'; ' + _comment(config.reason) if config.reason else ''} */",
     ]
     for name, value in config.params.items():

@@ -19,7 +19,8 @@ def test_valid_target_loads_with_defaults(tmp_path):
     assert target.baseline_params == {"N": 1000}
     assert target.space.name == "cc"
     assert [p for p, _ in target.bundle.files] == ["tiny.c"]
-    assert target.space_size() == 2 * 4 * 2 * 2 * 2
+    assert target.space_size() == 2 * 3 * 2 * 2 * 2
+    assert target.baseline_flags["opt_level"] == "-O2"  # what a release build has, not -O0
     assert target.spec.limits.for_run() == Limits(memory_mb=None, file_mb=1024, disk_mb=4096)
 
 
@@ -72,6 +73,25 @@ BAD_TARGETS = [
     ({"limits": {"memory_mb": "lots"}}, "limits.memory_mb", "integer"),
     ({"limits": {"disk_mb": 10**9}}, "limits.disk_mb", "less than or equal"),
     ({"limits": {"disk": 64}}, "limits.disk", "unknown field"),
+    # issue 17
+    ({"name": "."}, "name", "pattern"),
+    ({"name": ".."}, "name", "pattern"),
+    ({"name": "-rf"}, "name", "pattern"),
+    ({"name": "x" * 101}, "name", "pattern"),
+    ({"params": {"N": [True, False]}}, "params", "N: True is not a number or a string"),
+    ({"params": {"N": list(range(10_001))}}, "params", "N has 10001 values (at most 10000)"),
+    ({"params": {f"P{i}": [1] for i in range(65)}}, "params", "at most 64"),
+    ({"constraints": ["N / 0 > 1"]}, "constraints[0]", "division by zero"),
+    ({"constraints": ["N / (N - 1000) > 1"]}, "constraints[0]", "division by zero"),
+    ({"constraints": ["9 ** 9 ** 9 > 0"]}, "constraints[0]", "a power past 4096 bits"),
+    ({"constraints": ["N ** N ** N > 0"]}, "constraints[0]", "a power past 4096 bits"),
+    ({"constraints": ["'a' * 10**10 == 'a'"]}, "constraints[0]", "a string longer than"),
+    ({"constraints": ["'%0999999999d' % N == 'x'"]}, "constraints[0]", "not defined on strings"),
+    ({"constraints": ["N>0" + " or N>0" * 70]}, "constraints[0]", "more than 200 terms"),
+    ({"constraints": ["N > 0" + " and N > 0" * 100]}, "constraints[0]", "longer than 1000 characters"),
+    ({"baseline_flags": {"opt": "-O3"}}, "baseline_flags.opt", "not a flag of space cc"),
+    ({"baseline_flags": {"opt_level": "-O9"}}, "baseline_flags.opt_level", "'-O9' is not one of its options"),
+    ({"baseline_flags": {"opt_level": 3}}, "baseline_flags.opt_level", "string"),
 ]
 
 
@@ -99,6 +119,12 @@ BAD_RUNS = [
     ({"measure": {"final_runs": "many"}}, "measure.final_runs", "integer"),
     ({"profile": {"launches": 0}}, "profile.launches", "greater than or equal"),
     ({"flush_interval": 2}, "flush_interval", "unknown field"),
+    # issue 17
+    ({"search": {"trials": True}}, "search.trials", "integer"),
+    ({"search": {"trials": 2.0}}, "search.trials", "integer"),
+    ({"measure": {"final_runs": "5"}}, "measure.final_runs", "integer"),
+    ({"name": ".."}, "name", "pattern"),
+    ({"name": "a/b"}, "name", "pattern"),
 ]
 
 
@@ -149,7 +175,7 @@ def test_cli_validate_and_missing_run_dir(tmp_path):
     write_target(tmp_path / "t")
     path = write_config(tmp_path, ["t/target.yaml"])
     ok = CliRunner().invoke(main, ["validate", str(path)])
-    assert ok.exit_code == 0 and "tiny: cc, space cc, 64 configurations" in ok.output
+    assert ok.exit_code == 0 and "tiny: cc, space cc, 48 configurations" in ok.output
     missing = CliRunner().invoke(main, ["show", str(tmp_path / "nowhere")])
     assert missing.exit_code == 2 and "not a warpfleet run directory" in missing.output
 
@@ -214,3 +240,96 @@ def test_cli_usage_errors_are_one_error_line(tmp_path, args, message):
     others = [line for line in result.output.splitlines() if line not in errors]
     assert all(line == "" or line.startswith(("Usage: ", "Try ")) for line in others), result.output
     assert _files(tmp_path) == before
+
+
+# -- issue 17: configs that took minutes, memory or silence --------------------------------------
+def _one_line(result, *words: str) -> str:
+    assert result.exit_code == 2, result.output
+    lines = result.output.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in result.output and all(w in lines[0] for w in words), lines
+    return lines[0]
+
+
+def test_a_config_file_of_megabytes_is_refused_at_once(tmp_path):
+    """Seen: 50 MB of YAML read for 17 s, a list of 20 million ints killed for its memory."""
+    import time
+
+    write_target(tmp_path / "t")
+    config = write_config(tmp_path, ["t/target.yaml"])
+    config.write_text(config.read_text() + "padding: [" + "1," * 3_000_000 + "1]\n")
+    start = time.monotonic()
+    _one_line(CliRunner().invoke(main, ["validate", str(config)]), f"error: {config}: ", "larger than 4 MB")
+    assert time.monotonic() - start < 2
+
+
+def test_big_spaces_are_counted_without_enumerating_them(tmp_path):
+    """Seen: a param of 10^6 values validated in 82 s, three of 1000 values never finished."""
+    import time
+
+    huge = write_target(tmp_path / "huge")
+    huge.write_text(huge.read_text().replace("N:\n  - 1000\n  - 2000", "N: " + str(list(range(300_000)))))
+    start = time.monotonic()
+    with pytest.raises(ConfigError, match="N has 300000 values"):
+        load_target(huge)
+    write_target(tmp_path / "t", params={name: list(range(1000)) for name in ("A", "B", "N")},
+                 constraints=["A * B < N"], defaults={"N": 999})
+    config = write_config(tmp_path, ["t/target.yaml"])
+    result = CliRunner().invoke(main, ["validate", str(config)])
+    assert result.exit_code == 0, result.output
+    assert "at most 24000000000 configurations (too many to count with the constraints)" in result.output
+    assert time.monotonic() - start < 60  # a guard against a hang (it was 82 s, or never), not a speed target
+    small = load_target(write_target(tmp_path / "s", params={"N": [1, 2, 3, 4]}, constraints=["N % 2 == 1"]))
+    assert small.space_count() == (24 * 2, True) and small.space_size() == 48
+
+
+def test_a_baseline_of_the_users_build_and_a_header_among_the_sources(tmp_path):
+    """baseline_flags picks the baseline's option of a flag; a header in sources is a source (agents
+    may edit it) that the build does not compile on its own."""
+    folder = tmp_path / "t"
+    write_target(folder, sources=["tiny.c", "tiny.h"], baseline_flags={"opt_level": "-O3"})
+    (folder / "tiny.h").write_text("#define SCALE 2\n")
+    (folder / "tiny.c").write_text('#include "tiny.h"\n' + (folder / "tiny.c").read_text())
+    target = load_target(folder / "target.yaml")
+    assert target.baseline_flags["opt_level"] == "-O3" and target.space.flags["opt_level"][0] == "-O3"
+    assert set(target.space.flags["opt_level"]) == {"-O1", "-O2", "-O3"}
+    assert target.compiled_sources == ["tiny.c"]
+    config = write_config(tmp_path, ["t/target.yaml"])
+    result = CliRunner().invoke(main, ["validate", str(config), "--build"])
+    assert result.exit_code == 0, result.output
+    assert "tiny: the baseline builds (host)" in result.output and "tiny: N: changes the binary" in result.output
+    write_target(tmp_path / "h", sources=["tiny.h"])
+    (tmp_path / "h" / "tiny.h").write_text("")
+    with pytest.raises(ConfigError, match="sources: only headers"):
+        load_target(tmp_path / "h" / "target.yaml")
+
+
+def test_validate_build_warns_about_a_param_the_source_ignores(tmp_path):
+    """A macro defined without #ifndef: the -D is overridden and the search measures one program."""
+    folder = tmp_path / "t"
+    write_target(folder, params={"N": [1000, 2000], "M": [1, 2]})
+    source = (folder / "tiny.c").read_text()
+    (folder / "tiny.c").write_text(source.replace("#ifndef N\n#define N 1000\n#endif", "#undef N\n#define N 1000"))
+    result = CliRunner().invoke(main, ["validate", str(write_config(tmp_path, ["t/target.yaml"])), "--build"])
+    assert result.exit_code == 0, result.output
+    warnings = [line for line in result.output.splitlines() if "warning" in line]
+    assert len(warnings) == 2, result.output
+    assert any("param N does not change the binary" in w and "#ifndef N" in w for w in warnings)
+    assert any("param M does not change the binary" in w for w in warnings)
+
+
+def test_a_relative_scratch_root_is_made_absolute(tmp_path, monkeypatch):
+    """Seen: WARPFLEET_SCRATCH=scratch failed every build (the build runs in its own directory)."""
+    from cluster.config import env
+    from cluster.core.types import Candidate, Phase
+    from cluster.runners.build import compile_candidate
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv(env.SCRATCH, "scratch")
+    root = env.scratch_root()
+    assert root == tmp_path / "scratch" and root.is_absolute()
+    target = load_target(write_target(tmp_path / "t"))
+    candidate = Candidate("tiny", "cc", "cpu", "host", target.bundle.hash, tuple(target.baseline_flags.items()),
+                          tuple(target.baseline_params.items()), Phase.BASELINE)
+    assert compile_candidate(target, candidate, root).status.value == "ok"
+    monkeypatch.setenv(env.SCRATCH, "")
+    assert env.scratch_root() is None

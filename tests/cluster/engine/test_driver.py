@@ -39,7 +39,7 @@ def test_cpu_demo_end_to_end(tmp_path):
     assert len(search) == 8 and search["candidate_key"].is_unique
     baseline = rows[rows["phase"] == "baseline"]
     assert len(baseline) == 1 and baseline["status"].iloc[0] == "ok"
-    assert baseline["flags"].iloc[0] == "" and baseline["speedup"].iloc[0] == pytest.approx(1.0)
+    assert baseline["flags"].iloc[0] == "-O2" and baseline["speedup"].iloc[0] == pytest.approx(1.0)  # the cc space
     assert set(rows["phase"]) == {"baseline", "search", "final"}
     assert (rows["status"] == "ok").all()
     ok = search[search["status"] == "ok"]

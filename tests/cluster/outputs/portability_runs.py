@@ -66,10 +66,11 @@ def cpu_runs(tmp: Path) -> dict:
     run_b = _sweep(tmp, "b")
     export = tmp / "a.json"
     cli("export", str(run_a), "--format", "json", "--output", str(export))
-    cli("evaluate", str(export), str(run_b), "--output-dir", str(tmp / "eval"))
+    evaluated = cli("evaluate", str(export), str(run_b), "--output-dir", str(tmp / "eval"))
     [run_e] = list((tmp / "eval").iterdir())
     here = str(read_results(run_b)["device_type"].iloc[0])
-    return {"a": run_a, "b": run_b, "e": run_e, "other": other, "here": here, "tmp": tmp}
+    return {"a": run_a, "b": run_b, "e": run_e, "other": other, "here": here, "tmp": tmp,
+            "evaluate_output": evaluated}
 
 
 H100 = gpu("NVIDIA H100 80GB HBM3", "9.0", "H100")

@@ -29,7 +29,7 @@ def _one_run_on_three_gpus(tmp_path):
         params, flags = WINNERS[name]
         run = write_run(tmp_path, "multi", SAXPY, device, [
             Row({"BLOCK": 256, "ITEMS": 1}, (2.0, 2.0, 2.0), phase=Phase.BASELINE),
-            Row(params, (1.0, 1.0, 1.0), flags)])
+            Row(params, (1.0, 1.0, 1.0), flags), Row(params, (1.0,) * 5, flags, phase=Phase.FINAL)])
     return run
 
 

@@ -53,8 +53,9 @@ def test_compare_matrix_shares_missing_cells_and_best_worst_case(runs):
     assert matrix["target"] == "stencil_c" and sorted(matrix["devices"]) == sorted([other, here])
     labels = {c["config_id"]: c["label"] for c in matrix["configs"]}
     by_label = {c["label"]: c for c in matrix["configs"]}
-    assert set(by_label) == {f"tuned on {other}", f"tuned on {here}", "baseline"}
-    a_winner, b_winner = by_label[f"tuned on {other}"], by_label[f"tuned on {here}"]
+    tuned_a, tuned_b = f"tuned on {other} in {runs['a'].name}", f"tuned on {here} in {runs['b'].name}"
+    assert set(by_label) == {tuned_a, tuned_b, "baseline"}  # by device type and run
+    a_winner, b_winner = by_label[tuned_a], by_label[tuned_b]
     assert a_winner["arguments"].startswith("-O3 ") and b_winner["arguments"].startswith("-O2 -fno-inline ")
     cells = {(labels[c["config_id"]], c["device"]): c for c in matrix["cells"]}
     # own bests
@@ -87,8 +88,17 @@ def test_compare_markdown_names_what_differs_and_what_is_missing(runs):
     text = cli("compare", str(runs["a"]), str(runs["b"]), str(runs["e"]))
     assert text.startswith("### stencil_c (ms, lower is better)")
     assert "| configuration |" in text and "(own best)" in text and "not measured" in text
-    assert "Best across all device types (best worst case): **tuned on Other CPU (host)**" in text
+    assert f"Best across all device types (best worst case): **tuned on Other CPU (host) in {runs['a'].name}**" in text
     assert "-O3 only in the first" in text and "-O2 -fno-inline only in the second" in text
+
+
+def test_the_compare_hint_of_evaluate_works_when_a_source_is_an_export_file(runs):
+    """Seen: `compare: warpfleet compare a.json RUN_B RUN_E`, which fails on the export file."""
+    [hint] = [line for line in runs["evaluate_output"].splitlines() if line.startswith("compare: ")]
+    args = hint.removeprefix("compare: warpfleet ").split()
+    assert args == ["compare", str(runs["b"]), str(runs["e"])]
+    [matrix] = json.loads(cli(*args, "--format", "json"))
+    assert {c["label"] for c in matrix["configs"]} >= {f"tuned on {runs['other']}"}  # a.json's, via meta.json
 
 
 def test_without_the_evaluation_a_cross_cell_is_not_measured(runs):
@@ -149,11 +159,13 @@ def test_where_no_gpu_of_an_arch_is_at_hand_ptxas_resources_are_compiled_for_it(
     run = write_run(tmp_path, "h100", saxpy, gpu("NVIDIA H100 80GB HBM3", "9.0"), [
         Row({"BLOCK": 256, "ITEMS": 1}, (2.0, 2.0, 2.0), phase=Phase.BASELINE, registers=18),
         Row({"BLOCK": 128, "ITEMS": 4}, (1.0, 1.0, 1.0), {"maxrregcount": "-maxrregcount=32"}, registers=30),
+        Row({"BLOCK": 128, "ITEMS": 4}, (1.0,) * 5, {"maxrregcount": "-maxrregcount=32"}, phase=Phase.FINAL,
+            registers=30),
     ], meta={"config_file": str(REPO / "configs" / "demo.yaml")})
     [matrix] = json.loads(cli("compare", str(run), "--arch", "sm_80", "--format", "json"))
     resources = {(r["config_id"], r["arch"]): r for r in matrix["resources"]}
     labels = {c["label"]: c["config_id"] for c in matrix["configs"]}
-    tuned, baseline = labels["tuned on NVIDIA H100 80GB HBM3 (sm_90)"], labels["baseline"]
+    tuned, baseline = labels["tuned on NVIDIA H100 80GB HBM3 (sm_90) in h100"], labels["baseline"]
     assert resources[(tuned, "sm_90")] | {"registers": 30, "compile_only": False} == resources[(tuned, "sm_90")]
     on_a100 = resources[(tuned, "sm_80")]
     assert on_a100["compile_only"] and not on_a100["error"] and 16 <= on_a100["registers"] <= 32
@@ -171,3 +183,34 @@ def test_resources_read_as_words():
     assert text == "40 regs, 8 B spills, 1024 B smem (compile only)"
     assert resources_text(Resources(None, None, None, True, "compile_error: bad flag")) == "compile_error: bad flag"
     assert resources_text(None) == "-"
+
+
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc (compile only, no GPU)")
+def test_a_variant_winner_is_compiled_for_another_arch_from_the_sources_its_run_stored(tmp_path):
+    """Seen: `compare --arch sm_80` on a run whose winner is an agent's variant said "the sources of
+    saxpy changed since the run": it built the target's own sources, whose hash is not the winner's."""
+    from agents._base import Proposal
+    from agents.patch import variant_target
+    from cluster.config import load_target
+    from cluster.core.types import Phase
+    from cluster.store.variants import AcceptedVariant, save_accepted
+    from tests.cluster.outputs.fake_runs import Row, gpu, write_run
+
+    saxpy = load_target(REPO / "configs" / "targets" / "saxpy" / "target.yaml")
+    source = dict(saxpy.bundle.files)["saxpy.cu"].decode()
+    variant = variant_target(saxpy, Proposal("unroll", "an agent's edit", (("saxpy.cu", "// edited\n" + source),)))
+    device, meta = gpu("NVIDIA H100 80GB HBM3", "9.0"), {"config_file": str(REPO / "configs" / "demo.yaml")}
+    run = write_run(tmp_path, "h100", saxpy, device, [Row({"BLOCK": 256, "ITEMS": 1}, (2.0,) * 3,
+                                                          phase=Phase.BASELINE)], meta=meta)
+    write_run(tmp_path, "h100", variant, device, [Row({"BLOCK": 128, "ITEMS": 4}, (1.0,) * 3),
+                                                  Row({"BLOCK": 128, "ITEMS": 4}, (1.0,) * 5, phase=Phase.FINAL)])
+    save_accepted(run, f"saxpy@{device.device_type}", AcceptedVariant(variant, "unroll at saxpy", {}, True))
+    [matrix] = json.loads(cli("compare", str(run), "--arch", "sm_80", "--format", "json"))
+    [winner] = [c for c in matrix["configs"] if c["tuned_on"]]
+    resources = {(r["config_id"], r["arch"]): r for r in matrix["resources"]}
+    on_a100 = resources[(winner["config_id"], "sm_80")]
+    assert on_a100["compile_only"] and on_a100["error"] == "" and on_a100["registers"] > 0, on_a100
+    (run / "variant_sources").rename(tmp_path / "elsewhere")  # without the stored sources: said so
+    [matrix] = json.loads(cli("compare", str(run), "--arch", "sm_80", "--format", "json"))
+    error = {(r["config_id"], r["arch"]): r for r in matrix["resources"]}[(winner["config_id"], "sm_80")]["error"]
+    assert "no run given stored variant" in error

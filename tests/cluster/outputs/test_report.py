@@ -41,7 +41,7 @@ def test_html_is_self_contained_and_markdown_links_its_pngs(tmp_path, portabilit
     assert all(base64.b64decode(s.split(",", 1)[1]).startswith(PNG) for s in sources)
     assert "href=" not in page and "<link" not in page  # nothing fetched from elsewhere
     assert "No energy measured" in markdown  # CPU workers: no NVML
-    assert "<strong>tuned on Other CPU (host)</strong>" in page  # the best worst case, in bold
+    assert f"<strong>tuned on Other CPU (host) in {runs['a'].name}</strong>" in page  # the best worst case, in bold
     assert "not measured" in markdown and "(own best)" in markdown
     assert f"optuna-dashboard {(runs['a'] / 'optuna.journal').resolve()}" in markdown
 
@@ -52,7 +52,7 @@ def test_gpu_runs_get_energy_portability_and_importance_notes(tmp_path, portabil
     images = set(_images_of(markdown))
     assert images == {"speedup.png", "portability_matmul.png", "portability_saxpy.png",
                       "portability_transpose.png", "best_so_far.png", "time_energy.png"}
-    assert "| tuned on NVIDIA H200 (sm_90) | 80.0% (via baselines) | **100.0%** (own best) |" in markdown
+    assert "| tuned on NVIDIA H200 (sm_90) in suite-h200 | 80.0% (via baselines) | **100.0%** (own best) |" in markdown
     assert "No study with enough trials." in markdown  # written without Optuna journals
     assert page.count("<img ") == len(images)
 

@@ -52,8 +52,8 @@ def test_baseline_kept_when_nothing_beats_it_and_failures_ignored():
 
 
 def test_maximize_goal_and_no_correct_candidate():
-    rows = pd.DataFrame([_row("a", "search", [10.0], *BASE), _row("b", "search", [20.0], {"fast_math": "x"},
-                                                                  {"BLOCK": 64})])
+    rows = pd.DataFrame([_row("a", "final", [10.0], *BASE), _row("b", "final", [20.0], {"fast_math": "x"},
+                                                                 {"BLOCK": 64})])
     rows["goal"] = "maximize"
     assert select_best(rows)[0].candidate_key == "b"
     failed = pd.DataFrame([_row("a", "search", [], *BASE, status="crashed")])
@@ -71,6 +71,8 @@ def test_energy_objective_and_pareto_front():
     ])
     rows["energy_j"] = [0.30, 0.20, 0.10, 0.25]
     front = pareto_front(rows)
+    finals = rows.iloc[1:3].assign(phase="final")  # the engine re-runs the best on fresh seeds
+    rows = pd.concat([rows, finals], ignore_index=True)
     assert list(front["candidate_key"]) == ["fast", "frugal"]
     rows["objective"] = "energy"
     [best] = select_best(rows)
@@ -94,3 +96,39 @@ def test_differences_under_one_percent_are_not_trusted():
     from cluster.outputs.select import select_study
 
     assert select_study(rows, min_difference=0.0).candidate_key == "flags"
+
+
+def test_only_a_candidate_reverified_on_fresh_seeds_is_selected():
+    """Search rows ran on seed 0 only: a candidate 2x faster there is not selected until a row of
+    phase final (or evaluate) says it passed on other seeds; failing one keeps it out."""
+    from cluster.outputs.select import NOT_REVERIFIED
+
+    search = [_row("base", "baseline", [2.0] * 5, *BASE),
+              _row("fast", "search", [1.0] * 5, {"fast_math": "x"}, {"BLOCK": 64})]
+    [best] = select_best(pd.DataFrame(search))
+    assert best.candidate_key == "base" and best.reason == NOT_REVERIFIED and best.speedup == 1.0
+    final = _row("fast", "final", [1.0] * 5, {"fast_math": "x"}, {"BLOCK": 64})
+    assert select_best(pd.DataFrame([*search, final]))[0].candidate_key == "fast"
+    evaluated = {**final, "phase": "evaluate"}
+    assert select_best(pd.DataFrame([*search, evaluated]))[0].candidate_key == "fast"
+    failed = {**final, "status": "verify_failed", "samples": []}
+    [best] = select_best(pd.DataFrame([*search, final, failed]))
+    assert best.candidate_key == "base" and best.reason == NOT_REVERIFIED
+
+
+def test_a_metric_of_zero_or_below_is_never_selected():
+    rows = pd.DataFrame([_row("base", "baseline", [2.0] * 5, *BASE),
+                         _row("zero", "final", [0.0] * 5, {"fast_math": "x"}, {"BLOCK": 64}),
+                         _row("negative", "final", [-1.5] * 5, {"fast_math": ""}, {"BLOCK": 32})])
+    [best] = select_best(rows)
+    assert best.candidate_key == "base" and best.speedup == 1.0
+
+
+def test_a_noisy_winner_is_marked():
+    rows = pd.DataFrame([_row("base", "baseline", [2.0] * 5, *BASE),
+                         _row("fast", "final", [1.0, 1.4, 0.6, 1.0, 1.0], {"fast_math": "x"}, {"BLOCK": 64})])
+    rows["noisy"] = [False, True]
+    [best] = select_best(rows)
+    assert best.candidate_key == "fast" and best.noisy
+    rows["noisy"] = [True, None]
+    assert not select_best(rows)[0].noisy  # the baseline's noise is not the winner's

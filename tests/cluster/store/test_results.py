@@ -285,3 +285,74 @@ def test_read_results_without_parts_is_empty_with_columns(tmp_path, targets):
     assert list(read_results(tmp_path, schema).columns) == schema.names
     empty = read_results(tmp_path)
     assert len(empty) == 0 and {"candidate_key", "status", "median"} <= set(empty.columns)
+
+
+# -- damaged part files: one line naming the file; warpfleet check moves them aside ------------------
+def _damage(part: Path, how: str) -> None:
+    data = part.read_bytes()
+    part.write_bytes({"truncated": data[: len(data) // 2], "zeroed": bytes(len(data)), "empty": b"",
+                      "zeroed pages": data[:4] + bytes(len(data) // 2 - 4) + data[len(data) // 2:]}[how])
+
+
+def _fake_run(tmp_path: Path) -> tuple[Path, Path]:
+    """A run of two part files (the baseline's, then the rest); returns it and its second part."""
+    from cluster.config import load_target
+    from tests.cluster.outputs.fake_runs import Row, gpu, write_run
+    from tests.conftest import REPO
+
+    saxpy = load_target(REPO / "configs" / "targets" / "saxpy" / "target.yaml")
+    device = gpu("NVIDIA H100 80GB HBM3", "9.0")
+    run = write_run(tmp_path, "run", saxpy, device, [Row({"BLOCK": 256, "ITEMS": 1}, (2.0,) * 3, phase=Phase.BASELINE)])
+    write_run(tmp_path, "run", saxpy, device, [Row({"BLOCK": 128, "ITEMS": 4}, (1.0,) * 3),
+                                               Row({"BLOCK": 128, "ITEMS": 4}, (1.0,) * 5, phase=Phase.FINAL)])
+    return run, sorted((run / "results").glob("part-*.parquet"))[1]
+
+
+@pytest.mark.parametrize("how", ["truncated", "zeroed", "empty", "zeroed pages"])
+def test_a_damaged_part_is_named_in_one_line_by_show_and_export_and_check_moves_it(tmp_path, how):
+    from click.testing import CliRunner
+
+    from cluster.cli import main
+
+    run, part = _fake_run(tmp_path)
+    _damage(part, how)
+    for command in (["show", str(run)], ["export", str(run)], ["check", str(run), "--dry-run"]):
+        result = CliRunner().invoke(main, command)
+        assert result.exit_code in (1, 2) and "Traceback" not in result.output, result.output
+        assert str(part) in result.output and len(result.output.strip().splitlines()) <= 2, result.output
+    checked = CliRunner().invoke(main, ["check", str(run)])
+    assert checked.exit_code == 0 and f"moved to {run / 'quarantine' / 'results' / part.name}" in checked.output
+    assert (run / "quarantine" / "results" / part.name).is_file() and not part.exists()
+    rows = read_results(run)
+    assert list(rows["phase"]) == ["baseline"]  # the rest runs again on resume
+    again = CliRunner().invoke(main, ["check", str(run)])
+    assert again.exit_code == 0 and "every part file reads whole" in again.output
+    assert pd.read_parquet(run / "results").shape[0] == 1
+
+
+def test_the_writer_waits_out_a_machine_that_cannot_start_threads(tmp_path, targets, monkeypatch):
+    """Seen under a fork bomb: pyarrow's "Failed to launch worker thread" in the driver. The flush
+    waits and tries again; no row is lost; another error still propagates with the rows kept."""
+    saxpy, _ = targets
+    real = results_module.pq.write_table
+    failures = [pa.ArrowException("Failed to launch worker thread: Resource temporarily unavailable"),
+                RuntimeError("can't start new thread")]
+
+    def flaky(*args, **kwargs):
+        if failures:
+            raise failures.pop(0)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(results_module.pq, "write_table", flaky)
+    monkeypatch.setattr(results_module.time, "sleep", lambda s: None)
+    with ResultWriter(tmp_path, results_schema([saxpy])) as writer:
+        writer.append(_row(saxpy, {"BLOCK": 64, "MODE": "fast"}))
+        assert writer.flush() is not None and not failures
+    assert len(read_results(tmp_path)) == 1
+    monkeypatch.setattr(results_module.pq, "write_table", lambda *a, **k: (_ for _ in ()).throw(
+        OSError(28, "No space left on device")))
+    writer = ResultWriter(tmp_path, results_schema([saxpy]))
+    writer.append(_row(saxpy, {"BLOCK": 128, "MODE": "fast"}))
+    with pytest.raises(OSError, match="No space"):
+        writer.flush()
+    assert writer.pending == 1 and not list(tmp_path.glob("results/.*"))

@@ -292,3 +292,11 @@ def test_a_register_cap_shows_as_spills(reports: dict[str, tuple[KernelResources
     assert free.spill_stores == 0 and free.spill_loads == 0
     assert capped.spill_stores > 0 and capped.spill_loads > 0
     assert capped.registers < free.registers
+
+
+def test_the_default_build_optimizes_host_code_too() -> None:
+    """nvcc hands its -O to the host compiler, which defaults to -O0; ptxas optimizes device code
+    at -O3 by default, and the space's `-Xptxas -O` flags after it still decide for the device."""
+    argv = expand(Nvcc.default_build, {"flags": ["-Xptxas", "-O1"], "defines": [], "arch": "sm_90",
+                                       "binary": "b", "sources": ["k.cu"]})
+    assert argv[:4] == ["nvcc", "-O3", "-Xptxas", "-O1"]

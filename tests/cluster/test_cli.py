@@ -1,0 +1,223 @@
+"""The ``warpfleet`` command line as issue 17 found it: tiny C sweeps, and runs written from given
+measurements (tests/cluster/outputs/fake_runs.py) for what a CPU cannot make."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+from click.testing import CliRunner
+
+from cluster.cli import main
+from cluster.config import load_target
+from cluster.core.types import Phase, Status
+from cluster.store.results import read_results
+from cluster.store.rundir import RunDir
+from tests.cluster.outputs.fake_runs import Row, gpu, write_run
+from tests.conftest import REPO, write_config, write_target
+
+SAXPY = load_target(REPO / "configs" / "targets" / "saxpy" / "target.yaml")
+H100 = gpu("NVIDIA H100 80GB HBM3", "9.0", "H100")
+BASE = {"BLOCK": 256, "ITEMS": 1}
+TUNED = {"BLOCK": 128, "ITEMS": 4}
+
+# MODE 0 is the baseline; MODE 1 prints a negative time, MODE 2 a time of 0.
+SIGNED_C = r"""
+#include <stdio.h>
+#ifndef MODE
+#define MODE 0
+#endif
+int main(int argc, char **argv) {
+    FILE *f = fopen("out.bin", "wb");
+    float v[2] = {1.0f, 2.0f};
+    fwrite(v, sizeof v, 1, f);
+    fclose(f);
+    if (argc > 1) return 3;  /* a baseline that fails */
+    for (int i = 0; i < 3; i++)
+        printf("@warpfleet time_ms=%s\n", MODE == 1 ? "-1.5" : MODE == 2 ? "0" : "2.5");
+    return 0;
+}
+"""
+
+
+def _signed_target(folder: Path, **fields) -> Path:
+    path = write_target(folder, params={"MODE": [0, 1, 2]}, space="space.yaml", **fields)
+    (folder / "space.yaml").write_text("name: one\ntoolchain: cc\nflags: {opt_level: ['-O1']}\n")
+    (folder / "tiny.c").write_text(SIGNED_C)
+    return path
+
+
+def _invoke(*args: str):
+    return CliRunner().invoke(main, list(args))
+
+
+def _run_of(out: Path) -> Path:
+    [run] = [p for p in out.iterdir() if p.is_dir()]
+    return run
+
+
+@pytest.mark.usefixtures("ray_local")
+def test_a_time_of_zero_or_below_is_never_selected_and_the_sweep_ends_with_the_next_commands(tmp_path):
+    _signed_target(tmp_path / "t")
+    config = write_config(tmp_path, ["t/target.yaml"], search={"sampler": "grid", "trials": 3},
+                          measure={"final_top_k": 2, "final_runs": 2})
+    result = _invoke("sweep", str(config), "--no-progress")
+    assert result.exit_code == 0, result.output
+    run = _run_of(tmp_path / "runs")
+    rows = read_results(run)
+    by_mode = rows[rows["phase"] == "search"].set_index("p_MODE")["status"].to_dict()
+    assert by_mode == {1: Status.METRIC_INVALID.value, 2: Status.METRIC_INVALID.value}
+    shown = _invoke("show", str(run))
+    assert shown.exit_code == 0 and "1.00x" in shown.output and "-DMODE=0" in shown.output
+    assert "-1.5" not in shown.output and "nan" not in shown.output.lower()
+    [record] = json.loads(_invoke("export", str(run), "--format", "json").stdout)
+    assert record["params"] == {"MODE": 0} and record["speedup"] == 1.0
+    tail = result.output[result.output.index("next:"):].splitlines()
+    assert tail == ["next:", f"  warpfleet show {run}",
+                    f"  warpfleet export {run} --format flags   # or json, yaml, header, cmake, t4; "
+                    "bundle --output DIR for all of them"]
+
+
+@pytest.mark.usefixtures("ray_local")
+def test_a_study_without_a_valid_baseline_fails_the_sweep_and_is_named(tmp_path):
+    _signed_target(tmp_path / "t", run=["{binary}", "fail"])
+    config = write_config(tmp_path, ["t/target.yaml"], search={"trials": 2})
+    result = _invoke("sweep", str(config), "--no-progress")
+    assert result.exit_code == 1, result.output
+    [line] = [line for line in result.output.splitlines() if line.startswith("error:")]
+    assert line.startswith("error: no valid baseline for tiny@") and "crashed" in line and "exit status 3" in line
+
+
+@pytest.mark.usefixtures("ray_local")
+def test_a_resume_keeps_the_budget_given_on_the_first_command_line(tmp_path):
+    write_target(tmp_path / "t")
+    config = write_config(tmp_path, ["t/target.yaml"], search={"trials": 4, "sampler": "random"},
+                          measure={"final_top_k": 1, "final_runs": 1})
+    assert _invoke("sweep", str(config), "--trials", "2", "--no-progress").exit_code == 0
+    run = _run_of(tmp_path / "runs")
+    assert RunDir.open(run).read_meta()["command_line"] == {"trials": 2}
+    resumed = _invoke("sweep", str(config), "--resume", str(run), "--no-progress")
+    assert resumed.exit_code == 0, resumed.output
+    rows = read_results(run)
+    assert (rows["phase"] == "search").sum() == 2  # not the config's 4
+    assert _invoke("sweep", str(config), "--resume", str(run), "--trials", "3", "--no-progress").exit_code == 0
+    assert (read_results(run)["phase"] == "search").sum() == 3
+    assert RunDir.open(run).read_meta()["command_line"] == {"trials": 3}
+
+
+@pytest.mark.usefixtures("ray_local")
+def test_ctrl_c_says_how_to_resume(tmp_path, monkeypatch):
+    from cluster.engine import driver
+
+    def interrupted(self, *args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(driver.Sweep, "run", interrupted)
+    write_target(tmp_path / "t")
+    config = write_config(tmp_path, ["t/target.yaml"])
+    result = _invoke("sweep", str(config), "--no-progress")
+    run = _run_of(tmp_path / "runs")
+    assert result.exit_code == 130
+    assert result.output.strip().splitlines()[-1] == f"aborted; resume with: warpfleet sweep {config} --resume {run}"
+
+
+def _cli_subprocess(args: list[str], tmp_path: Path) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
+    env |= {"PYTHONPATH": str(REPO), "RAY_TMPDIR": str(tmp_path / "ray")}  # no "current cluster" of others'
+    return subprocess.run([sys.executable, "-m", "cluster.cli", *args], cwd=REPO, env=env, capture_output=True,
+                          text=True, timeout=120)
+
+
+def _other_ray_on_this_machine() -> bool:
+    from ray._private.services import find_gcs_addresses
+
+    return bool(find_gcs_addresses())
+
+
+@pytest.mark.parametrize("address", ["auto", "127.0.0.1:9"])
+def test_an_address_with_no_cluster_is_one_line_and_writes_nothing(tmp_path, address):
+    if address == "auto" and _other_ray_on_this_machine():
+        pytest.skip("`auto` joins any Ray instance on this machine, and one is running")
+    write_target(tmp_path / "t")
+    config = write_config(tmp_path, ["t/target.yaml"])
+    done = _cli_subprocess(["sweep", str(config), "--address", address, "--no-progress"], tmp_path)
+    lines = done.stderr.strip().splitlines()
+    assert done.returncode == 2 and len(lines) == 1 and "Traceback" not in done.stderr, done.stderr
+    assert lines[0].startswith(f"error: {config}: --address: cannot join a Ray cluster at {address}")
+    assert not (tmp_path / "runs").exists()
+
+
+def test_trials_past_the_cap_are_refused_on_the_command_line(tmp_path):
+    write_target(tmp_path / "t")
+    config = write_config(tmp_path, ["t/target.yaml"])
+    result = _invoke("sweep", str(config), "--trials", "1000000000")
+    assert result.exit_code == 2 and "1000000000 is not in the range 1<=x<=10000000" in result.output
+    assert not (tmp_path / "runs").exists()
+
+
+# -- runs written from given measurements ----------------------------------------------------------
+def _gpu_run(tmp_path: Path, final: tuple[float, ...] = (1.0,) * 5, baseline_status: Status = Status.OK) -> Path:
+    base_samples = (2.0,) * 3 if baseline_status is Status.OK else ()
+    return write_run(tmp_path, "run", SAXPY, H100, [
+        Row(BASE, base_samples, phase=Phase.BASELINE, status=baseline_status),
+        Row(TUNED, (1.0,) * 3, {"opt_level": "-Xptxas -O2"}),
+        Row(TUNED, final, {"opt_level": "-Xptxas -O2"}, phase=Phase.FINAL)])
+
+
+def test_a_noisy_winner_is_marked_with_what_to_do_in_show_export_and_compare(tmp_path):
+    run = _gpu_run(tmp_path, final=(1.0, 1.4, 0.6, 1.0, 1.2))
+    shown = _invoke("show", str(run))
+    assert shown.exit_code == 0 and " *" in shown.output, shown.output
+    footnote = [line for line in shown.output.splitlines() if line.startswith("* noisy:")]
+    assert footnote and "measure.final_runs" in footnote[0] and "clocks" in footnote[0]
+    flags = _invoke("export", str(run), "--format", "flags")
+    assert flags.exit_code == 0 and "# noisy: " in flags.output and "measure.final_runs" in flags.output
+    [record] = json.loads(_invoke("export", str(run), "--format", "json").stdout)
+    assert record["noisy"] is True and "measure.final_runs" in record["noisy_advice"]
+    assert yaml.safe_load(_invoke("export", str(run), "--format", "yaml").stdout)[0]["noisy"] is True
+    assert " * noisy: " in _invoke("export", str(run), "--format", "header").output
+    assert "# noisy: " in _invoke("export", str(run), "--format", "cmake").output
+    compared = _invoke("compare", str(run), "--no-compile")
+    assert f"| tuned on {H100.device_type} in run * |" in compared.output
+    assert "* noisy: " in compared.output
+    [matrix] = json.loads(_invoke("compare", str(run), "--no-compile", "--format", "json").stdout)
+    assert [c["noisy"] for c in matrix["configs"]] == [True, False]
+    quiet = _gpu_run(tmp_path / "quiet")
+    assert "noisy" not in _invoke("show", str(quiet)).stdout
+    assert "noisy" not in _invoke("export", str(quiet), "--format", "flags").output
+
+
+def test_show_prints_no_speedup_where_there_is_none(tmp_path):
+    run = _gpu_run(tmp_path, baseline_status=Status.CRASHED)
+    shown = _invoke("show", str(run))
+    assert shown.exit_code == 0, shown.output
+    row = next(line for line in shown.output.splitlines() if "saxpy" in line)
+    assert "nan" not in row.lower() and " - " in row
+
+
+def test_a_patch_of_winners_that_change_no_source_says_so(tmp_path):
+    run = _gpu_run(tmp_path)
+    out = tmp_path / "winner.patch"
+    result = CliRunner().invoke(main, ["export", str(run), "--format", "patch", "--output", str(out)])
+    assert result.exit_code == 0 and "no source change" in result.output, result.output
+    assert not out.exists()
+    printed = CliRunner().invoke(main, ["export", str(run), "--format", "patch"])
+    assert printed.exit_code == 0 and printed.output.strip().splitlines() == [
+        f"{run}: no source change: the winners build the targets' own sources; their flags and defines are "
+        "what to export (--format flags, header, cmake)"]
+
+
+def test_two_runs_on_one_device_type_are_labelled_by_run(tmp_path):
+    """Seen with two CPU sweeps: "tuned on AMD EPYC (host)" twice in one matrix."""
+    first = _gpu_run(tmp_path / "a")
+    second = write_run(tmp_path / "b", "other", SAXPY, H100, [
+        Row(BASE, (2.0,) * 3, phase=Phase.BASELINE),
+        Row({"BLOCK": 512, "ITEMS": 2}, (1.1,) * 5, phase=Phase.FINAL)])
+    [matrix] = json.loads(_invoke("compare", str(first), str(second), "--format", "json", "--no-compile").stdout)
+    labels = [c["label"] for c in matrix["configs"] if not c["baseline"]]
+    assert labels == [f"tuned on {H100.device_type} in run", f"tuned on {H100.device_type} in other"]

@@ -22,17 +22,24 @@ _FUNCTIONS: dict[str, Callable[..., Any]] = {"min": min, "max": max, "abs": abs}
 
 def compile_constraint(expr: str, params: Mapping[str, Any]) -> Callable[[Mapping[str, Any]], bool]:
     """A predicate over param values; raises ValueError for bad syntax or unknown names."""
-    return _compile(expr, tuple(sorted(params)))
+    value = _compile(expr, tuple(sorted(params)))
+    return lambda values: bool(value(values))
+
+
+def compile_expression(expr: str, names: Mapping[str, Any] | tuple[str, ...]) -> Callable[[Mapping[str, Any]], Any]:
+    """The value of an expression over ``names`` (a kernel's launch geometry: ``TILE // WPT``), from
+    the same whitelist as constraints; raises ValueError for bad syntax or unknown names."""
+    return _compile(expr, tuple(sorted(names)))
 
 
 @lru_cache(maxsize=1024)
-def _compile(expr: str, names: tuple[str, ...]) -> Callable[[Mapping[str, Any]], bool]:
+def _compile(expr: str, names: tuple[str, ...]) -> Callable[[Mapping[str, Any]], Any]:
     try:
         tree = ast.parse(expr, mode="eval")
     except SyntaxError as exc:
         raise ValueError(f"not a valid expression: {exc.msg}") from None
     _check(tree.body, set(names))
-    return lambda values: bool(_eval(tree.body, values))
+    return lambda values: _eval(tree.body, values)
 
 
 def _check(node: ast.AST, names: set[str]) -> None:

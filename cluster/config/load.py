@@ -11,6 +11,7 @@ from typing import Any
 import yaml
 from pydantic import ValidationError
 
+from cluster.config.kernel import kernel_target_problem
 from cluster.config.run import RunConfig, RunPlan
 from cluster.config.target import BUILD_PLACEHOLDERS, RUN_PLACEHOLDERS, Target, TargetSpec, _Model
 from cluster.core.errors import ConfigError
@@ -90,6 +91,9 @@ def load_target(path: str | Path) -> Target:
     target = Target(spec, str(path), SourceBundle(tuple(files)), space)
     if spec.constraints and not target.satisfies(target.baseline_params):
         raise ConfigError(path, "defaults", "the baseline's params violate the constraints")
+    if spec.kernel is not None and (problem := kernel_target_problem(spec.kernel, spec.params, spec.files,
+                                                                     target.baseline_params)):
+        raise ConfigError(path, *problem)
     return target
 
 

@@ -13,8 +13,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from cluster.config.kernel import KernelSpec
 from cluster.core.limits import Limits
 from cluster.core.types import Scalar, SourceBundle
 from search_spaces import FlagSpace, compile_constraint
@@ -52,6 +53,8 @@ class OutputSpec(_Model):
     path: str
     format: Literal["binary", "text"] | None = None  # default: text for .txt/.csv/.dat, else binary
     dtype: str = "float32"
+    rtol: float | None = Field(None, ge=0)  # this output's tolerances; default: verify's
+    atol: float | None = Field(None, ge=0)
 
     @field_validator("dtype")
     @classmethod
@@ -115,7 +118,7 @@ class TargetSpec(_Model):
     sources: list[str] = Field(min_length=1)
     files: list[str] = []  # other files the run needs (inputs), shipped with the sources
     build: list[str] | None = Field(None, min_length=1)
-    run: list[str] = Field(min_length=1)
+    run: list[str] = Field(None, min_length=1)  # required for a program; a kernel's is the kernel runner's
     metric: MetricSpec = MetricSpec()
     verify: VerifySpec = VerifySpec()
     timeouts: Timeouts = Timeouts()
@@ -123,6 +126,9 @@ class TargetSpec(_Model):
     params: dict[str, list[Scalar]] = {}
     defaults: dict[str, Scalar] = {}  # the baseline's params; default: each param's first value
     constraints: list[str] = []
+    # A program (the default), or one kernel measured in-process by the kernel runner (cluster/config/kernel.py).
+    kind: Literal["program", "kernel"] = "program"
+    kernel: KernelSpec | None = None
 
     @field_validator("params")
     @classmethod
@@ -135,6 +141,32 @@ class TargetSpec(_Model):
             if len(set(map(repr, values))) != len(values):
                 raise ValueError(f"{name} lists a value twice")
         return value
+
+    @model_validator(mode="after")
+    def _kind(self) -> TargetSpec:
+        if self.kind == "program":
+            if self.kernel is not None:
+                raise ValueError("kernel: only a target of kind: kernel has one")
+            if self.run is None:
+                raise ValueError("run: a program target needs a run command")
+            return self
+        if self.kernel is None:
+            raise ValueError("kernel: a target of kind: kernel needs its kernel section")
+        for field in ("build", "run"):
+            if getattr(self, field) is not None:
+                raise ValueError(f"{field}: a kernel target has none (the kernel runner compiles and launches it)")
+        if self.toolchain != "nvcc":
+            raise ValueError(f"toolchain: a kernel target is CUDA (nvcc), not {self.toolchain}")
+        if self.verify.outputs or self.verify.sanitize_run or self.verify.stdout_regex:
+            raise ValueError("verify: a kernel target's outputs are its arguments marked output: true "
+                             "(only rtol, atol and test here)")
+        # Derived fields of a frozen model, set once here: the kernel runner's process form takes a
+        # seed (fresh inputs per run), and each output argument is compared as a file.
+        outputs = [OutputSpec(path=a.output_file, dtype="float64" if a.compare == "sum" else a.dtype,
+                              rtol=a.rtol, atol=a.atol) for a in self.kernel.outputs]
+        object.__setattr__(self, "run", ["{binary}", "--seed", "{seed}"])
+        object.__setattr__(self, "verify", self.verify.model_copy(update={"outputs": outputs}))
+        return self
 
 
 # Placeholders every command may use; params are usable by name as well.

@@ -111,6 +111,9 @@ class LimitsSpec(_Model):
         return Limits(memory_mb=self.memory_mb, file_mb=self.file_mb, disk_mb=self.disk_mb)
 
 
+KERNEL_RUN = ["{binary}", "--seed", "{seed}"]  # a kernel target's run: the kernel runner's, on the run's seed
+
+
 class TargetSpec(_Model):
     name: str = Field(pattern=r"^[A-Za-z0-9_.-]+$")
     toolchain: str = "nvcc"
@@ -152,19 +155,20 @@ class TargetSpec(_Model):
             return self
         if self.kernel is None:
             raise ValueError("kernel: a target of kind: kernel needs its kernel section")
-        for field in ("build", "run"):
-            if getattr(self, field) is not None:
-                raise ValueError(f"{field}: a kernel target has none (the kernel runner compiles and launches it)")
-        if self.toolchain != "nvcc":
-            raise ValueError(f"toolchain: a kernel target is CUDA (nvcc), not {self.toolchain}")
-        if self.verify.outputs or self.verify.sanitize_run or self.verify.stdout_regex:
-            raise ValueError("verify: a kernel target's outputs are its arguments marked output: true "
-                             "(only rtol, atol and test here)")
-        # Derived fields of a frozen model, set once here: the kernel runner's process form takes a
-        # seed (fresh inputs per run), and each output argument is compared as a file.
+        # Derived fields of a frozen model, set once here (and accepted as they are, so that a spec
+        # dumped and read again is the same): the kernel runner's process form takes a seed (fresh
+        # inputs per run), and each output argument is compared as a file.
         outputs = [OutputSpec(path=a.output_file, dtype="float64" if a.compare == "sum" else a.dtype,
                               rtol=a.rtol, atol=a.atol) for a in self.kernel.outputs]
-        object.__setattr__(self, "run", ["{binary}", "--seed", "{seed}"])
+        if self.build is not None or self.run not in (None, KERNEL_RUN):
+            field = "build" if self.build is not None else "run"
+            raise ValueError(f"{field}: a kernel target has none (the kernel runner compiles and launches it)")
+        if self.toolchain != "nvcc":
+            raise ValueError(f"toolchain: a kernel target is CUDA (nvcc), not {self.toolchain}")
+        if self.verify.outputs not in ([], outputs) or self.verify.sanitize_run or self.verify.stdout_regex:
+            raise ValueError("verify: a kernel target's outputs are its arguments marked output: true "
+                             "(only rtol, atol and test here)")
+        object.__setattr__(self, "run", list(KERNEL_RUN))
         object.__setattr__(self, "verify", self.verify.model_copy(update={"outputs": outputs}))
         return self
 

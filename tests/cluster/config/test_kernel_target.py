@@ -65,7 +65,7 @@ BAD = [
     ({"build": ["nvcc", "{sources}"]}, "", "build: a kernel target has none"),
     ({"kind": "program", "run": ["{binary}"]}, "", "kernel: only a target of kind: kernel has one"),
     ({"toolchain": "cc"}, "", "toolchain: a kernel target is CUDA"),
-    ({"verify": {"outputs": ["c.bin"]}}, "", "verify: a kernel target's outputs are its arguments"),
+    ({"verify": {"outputs": ["out.bin"]}}, "", "verify: a kernel target's outputs are its arguments"),
     ({"kernel": vadd_kernel(grid=["n"])}, "kernel", "give either problem_size"),
     ({"kernel": vadd_kernel(block=["TILEX"])}, "kernel.block[0]", "unknown name 'TILEX'"),
     ({"kernel": vadd_kernel(grid_div_x=["block_size_x +"])}, "kernel.grid_div_x[0]", "not a valid expression"),

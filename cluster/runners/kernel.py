@@ -104,7 +104,7 @@ class _Device:
         self.flush_data = _check(cu.cuMemAlloc(flush_bytes), "cuMemAlloc")
         self.flush_sink = _check(cu.cuMemAlloc(4), "cuMemAlloc")
         _check(cu.cuMemsetD8(self.flush_data, 0, flush_bytes), "cuMemsetD8")
-        self.flush_module = _check(cu.cuModuleLoadData(FLUSH_PTX), "cuModuleLoadData(flush)")
+        self.flush_module = _check(cu.cuModuleLoadData(FLUSH_PTX + b"\0"), "cuModuleLoadData(flush)")  # PTX: a C string
         self.flush_function = _check(cu.cuModuleGetFunction(self.flush_module, b"wf_l2_flush"), "cuModuleGetFunction")
         self.flush_args = np.array([int(self.flush_data), flush_bytes // 16, int(self.flush_sink)], dtype=np.uint64)
         self.flush_params = _params(self.flush_args[i:i + 1] for i in range(3))

@@ -4,6 +4,8 @@ process of their own (ncu, compute-sanitizer, variables), and what its request s
 from __future__ import annotations
 
 import json
+import shutil
+import subprocess
 import sys
 
 import pytest
@@ -55,3 +57,15 @@ def test_a_run_with_other_variables_is_a_process(target, tmp_path):
     with runner.stage(target, target.baseline_params, "sm_90", b"not a kernel") as staged:
         result = staged.run(Invocation(seed=0, env={"SOME_TOOL": "1"}))
     assert not result.ok and "not a warpfleet kernel binary" in result.stderr and runner.host.proc is None
+
+
+@pytest.mark.nvcc
+@pytest.mark.skipif(shutil.which("ptxas") is None, reason="ptxas not on PATH")
+def test_the_l2_flush_ptx_assembles_for_sm90(tmp_path):
+    from cluster.runners.kernel import FLUSH_PTX
+
+    (tmp_path / "flush.ptx").write_bytes(FLUSH_PTX)
+    done = subprocess.run(["ptxas", "-arch=sm_90", "-v", str(tmp_path / "flush.ptx"), "-o", str(tmp_path / "f.cubin")],
+                          capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert "Compiling entry function 'wf_l2_flush'" in done.stdout + done.stderr

@@ -57,7 +57,7 @@ def ray_local() -> Iterator[None]:
     import ray
 
     if not ray.is_initialized():
-        ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False)
+        ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False)
     yield
 
 
@@ -87,7 +87,7 @@ def portability_cpu_runs(tmp_path_factory):
     from tests.cluster.outputs.portability_runs import cpu_runs
 
     if not ray.is_initialized():
-        ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False)
+        ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False)
     return cpu_runs(tmp_path_factory.mktemp("portability_cpu"))
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import traceback
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 from agents._base import AnalysisContext, Proposal
@@ -70,25 +71,29 @@ def _failure(step: str, exc: BaseException) -> str:
 
 
 def run_workflow(context: AnalysisContext, steps: Sequence[Steps], verifier: Verifier,
-                 retries: int = 1) -> list[Outcome]:
+                 retries: int = 1, parallel: int = 1) -> list[Outcome]:
     """Every finding of every analyst, with the fate of each proposal made for it.
 
     A transformer that ``takes_feedback`` gets up to ``retries`` more tries per plan, each with
-    the last verification failure; identical proposals are verified once.
+    the last verification failure; identical proposals are verified once. ``parallel``: how many
+    analysts' workflows run at once (threads), so that their verifications overlap; the outcomes
+    keep the order of ``steps``.
     """
-    outcomes: list[Outcome] = []
     verified: dict[str, Verification] = {}
-    for step in steps:
+
+    def one(step: Steps) -> list[Outcome]:
         try:
             findings = step.analyst.analyse(context)
         except Exception as exc:  # an agent's failure is a value
             level = getattr(step.analyst, "level", Level.KERNEL)
             missing = Finding(step.analyst.name, level, "", False, reason="analysis failed")
-            outcomes.append(Outcome(missing, step.analyst.name, error=_failure("analyse", exc)))
-            continue
-        for finding in findings:
-            outcomes += _pursue(context, step, finding, verifier, retries, verified)
-    return outcomes
+            return [Outcome(missing, step.analyst.name, error=_failure("analyse", exc))]
+        return [o for finding in findings for o in _pursue(context, step, finding, verifier, retries, verified)]
+
+    if parallel > 1 and len(steps) > 1:
+        with ThreadPoolExecutor(min(parallel, len(steps))) as pool:
+            return [o for outcomes in pool.map(one, steps) for o in outcomes]
+    return [o for step in steps for o in one(step)]
 
 
 def _pursue(context: AnalysisContext, step: Steps, finding: Finding, verifier: Verifier, retries: int,

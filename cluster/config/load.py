@@ -13,10 +13,18 @@ from pydantic import ValidationError
 
 from cluster.config.kernel import kernel_target_problem
 from cluster.config.run import RunConfig, RunPlan
-from cluster.config.target import BUILD_PLACEHOLDERS, RUN_PLACEHOLDERS, Target, TargetSpec, _Model
+from cluster.config.target import (
+    BUILD_PLACEHOLDERS,
+    RUN_PLACEHOLDERS,
+    Target,
+    TargetSpec,
+    _Model,
+    shared_build_problem,
+)
 from cluster.core.errors import ConfigError
 from cluster.core.placeholders import names_in
 from cluster.core.types import SourceBundle
+from cluster.toolchains import get_toolchain
 from search_spaces import compile_constraint, load_space
 
 
@@ -56,8 +64,6 @@ def _validate(model: type[_Model], data: dict[str, Any], path: Path) -> Any:
 
 def load_target(path: str | Path) -> Target:
     """Load and check a target file, reading its sources and files into a bundle."""
-    from cluster.toolchains import get_toolchain
-
     path = Path(path)
     spec: TargetSpec = _validate(TargetSpec, _read_yaml(path), path)
     try:
@@ -88,6 +94,8 @@ def load_target(path: str | Path) -> Target:
             compile_constraint(expr, spec.params)
         except ValueError as exc:
             raise ConfigError(path, f"constraints[{i}]", str(exc)) from None
+    if spec.runner == "persistent" and (problem := shared_build_problem(spec)):
+        raise ConfigError(path, "runner", f"persistent needs a shared-library build: {problem}")
     target = Target(spec, str(path), SourceBundle(tuple(files)), space)
     if spec.constraints and not target.satisfies(target.baseline_params):
         raise ConfigError(path, "defaults", "the baseline's params violate the constraints")
@@ -124,8 +132,6 @@ def load_run(path: str | Path) -> RunPlan:
         if not target_path.is_file():
             raise ConfigError(path, f"targets[{i}]", f"file not found: {target_path}")
         targets.append(load_target(target_path))
-    from cluster.toolchains import get_toolchain
-
     objective = config.search.objective
     for target in targets:
         if objective != "time" and get_toolchain(target.spec.toolchain).device_kind != "gpu":

@@ -18,6 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 from cluster.config.kernel import KernelSpec
 from cluster.core.limits import Limits
 from cluster.core.types import Scalar, SourceBundle
+from cluster.toolchains import get_toolchain
 from search_spaces import FlagSpace, compile_constraint
 
 
@@ -128,6 +129,9 @@ class TargetSpec(_Model):
     limits: LimitsSpec = LimitsSpec()
     params: dict[str, list[Scalar]] = {}
     defaults: dict[str, Scalar] = {}  # the baseline's params; default: each param's first value
+    # How candidates run (cluster.core.registry.RUNNERS): a process each, or inside a persistent host
+    # process per device (a shared-library build); auto: persistent for programs that use the harness.
+    runner: Literal["auto", "process", "persistent"] = "auto"
     constraints: list[str] = []
     # A program (the default), or one kernel measured in-process by the kernel runner (cluster/config/kernel.py).
     kind: Literal["program", "kernel"] = "program"
@@ -195,6 +199,16 @@ class Target:
     def baseline_params(self) -> dict[str, Scalar]:
         return {name: self.spec.defaults.get(name, values[0]) for name, values in self.spec.params.items()}
 
+    @property
+    def runner(self) -> str:
+        """The runner its candidates use: the spec's, or for ``auto`` the persistent runner where
+        the toolchain can build a shared library, the build takes ``{flags}`` and ``{sources}``,
+        and the program includes the timing harness (whose programs are written to be re-entered)."""
+        if self.spec.runner != "auto":
+            return self.spec.runner
+        uses_harness = any(b"warpfleet/harness.cuh" in content for _, content in self.bundle.files)
+        return "persistent" if uses_harness and shared_build_problem(self.spec) is None else "process"
+
     def satisfies(self, params: dict[str, Scalar]) -> bool:
         return all(compile_constraint(expr, self.spec.params)(params) for expr in self.spec.constraints)
 
@@ -205,3 +219,13 @@ class Target:
         points = itertools.product(*self.spec.params.values())
         valid = sum(1 for values in points if self.satisfies(dict(zip(names, values, strict=True))))
         return flags * valid
+
+
+def shared_build_problem(spec: TargetSpec) -> str | None:
+    """Why this target cannot be built as a shared library for the persistent runner, or None."""
+    toolchain = get_toolchain(spec.toolchain)
+    if not toolchain.shared_flags:
+        return f"the {toolchain.name} toolchain cannot build a shared library"
+    template = " ".join(spec.build or toolchain.default_build)
+    missing = [name for name in ("{flags}", "{sources}") if name not in template]
+    return f"the build command lacks {' and '.join(missing)}" if missing else None

@@ -68,3 +68,9 @@ SAMPLERS = Registry("sampler", {
     "random": "search_spaces.samplers:random",
     "grid": "search_spaces.samplers:grid",
 })
+
+# How a measuring worker runs a target's candidates (cluster/runners/): a target's `runner:` names one.
+RUNNERS = Registry("runner", {
+    "process": "cluster.runners._base:ProcessRunner",
+    "persistent": "cluster.runners.persistent:PersistentRunner",
+})

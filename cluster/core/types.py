@@ -102,6 +102,7 @@ class Candidate:
     params: tuple[tuple[str, Scalar], ...]  # (param name, value), passed as -D defines
     phase: Phase = Phase.SEARCH
     trial_number: int | None = None
+    runner: str = "process"  # how it is built and run (cluster.runners): process, persistent, kernel
 
     @property
     def flag_argv(self) -> list[str]:
@@ -113,7 +114,10 @@ class Candidate:
 
     @property
     def key(self) -> str:
-        return _digest([self.source_hash, self.toolchain, self.arch, self.flag_argv, self.defines])
+        built = [self.source_hash, self.toolchain, self.arch, self.flag_argv, self.defines]
+        # A process build keeps the key it always had (a resumed run finds its rows); another
+        # runner builds another binary from the same configuration.
+        return _digest(built if self.runner == "process" else [*built, self.runner])
 
     @property
     def study(self) -> str:

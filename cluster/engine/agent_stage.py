@@ -12,19 +12,20 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+import threading
 from collections.abc import Callable
 from pathlib import Path
-
-import ray
+from typing import TYPE_CHECKING
 
 from agents._base import AnalysisContext
 from agents.patch import variant_target
 from agents.workflow import Outcome, Steps, Verifier, run_workflow
 from cluster.config import AgentsSpec, ProfileSpec, Target
+from cluster.core.encodings import speedup
 from cluster.core.registry import EXPERTS
-from cluster.core.types import BuildArtifact, Candidate, Measurement, Status
+from cluster.core.types import Status
 from cluster.engine.studies import StudyState, storage_retry
-from cluster.engine.verify import RayVerifier
+from cluster.engine.verify import QueueVerifier
 from cluster.runners.profile import DEFAULT_METRICS, PROFILE_SCHEMA, Profile, profile_records
 from cluster.store.results import ResultWriter
 from cluster.store.variants import (
@@ -36,10 +37,12 @@ from cluster.store.variants import (
     save_accepted,
 )
 
+if TYPE_CHECKING:
+    from cluster.engine.flow import StudyJobs
+
 MAX_ENQUEUED = 64  # points per variant entered ahead of the sampler; the rest is the sampler's
 ENQUEUED_SHARE = 0.5  # of the trial budget, at most, spent on agents' points ahead of the sampler
 
-RecordRow = Callable[[StudyState, Target, Candidate, BuildArtifact, Measurement | None], None]
 
 
 def context_metrics(profile: Profile) -> dict[str, float]:
@@ -58,15 +61,20 @@ def context_metrics(profile: Profile) -> dict[str, float]:
 
 
 class AgentStage:
+    """The workflow of every study: ``propose`` runs in a thread of its own per study (its checks
+    are jobs on the sweep's queue, so one study's slow verification never holds another's search);
+    ``join`` puts the accepted variants into the study, on the driver's thread."""
+
     def __init__(self, run_dir: Path, run_id: str, spec: AgentsSpec, profile: ProfileSpec, runs: int,
-                 workers: list[ray.actor.ActorHandle], record_row: RecordRow, log: Callable[[str], None],
-                 steps: Callable[[Verifier], list[Steps]] | None = None, trials: int | None = None) -> None:
+                 log: Callable[[str], None], steps: Callable[[Verifier], list[Steps]] | None = None,
+                 trials: int | None = None) -> None:
         self.run_dir, self.run_id, self.spec, self.profile_spec = run_dir, run_id, spec, profile
-        self.runs, self.workers, self.record_row, self.log = runs, workers, record_row, log
+        self.runs, self.log = runs, log
         self.steps = steps or self._configured_steps
         self.trials = trials  # the search's budget per study; None: unbounded
         self.kit = None  # the LLM agents' shared client, store and budget, made on first use
         self.steps_used: list[Steps] = []
+        self._lock = threading.Lock()  # studies' threads share the kit and the tables
 
     def restore(self, study: StudyState) -> bool:
         """Accepted variants of an earlier invocation; True when the study's workflow is done."""
@@ -77,23 +85,25 @@ class AgentStage:
             self._join(study, variant, enqueue=False)
         return True
 
-    def run(self, study: StudyState, baseline: Candidate, kernels: tuple, done: bool) -> list[Outcome]:
-        if done or study.reference is None:
-            return []
-        worker = self.workers[study.workers[0]]
+    def propose(self, study: StudyState, jobs: StudyJobs, kernels: tuple) -> list[AcceptedVariant]:
+        """Steps 1-5 of the workflow for one study, in the calling (agents') thread: every outcome
+        to the ``variants`` table, the accepted variants returned for ``join``."""
         gpu = study.device.kind == "gpu"
-        verifier = RayVerifier(baseline, study.reference, self.runs, worker,
-                               lambda t, c, a, m: self.record_row(study, t, c, a, m),
-                               tuple(self.spec.sanitizer) if gpu else (), self.spec.sanitizer_timeout_s,
-                               guardrails=self.spec.guardrails)
-        metrics = self._baseline_metrics(study, baseline, worker, verifier)
+        if gpu and self.spec.sanitizer and not study.target.spec.verify.sanitize_run:
+            self.log(f"{study.name}: no verify.sanitize_run: compute-sanitizer runs the full problem "
+                     f"(give the target a smaller one, README: Bounded verification)")
+        verifier = QueueVerifier(jobs, self.runs, tuple(self.spec.sanitizer) if gpu else (),
+                                 self.spec.sanitizer_timeout_s, guardrails=self.spec.guardrails)
+        metrics = self._baseline_metrics(study, jobs)
         context = AnalysisContext(study.target, study.arch, study.baseline_median, kernels, metrics)
-        self.steps_used = self.steps(verifier)
+        with self._lock:
+            steps = self.steps(verifier)
+            self.steps_used = steps
         self.log(f"{study.name}: analysis, plans and transformations by "
-                 f"{', '.join(s.analyst.name for s in self.steps_used)}; each proposal verified before it joins")
-        outcomes = run_workflow(context, self.steps_used, verifier, self.spec.retries)
-        outcomes += self._iterate(context, outcomes, verifier, study, metrics)
-        with ResultWriter(self.run_dir, VARIANT_SCHEMA, subdir="variants") as writer:
+                 f"{', '.join(s.analyst.name for s in steps)}; each proposal verified before it joins")
+        outcomes = run_workflow(context, steps, verifier, self.spec.retries, parallel=len(steps))
+        outcomes += self._iterate(context, outcomes, verifier, study, metrics, steps)
+        with self._lock, ResultWriter(self.run_dir, VARIANT_SCHEMA, subdir="variants") as writer:
             for outcome in outcomes:
                 writer.append_record(outcome_record(self.run_id, study.name, study.target, outcome))
         accepted = []
@@ -106,6 +116,10 @@ class AgentStage:
                                                 f"{outcome.finding.optimization} {outcome.finding.location}",
                                                 dict(proposal.search_params), bool(proposal.files)))
         accepted.sort(key=lambda v: not v.files_changed)  # the variant dimension first, then flag values
+        return accepted
+
+    def join(self, study: StudyState, accepted: list[AcceptedVariant]) -> None:
+        """The accepted variants into the study's search (the driver's thread)."""
         # Each accepted plan gets its points tried first, but together at most half the budget:
         # the sampler still needs trials to combine variants with flags.
         limit = MAX_ENQUEUED
@@ -115,9 +129,8 @@ class AgentStage:
             save_accepted(self.run_dir, study.name, variant)
             self._join(study, variant, enqueue=True, limit=limit)
         mark_done(self.run_dir, study.name)
-        return outcomes
 
-    def _configured_steps(self, verifier: RayVerifier) -> list[Steps]:
+    def _configured_steps(self, verifier: Verifier) -> list[Steps]:
         """The config's choice per step: experts alone, or with LLM agents sharing one kit."""
         spec = self.spec
         if spec.llm is None and not spec.steps and not spec.custom:
@@ -133,8 +146,8 @@ class AgentStage:
         only = [*spec.experts, *(c.name for c in spec.custom)]
         return build_steps(spec.llm, choices_of(spec.steps, spec.custom, only=only), custom=spec.custom, kit=kit)
 
-    def _iterate(self, context: AnalysisContext, outcomes: list[Outcome], verifier: RayVerifier,
-                 study: StudyState, metrics: dict[str, float]) -> list[Outcome]:
+    def _iterate(self, context: AnalysisContext, outcomes: list[Outcome], verifier: QueueVerifier,
+                 study: StudyState, metrics: dict[str, float], steps: list[Steps]) -> list[Outcome]:
         """Profile-guided rounds for each accepted plan whose transformer is an LLM: the rounds'
         best verified proposal joins the search too."""
         if not (self.spec.iterate and self.spec.llm is not None and self.kit is not None):
@@ -154,12 +167,13 @@ class AgentStage:
                 if not verification.passed or stats is None or not study.baseline_median:
                     trials.append(Trial(proposal, "rejected", error=verification.reason))
                     continue
-                trials.append(Trial(proposal, "ok", stats.median, study.baseline_median / stats.median))
+                trials.append(Trial(proposal, "ok", stats.median, speedup(stats.median, study.baseline_median,
+                                                                          study.goal)))
             return trials
 
         extra: list[Outcome] = []
         for outcome in [o for o in outcomes if o.accepted and o.plan is not None]:
-            transformer = next((s.transformer for s in self.steps_used if s.transformer.name == outcome.transformer
+            transformer = next((s.transformer for s in steps if s.transformer.name == outcome.transformer
                                 and hasattr(s.transformer, "propose_one")), None)
             if transformer is None:
                 continue
@@ -177,21 +191,17 @@ class AgentStage:
                      f"{study.name}: {outcome.finding.optimization}: profile-guided rounds found nothing better")
         return extra
 
-    def _baseline_metrics(self, study: StudyState, baseline: Candidate, worker: ray.actor.ActorHandle,
-                          verifier: RayVerifier) -> dict[str, float]:
+    def _baseline_metrics(self, study: StudyState, jobs: StudyJobs) -> dict[str, float]:
+        """Nsight Compute on the baseline for the analysts, as a job ahead of the search."""
         if (study.device.kind != "gpu" or not self.spec.profile_baseline
                 or self.profile_spec.candidates == "none"):
             return {}
         self.log(f"{study.name}: Nsight Compute on the baseline, for the analysts")
-        binary = verifier.baseline_binary(study.target)  # the build its checks use too
         metrics = tuple(self.profile_spec.metrics or DEFAULT_METRICS)
-        try:
-            profile: Profile = ray.get(worker.profile.remote(study.target_ref, baseline, binary, metrics,
-                                                             self.profile_spec.timeout_s))
-        except ray.exceptions.RayError as exc:
-            self.log(f"{study.name}: baseline profile lost: {exc}")
-            return {}
-        with ResultWriter(self.run_dir, PROFILE_SCHEMA, subdir="profiles") as writer:
+        done = jobs.profile(None, metrics, self.profile_spec.timeout_s, priority=1).result()
+        profile: Profile = done.value if isinstance(done.value, Profile) else Profile(
+            study.baseline_candidate().key, done.failure or Status.CRASHED, error_tail=done.error)
+        with self._lock, ResultWriter(self.run_dir, PROFILE_SCHEMA, subdir="profiles") as writer:
             for record in profile_records(self.run_id, study, profile):
                 writer.append_record(record)
         if profile.status is not Status.OK:

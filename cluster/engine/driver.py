@@ -1,49 +1,42 @@
-"""The sweep driver: baselines first, then the Optuna-guided search, then the final re-measure.
+"""The sweep driver: studies (target x device type) that each move on by themselves, one job
+queue per device type, and the rows they write.
 
-    RunPlan ─► studies (target x device type) ─► Pipeline (compile ─► measure) ─► ResultWriter
+    RunPlan ─► StudyState + StudyFlow per study ─► jobs ─► Scheduler (compile ─► queue ─► worker)
+        ─► JobResult ─► the study's flow ─► ResultRow ─► ResultWriter
 """
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import time
 from collections import defaultdict
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import optuna
-import pyarrow as pa
 import ray
 
 from agents.workflow import Steps
 from cluster.config import RunPlan, Target
-from cluster.core.encodings import SUSPECT_SPEEDUP, speedup, suspect_speedup
-from cluster.core.types import BuildArtifact, Measurement, Phase, Status
+from cluster.core.types import BuildArtifact, DeviceInfo, Measurement
 from cluster.engine.agent_stage import AgentStage
-from cluster.engine.pipeline import Done, Job, Pipeline
+from cluster.engine.flow import REVIEW_SCHEMA, Flow, Stage, StudyFlow, SweepContext
+from cluster.engine.jobs import Job, JobKind
 from cluster.engine.progress import SweepProgress
-from cluster.engine.studies import (
-    Evaluated,
-    StudyState,
-    create_study,
-    load_reference,
-    open_storage,
-    save_reference,
-)
-from cluster.engine.workers import compile_task, start_fleet
-from cluster.outputs.select import select_best
-from cluster.runners.measure import Reference
-from cluster.runners.profile import DEFAULT_METRICS, PROFILE_SCHEMA, Profile, profile_records
-from cluster.store.results import ResultWriter, make_row, read_results, read_table, results_schema
+from cluster.engine.scheduler import Scheduler
+from cluster.engine.studies import StudyState, create_study, open_storage
+from cluster.engine.workers import start_fleet
+from cluster.runners.profile import PROFILE_SCHEMA
+from cluster.store.results import ResultWriter, read_results, read_table, results_schema
 from cluster.store.rundir import RunDir
 from cluster.toolchains import get_toolchain
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
-POLL_S = 0.2
-REVIEW_SCHEMA = pa.schema([("run_id", pa.string()), ("study", pa.string()), ("candidate_key", pa.string()),
-                           ("speedup", pa.float64()), ("status", pa.string()), ("detail", pa.string())])
+POLL_S = 0.2  # longest wait for a result when nothing else is due
+POLL_THREADS_S = 0.02  # while agents' threads may submit jobs
 
 
 @dataclass(frozen=True)
@@ -53,6 +46,8 @@ class SweepSummary:
     skipped: tuple[str, ...]  # why targets or studies were left out
     wall_s: float = 0.0
     bookkeeping_s: float = 0.0  # driver time spent asking, submitting and recording
+    no_baseline: tuple[str, ...] = ()  # studies whose baseline failed: nothing was measured against it
+    ready_s: float = 0.0  # wall time once Ray and the workers were up: what the workers' busy time is over
 
 
 def init_ray(address: str | None) -> None:
@@ -70,48 +65,75 @@ def init_ray(address: str | None) -> None:
         # Ray 2.60 only sends a token to an explicit address when told to; with one at hand, do.
         os.environ["RAY_AUTH_MODE"] = "token"
     runtime_env = {"py_modules": [cluster, agents, search_spaces]} if address else None
-    ray.init(address=address, runtime_env=runtime_env, include_dashboard=False,
+    # No address: a local instance of our own ("local"), never a cluster that happens to run on this
+    # node (a plain ray.init() may join one that another program started).
+    ray.init(address=address or "local", runtime_env=runtime_env, include_dashboard=False,
              log_to_driver=False, configure_logging=False)
 
 
 class Sweep:
+    """A sweep: its studies, each moving through its stages on its own (cluster.engine.flow), all
+    sharing one scheduler whose queues every worker of a device type serves."""
+
     def __init__(self, plan: RunPlan, run_dir: RunDir, log: Callable[[str], None] = print,
-                 agent_steps: Callable[[], list[Steps]] | None = None) -> None:
-        """``agent_steps``: who does the workflow's steps 1-3 (default: the config's experts)."""
+                 agent_steps: Callable[[], list[Steps]] | None = None, fleet: Callable[..., Any] = start_fleet,
+                 compile: Callable[..., Any] | None = None) -> None:
+        """``agent_steps``: who does the workflow's steps 1-3 (default: the config's experts);
+        ``fleet`` and ``compile``: how workers start and builds are made (default: the real ones;
+        cluster.engine.simulate passes its fakes)."""
         self.plan, self.run_dir, self.log = plan, run_dir, log
-        self.agent_steps = agent_steps
+        self.agent_steps, self.fleet, self.compile = agent_steps, fleet, compile
         self.config = plan.config
         self.skipped: list[str] = []
-        self.written = 0
         self.bookkeeping_s = 0.0
-        self.baseline_kernels: dict[str, tuple] = {}
         self.schema_targets: list[Target] = list(plan.targets)  # plus agents' variants with params of their own
+        self.writer: ResultWriter | None = None
 
     def run(self, address: str | None = None, show_progress: bool = True) -> SweepSummary:
         start = time.monotonic()
         init_ray(address or self.config.cluster.address)
-        studies, workers = self._start()
-        stage = self._agent_stage(workers)
-        workflow_done = {s.name: stage.restore(s) for s in studies} if stage else {}
+        states, workers, devices = self._start()
+        flows_by_name: dict[str, StudyFlow] = {}
+
+        def reuse(job: Job, artifact: BuildArtifact) -> Measurement | None:
+            return flows_by_name[job.study].reuse(job, artifact)
+
+        cluster = self.config.cluster
+        scheduler = Scheduler(workers, devices, cluster.inflight_per_worker, self._compile_slots(),
+                              cluster.max_attempts, reuse=reuse, compile=self.compile)
+        ready_at = time.monotonic()
+        agents = self._agent_stage()
+        agents_done = {s.name: agents.restore(s) for s in states} if agents else {}
         existing = read_results(self.run_dir.path)
-        for study in studies:
-            study.restore(existing[existing["study"] == study.name] if len(existing) else existing)
-        pipeline = Pipeline(workers, self.config.cluster.inflight_per_worker, reuse=self._reuse(studies),
-                            max_attempts=self.config.cluster.max_attempts)
-        self._cover(v for s in studies for v in s.variants.values())
+        self._cover(v for s in states for v in s.variants.values())
+        reviewed = frozenset(read_table(self.run_dir.path, "reviews", REVIEW_SCHEMA)["candidate_key"])
+        profiled = frozenset(read_table(self.run_dir.path, "profiles", PROFILE_SCHEMA)["candidate_key"])
         with ResultWriter(self.run_dir.path, results_schema(self.schema_targets), self.config.flush_interval_s) \
-                as writer, \
-                SweepProgress(studies, self.config.search.trials, enabled=show_progress) as progress:
-            self.writer, self.progress = writer, progress
-            self._baselines(studies, pipeline)
-            if stage:
-                self._agents(stage, [s for s in studies if not s.disabled], workflow_done)
-            self._search([s for s in studies if not s.disabled], pipeline)
-            self._final([s for s in studies if not s.disabled], pipeline)
-            self._review([s for s in studies if not s.disabled], workers)
-        self._profile([s for s in studies if not s.disabled], workers)
-        return SweepSummary(self.run_dir.path, self.written, tuple(self.skipped), time.monotonic() - start,
-                            self.bookkeeping_s)
+                as writer, ThreadPoolExecutor(max(1, len(states)), thread_name_prefix="agents") as executor:
+            self.writer = writer
+            ctx = SweepContext(self.run_dir.run_id, self.run_dir.path, self.config, scheduler, writer, self.log,
+                               self._widen, agents, executor, reviewed, profiled)
+            flows = []
+            for state in states:
+                rows = existing[existing["study"] == state.name] if len(existing) else existing
+                state.restore(rows)
+                flow = StudyFlow(state, ctx, agents_done.get(state.name, False))
+                flow.rows = rows.to_dict("records") if len(rows) else []
+                flows.append(flow)
+                flows_by_name[state.name] = flow
+            with SweepProgress(flows, self.config.search.trials, scheduler, enabled=show_progress,
+                               log=self.log) as progress:
+                self._loop(flows, scheduler, writer, progress)
+        failed = tuple(f"{f.name}: {f.reason}" for f in flows if f.stage is Stage.FAILED)
+        self.skipped += failed
+        end = time.monotonic()
+        return SweepSummary(self.run_dir.path, writer.written, tuple(self.skipped), end - start,
+                            self.bookkeeping_s, no_baseline=failed, ready_s=end - ready_at)
+
+    # -- the loop --------------------------------------------------------------------------------
+    def _loop(self, flows: list[StudyFlow], scheduler: Scheduler, writer: ResultWriter,
+              progress: SweepProgress) -> None:
+        self.bookkeeping_s += run_flows(flows, scheduler, writer, progress)
 
     # -- setup -------------------------------------------------------------------------------
     def _cover(self, targets: Iterable[Target]) -> bool:
@@ -121,17 +143,21 @@ class Sweep:
         self.schema_targets += new
         return bool(new)
 
-    def _agent_stage(self, workers: list[ray.actor.ActorHandle]) -> AgentStage | None:
+    def _widen(self, targets: list[Target]) -> None:
+        if self._cover(targets) and self.writer is not None:
+            self.writer.widen(results_schema(self.schema_targets))
+
+    def _agent_stage(self) -> AgentStage | None:
         if not self.config.agents.enabled:
             return None
         return AgentStage(self.run_dir.path, self.run_dir.run_id, self.config.agents, self.config.profile,
-                          max(self.config.measure.runs, 2), workers, self._record_direct, self.log,
+                          max(self.config.measure.runs, 2), self.log,
                           (lambda verifier: self.agent_steps()) if self.agent_steps else None,
                           self.config.search.trials)
 
-    def _start(self) -> tuple[list[StudyState], list[ray.actor.ActorHandle]]:
+    def _start(self) -> tuple[list[StudyState], list[ray.actor.ActorHandle], list[DeviceInfo]]:
         kinds = {get_toolchain(t.spec.toolchain).device_kind for t in self.plan.targets}
-        workers, devices, left_out = start_fleet(self.config.cluster, kinds, self.plan.file)
+        workers, devices, left_out = self.fleet(self.config.cluster, kinds, self.plan.file)
         self.skipped += left_out
         groups: dict[str, list[int]] = defaultdict(list)
         for i, device in enumerate(devices):
@@ -152,231 +178,53 @@ class Sweep:
                                           self.config.search.objective, space_size=target.space_size()))
         for reason in self.skipped:
             self.log(f"skipped {reason}")
-        return studies, workers
-
-    def _reuse(self, studies: list[StudyState]) -> Callable[[Job, BuildArtifact], Measurement | None]:
-        by_name = {s.name: s for s in studies}
-
-        def reuse(job: Job, artifact: BuildArtifact) -> Measurement | None:
-            previous = by_name[job.candidate.study].binaries.get(artifact.binary_hash)
-            if previous is None:
-                return None
-            now = time.time()
-            return dataclasses.replace(previous, candidate_key=job.candidate.key, run_s=0.0, verify_s=0.0,
-                                       queue_s=0.0, started_at=now, finished_at=now,
-                                       error_tail=f"same binary as {previous.candidate_key}; measured once")
-
-        return reuse
-
-    # -- phases ------------------------------------------------------------------------------
-    def _job(self, study: StudyState, candidate, runs: int, reusable: bool = True) -> Job:
-        target, target_ref = study.source_of(candidate)
-        return Job(target_ref, target, candidate, study.workers, study.device, runs, study.reference, reusable)
-
-    def _agents(self, stage: AgentStage, studies: list[StudyState], done: dict[str, bool]) -> None:
-        """The optimization workflow per study: verified variants join its search."""
-        for study in studies:
-            baseline = study.baseline_candidate()
-            kernels = self.baseline_kernels.get(study.name)
-            if kernels is None and not done.get(study.name):
-                artifact, _ = compile_task.remote(study.target_ref, baseline)
-                kernels = ray.get(artifact).kernels
-            stage.run(study, baseline, tuple(kernels or ()), done.get(study.name, False))
-        if self._cover(v for s in studies for v in s.variants.values()):
-            self.writer.widen(results_schema(self.schema_targets))
-
-    def _record_direct(self, study: StudyState, source: Target, candidate, artifact: BuildArtifact,
-                       measurement: Measurement | None) -> None:
-        """A row for a run made outside the pipeline (an agent variant's verification)."""
-        if self._cover([source]):
-            self.writer.widen(results_schema(self.schema_targets))
-        row = make_row(self.run_dir.run_id, candidate, artifact, measurement, study.baseline_median, study.goal,
-                       unit=study.target.spec.metric.unit, max_noise=self.config.measure.max_noise,
-                       objective=study.objective)
-        self.writer.append(row)
-        self.written += 1
-        stats = measurement.stats if measurement else None
-        status = measurement.status if measurement else artifact.status
-        median = stats.median if status is Status.OK and stats else None
-        energy = measurement.telemetry.energy_j if measurement and measurement.telemetry else None
-        study.record(candidate, Evaluated(status, median, energy))
-
-    def _baselines(self, studies: list[StudyState], pipeline: Pipeline) -> None:
-        for study in studies:
-            baseline = study.baseline_candidate()
-            study.candidates[baseline.key] = baseline
-            reference = load_reference(self.run_dir.path, baseline.key)
-            previous = study.results.get(baseline.key)
-            if reference is not None and previous is not None and previous.status is Status.OK:
-                study.reference = ray.put(reference)
-                continue
-            runs = max(self.config.measure.runs, self.config.measure.final_runs)
-            pipeline.submit(self._job(study, baseline, runs, reusable=False))
-        self._drain(pipeline, studies)
-        for study in studies:
-            if study.reference is None and not study.disabled:
-                study.disabled = "its baseline did not run"
-        for study in studies:
-            if study.disabled:
-                self.skipped.append(f"{study.name}: {study.disabled}")
-                self.log(f"skipped {study.name}: {study.disabled}")
-
-    def _search(self, studies: list[StudyState], pipeline: Pipeline) -> None:
-        budget = self.config.search
-        deadline = time.monotonic() + budget.time_budget_s if budget.time_budget_s else float("inf")
-        cap = {s.name: len(s.workers) * pipeline.per_worker + self._compile_slots() for s in studies}
-
-        def wants_more(s: StudyState) -> bool:
-            trials_left = budget.trials is None or s.n_search + len(s.pending) < budget.trials
-            return trials_left and not s.exhausted and time.monotonic() < deadline
-
-        while True:
-            t0 = time.perf_counter()
-            asking = True
-            while asking:  # one ask per study per pass, so that studies sharing workers take turns
-                asking = False
-                for study in studies:
-                    if wants_more(study) and pipeline.in_flight(study.workers) < cap[study.name]:
-                        asking = True
-                        asked = study.ask()
-                        if asked is not None:
-                            study.pending.add(asked[1].key)
-                            pipeline.submit(self._job(study, asked[1], self.config.measure.runs))
-            self.bookkeeping_s += time.perf_counter() - t0
-            if pipeline.idle():
-                break
-            self._collect(pipeline.poll(POLL_S), studies)
-
-    def _final(self, studies: list[StudyState], pipeline: Pipeline) -> None:
-        """Re-measure the few best (and the baseline) with more repetitions for the selection."""
-        k = self.config.measure.final_top_k
-        if k == 0:
-            return
-        done = read_results(self.run_dir.path)
-        finals = set(done.loc[done["phase"] == Phase.FINAL.value, "candidate_key"]) if len(done) else set()
-        for study in studies:
-            chosen = {c.key: c for c in [*study.top(k), study.baseline_candidate()]}
-            for candidate in chosen.values():
-                if candidate.key not in finals:
-                    final = candidate.with_phase(Phase.FINAL)
-                    pipeline.submit(self._job(study, final, self.config.measure.final_runs, reusable=False))
-        self._drain(pipeline, studies)
-
-    def _review(self, studies: list[StudyState], workers: list[ray.actor.ActorHandle]) -> None:
-        """Candidates more than ``SUSPECT_SPEEDUP`` x faster than their baseline, run again against it
-        on fresh seeds (cluster.runners.guardrails). A failure is a final row with ``verify_failed``, which
-        keeps the candidate out of the selection; every verdict goes to the ``reviews/`` table."""
-        done = set(read_table(self.run_dir.path, "reviews", REVIEW_SCHEMA)["candidate_key"])
-        for study in studies:
-            if not study.baseline_median:
-                continue
-            baseline_binary = None  # built once per study, on the first suspect
-            for key, result in study.results.items():
-                if result.median is None or key in done or key not in study.candidates:
-                    continue
-                ratio = speedup(result.median, study.baseline_median, study.goal)
-                if not suspect_speedup(ratio, SUSPECT_SPEEDUP):
-                    continue
-                candidate = study.candidates[key]
-                target, target_ref = study.source_of(candidate)
-                if baseline_binary is None:
-                    _, baseline_binary = compile_task.remote(study.target_ref, study.baseline_candidate())
-                artifact_ref, binary = compile_task.remote(target_ref, candidate)
-                worker = workers[study.workers[0]]
-                verdict = ray.get(worker.reverify.remote(study.target, target, baseline_binary, binary))
-                self.log(f"{study.name}: {ratio:.1f}x over the baseline: re-verified on fresh seeds: "
-                         f"{verdict.status.value} {verdict.detail}")
-                with ResultWriter(self.run_dir.path, REVIEW_SCHEMA, subdir="reviews") as writer:
-                    writer.append_record({"run_id": self.run_dir.run_id, "study": study.name, "candidate_key": key,
-                                          "speedup": ratio, "status": verdict.status.value,
-                                          "detail": verdict.detail})
-                if verdict.failed:
-                    failed = Measurement(key, Status.VERIFY_FAILED, study.device,
-                                         error_tail=f"fresh-seed re-verification: {verdict.detail}")
-                    self._record_direct(study, target, candidate.with_phase(Phase.FINAL), ray.get(artifact_ref),
-                                        failed)
-
-    def _profile(self, studies: list[StudyState], workers: list[ray.actor.ActorHandle]) -> None:
-        """Nsight Compute profiles of the baseline and the winner (or every correct candidate) of
-        each GPU study, into the ``profiles`` table. Candidates already profiled are skipped."""
-        spec = self.config.profile
-        gpu = [s for s in studies if s.device.kind == "gpu"]
-        if spec.candidates == "none" or not gpu:
-            return
-        rows = read_results(self.run_dir.path)
-        done = set(read_table(self.run_dir.path, "profiles", PROFILE_SCHEMA)["candidate_key"])
-        winners = {(b.target, b.device_type): b.candidate_key for b in select_best(rows)}
-        metrics = tuple(spec.metrics or DEFAULT_METRICS)
-        pending: dict[ray.ObjectRef, StudyState] = {}
-        for study in gpu:
-            if spec.candidates == "all":
-                keys = [k for k, r in study.results.items() if r.status is Status.OK]
-            else:
-                keys = [study.baseline_candidate().key, winners.get((study.target.name, study.device.device_type))]
-            for key in dict.fromkeys(k for k in keys if k and k not in done and k in study.candidates):
-                target_ref = study.source_of(study.candidates[key])[1]
-                _, binary = compile_task.remote(target_ref, study.candidates[key])
-                worker = workers[study.workers[len(pending) % len(study.workers)]]
-                pending[worker.profile.remote(target_ref, study.candidates[key], binary, metrics,
-                                              spec.timeout_s)] = study
-        if not pending:
-            return
-        self.log(f"profiling {len(pending)} candidates with Nsight Compute")
-        with ResultWriter(self.run_dir.path, PROFILE_SCHEMA, subdir="profiles") as writer:
-            while pending:
-                ready, _ = ray.wait(list(pending), num_returns=1)
-                study = pending.pop(ready[0])
-                try:
-                    profile: Profile = ray.get(ready[0])
-                except ray.exceptions.RayError as exc:
-                    self.log(f"profile lost for {study.name}: {exc}")
-                    continue
-                for record in profile_records(self.run_dir.run_id, study, profile):
-                    writer.append_record(record)
-
-    def _drain(self, pipeline: Pipeline, studies: list[StudyState]) -> None:
-        while not pipeline.idle():
-            self._collect(pipeline.poll(POLL_S), studies)
+        return studies, workers, devices
 
     def _compile_slots(self) -> int:
         return self.config.cluster.compile_workers or max(1, int(ray.cluster_resources().get("CPU", 1)))
 
-    # -- results -----------------------------------------------------------------------------
-    def _collect(self, finished: list[Done], studies: list[StudyState]) -> None:
-        t0 = time.perf_counter()
-        by_name = {s.name: s for s in studies}
-        for done in finished:
-            study = by_name[done.job.candidate.study]
-            candidate, measurement = done.job.candidate, done.measurement
-            if candidate.phase is Phase.BASELINE:
-                self._baseline_done(study, done)
-            row = make_row(self.run_dir.run_id, candidate, done.artifact, measurement,
-                           study.baseline_median, study.goal, unit=study.target.spec.metric.unit,
-                           max_noise=self.config.measure.max_noise, objective=study.objective)
-            self.writer.append(row)
-            self.written += 1
-            stats = measurement.stats if measurement else None
-            status = measurement.status if measurement else done.artifact.status
-            ok = status is Status.OK and stats is not None
-            energy = measurement.telemetry.energy_j if measurement and measurement.telemetry else None
-            study.record(candidate, Evaluated(status, stats.median if ok and stats else None, energy))
-            if ok and measurement is not None and done.artifact.binary_hash and candidate.phase is Phase.SEARCH:
-                study.binaries.setdefault(done.artifact.binary_hash, measurement)
-            self.progress.update(study)
-        self.writer.maybe_flush()
-        self.bookkeeping_s += time.perf_counter() - t0
 
-    def _baseline_done(self, study: StudyState, done: Done) -> None:
-        measurement = done.measurement
-        stats = measurement.stats if measurement else None
-        if measurement is None or measurement.status is not Status.OK or stats is None:
-            status = measurement.status if measurement else done.artifact.status
-            error = (measurement.error_tail if measurement else done.artifact.error_tail) or ""
-            lines = [line for line in error.splitlines() if line.strip()]
-            study.disabled = f"its baseline failed ({status.value}" + (f": {lines[-1][:200]})" if lines else ")")
-            return
-        self.baseline_kernels[study.name] = done.artifact.kernels
-        reference = Reference(measurement.outputs)
-        save_reference(self.run_dir.path, measurement.candidate_key, reference)
-        study.reference = ray.put(reference)
-        study.baseline_median = stats.median
+def run_flows(flows: Sequence[Flow], scheduler: Scheduler, writer: ResultWriter,
+              progress: SweepProgress | None = None) -> float:
+    """The loop of a sweep or an evaluation: each flow submits what its stage needs, the search is
+    fed, the scheduler advances, results go to their flows; until every flow is done. Returns the
+    driver's own time in it (bookkeeping)."""
+    by_name = {f.name: f for f in flows}
+    bookkeeping = 0.0
+    while True:
+        t0 = time.perf_counter()
+        for flow in flows:
+            flow.step()
+        feed_search(flows, scheduler)
+        if all(f.done for f in flows) and scheduler.idle():
+            return bookkeeping + time.perf_counter() - t0
+        threads = any(f.stage is Stage.AGENTS for f in flows)
+        bookkeeping += time.perf_counter() - t0
+        finished = scheduler.poll(POLL_THREADS_S if threads else POLL_S)
+        t0 = time.perf_counter()
+        for result in finished:
+            by_name[result.job.study].on_result(result)
+        writer.maybe_flush()
+        if progress is not None:
+            progress.update()
+        bookkeeping += time.perf_counter() - t0
+
+
+def feed_search(flows: Sequence[Flow], scheduler: Scheduler) -> None:
+    """Ask the searching studies for candidates, in turn, while their device type's look-ahead
+    has room: enough compiled ahead that no worker waits for a compile."""
+    by_type: dict[str, list[StudyFlow]] = defaultdict(list)
+    for flow in flows:
+        if isinstance(flow, StudyFlow) and flow.stage is Stage.SEARCH and flow.entered and flow.wants_more():
+            by_type[flow.device_type].append(flow)
+    for device_type, group in by_type.items():
+        room = scheduler.lookahead(device_type) - scheduler.in_flight(device_type, JobKind.SEARCH)
+        turn = 0
+        while room > 0 and group:
+            flow = group[turn % len(group)]
+            if flow.ask():
+                room -= 1
+            if not flow.wants_more():
+                group.remove(flow)
+                continue
+            turn += 1

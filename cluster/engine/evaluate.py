@@ -1,6 +1,6 @@
 """Cross-evaluation: configurations tuned elsewhere, measured on the devices at hand.
 
-    export file or run directory ─► Origin ─► Candidate per device type here ─► Pipeline ─► rows
+    export file or run directory ─► Origin ─► Candidate per device type here ─► Scheduler ─► rows
 
 Each configuration is rebuilt for the arch of each device type present (``sm_80`` on an A100)
 and measured with ``measure.final_runs`` runs, after the target's baseline, which is measured
@@ -25,11 +25,14 @@ import ray
 import yaml
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from cluster.config import RunPlan, Target, load_run
+from cluster.config import RunConfig, RunPlan, Target, load_run
+from cluster.core.encodings import flag_column
 from cluster.core.errors import ConfigError
-from cluster.core.types import Candidate, DeviceInfo, Phase, Scalar, Status
-from cluster.engine.driver import POLL_S, init_ray
-from cluster.engine.pipeline import Done, Job, Pipeline
+from cluster.core.types import Candidate, DeviceInfo, Measurement, Phase, Scalar, Status
+from cluster.engine.driver import init_ray, run_flows
+from cluster.engine.flow import Flow, Stage
+from cluster.engine.jobs import Build, Job, JobKind, JobResult
+from cluster.engine.scheduler import Scheduler
 from cluster.engine.workers import start_fleet
 from cluster.outputs.select import select_best
 from cluster.runners.measure import Reference
@@ -154,14 +157,14 @@ class EvaluationSummary:
 
 
 class Evaluation:
-    """Measures ``origins`` on every device type present that their toolchains run on."""
+    """Measures ``origins`` on every device type present that their toolchains run on: the same
+    scheduler and loop as a sweep, with a flow per study of baseline ─► configurations."""
 
     def __init__(self, plan: RunPlan, origins: list[Origin], run_dir: RunDir, runs: int | None = None,
                  log: Callable[[str], None] = print) -> None:
         self.plan, self.origins, self.run_dir, self.log = plan, origins, run_dir, log
         self.runs = runs or plan.config.measure.final_runs
         self.skipped: list[str] = []
-        self.written = 0
 
     def run(self, address: str | None = None) -> EvaluationSummary:
         config = self.plan.config
@@ -173,22 +176,17 @@ class Evaluation:
         groups: dict[str, list[int]] = defaultdict(list)
         for i, device in enumerate(devices):
             groups[device.device_type].append(i)
-        pipeline = Pipeline(workers, config.cluster.inflight_per_worker, max_attempts=config.cluster.max_attempts)
-        studies = self._studies(targets, devices, groups)
-        with ResultWriter(self.run_dir.path, self._schema(targets), config.flush_interval_s) as self.writer:
-            for study in studies:
-                pipeline.submit(study.job(study.baseline, None, self.runs))
-            self._drain(pipeline, studies)
-            for study in studies:
-                if study.reference is None:
-                    self.skipped.append(f"{study.name}: its baseline failed; nothing evaluated")
-                    continue
-                for candidate in study.candidates:
-                    pipeline.submit(study.job(candidate, study.reference, self.runs))
-            self._drain(pipeline, studies)
+        slots = config.cluster.compile_workers or max(1, int(ray.cluster_resources().get("CPU", 1)))
+        scheduler = Scheduler(workers, devices, config.cluster.inflight_per_worker, slots,
+                              config.cluster.max_attempts)
+        with ResultWriter(self.run_dir.path, self._schema(targets), config.flush_interval_s) as writer:
+            flows = [EvaluationFlow(study, scheduler, writer, self.run_dir.run_id, config, self.runs)
+                     for study in self._studies(targets, devices, groups)]
+            run_flows(flows, scheduler, writer)
+        self.skipped += [f"{f.name}: its baseline failed; nothing evaluated" for f in flows if f.stage is Stage.FAILED]
         for reason in self.skipped:
             self.log(f"skipped {reason}")
-        return EvaluationSummary(self.run_dir.path, self.written, tuple(self.skipped))
+        return EvaluationSummary(self.run_dir.path, writer.written, tuple(self.skipped))
 
     def _studies(self, targets: list[Target], devices: list[DeviceInfo],
                  groups: dict[str, list[int]]) -> list[_Study]:
@@ -209,29 +207,57 @@ class Evaluation:
         schema = results_schema(targets)
         for origin in self.origins:
             for name, _ in origin.flags:
-                if f"f_{name}" not in schema.names:
-                    schema = schema.insert(schema.get_field_index("status"), pa.field(f"f_{name}", pa.string()))
+                if flag_column(name) not in schema.names:
+                    schema = schema.insert(schema.get_field_index("status"), pa.field(flag_column(name), pa.string()))
         return schema
 
-    def _drain(self, pipeline: Pipeline, studies: list[_Study]) -> None:
-        by_name = {s.name: s for s in studies}
-        while not pipeline.idle():
-            for done in pipeline.poll(POLL_S):
-                self._record(by_name[done.job.candidate.study], done)
-            self.writer.maybe_flush()
 
-    def _record(self, study: _Study, done: Done) -> None:
-        measurement = done.measurement
+class EvaluationFlow(Flow):
+    """One target on one device type of an evaluation: its baseline, then every configuration."""
+
+    def __init__(self, study: _Study, scheduler: Scheduler, writer: ResultWriter, run_id: str, config: RunConfig,
+                 runs: int) -> None:
+        super().__init__(study.name, study.device.device_type)
+        self.study, self.scheduler, self.writer, self.run_id, self.config, self.runs = (
+            study, scheduler, writer, run_id, config, runs)
+        self.awaited: set[int] = set()
+        self.started = False
+
+    def step(self) -> None:
+        if not self.started:
+            self.started = True
+            self._submit(self.study.baseline, None)
+        elif self.stage is Stage.FINAL and not self.awaited:
+            self.stage = Stage.DONE
+
+    def _submit(self, candidate: Candidate, reference: ray.ObjectRef | None) -> None:
+        study = self.study
+        kind = JobKind.BASELINE if reference is None else JobKind.EVALUATE
+        job = Job(kind, study.name, study.workers, study.device, (Build(study.target, study.target_ref, candidate),),
+                  runs=self.runs, reference=reference)
+        self.awaited.add(job.seq)
+        self.scheduler.submit(job)
+
+    def on_result(self, result: JobResult) -> None:
+        study, job = self.study, result.job
+        self.awaited.discard(job.seq)
+        measurement = result.measurement
+        if measurement is None and result.failure is not None:
+            measurement = Measurement(job.candidate.key, result.failure, job.device, error_tail=result.error)
         stats = measurement.stats if measurement else None
-        if done.job.reference is None and measurement and measurement.status is Status.OK and stats:
+        if job.kind is JobKind.BASELINE and measurement and measurement.status is Status.OK and stats:
             study.reference = ray.put(Reference(measurement.outputs))
             study.baseline_median = stats.median
-        config = self.plan.config
-        self.writer.append(make_row(self.run_dir.run_id, done.job.candidate, done.artifact, measurement,
-                                    study.baseline_median, study.target.spec.metric.goal,
-                                    unit=study.target.spec.metric.unit, max_noise=config.measure.max_noise,
-                                    objective=config.search.objective))
-        self.written += 1
+        self.writer.append(make_row(self.run_id, job.candidate, result.artifact, measurement, study.baseline_median,
+                                    study.target.spec.metric.goal, unit=study.target.spec.metric.unit,
+                                    max_noise=self.config.measure.max_noise, objective=self.config.search.objective))
+        if job.kind is JobKind.BASELINE:
+            if study.reference is None:
+                self.stage = Stage.FAILED
+                return
+            self.stage = Stage.FINAL  # every configuration, measured like a sweep's finals
+            for candidate in study.candidates:
+                self._submit(candidate, study.reference)
 
 
 @dataclass
@@ -254,7 +280,7 @@ class _Study:
     def _candidate(self, flags: tuple[tuple[str, str], ...], params: tuple[tuple[str, Scalar], ...],
                    phase: Phase) -> Candidate:
         return Candidate(self.target.name, self.target.spec.toolchain, self.device.device_type, self.arch,
-                         self.target.bundle.hash, flags, params, phase)
+                         self.target.bundle.hash, flags, params, phase, runner=self.target.runner)
 
     @property
     def baseline(self) -> Candidate:
@@ -269,10 +295,6 @@ class _Study:
             candidate = self._candidate(origin.flags, origin.params, Phase.EVALUATE)
             chosen.setdefault(candidate.key, candidate)
         return [c for c in chosen.values() if c.phase is Phase.EVALUATE]
-
-    def job(self, candidate: Candidate, reference: ray.ObjectRef | None, runs: int) -> Job:
-        return Job(self.target_ref, self.target, candidate, self.workers, self.device, runs, reference,
-                   reusable=False)
 
 
 def create_run_dir(plan: RunPlan, origins: list[Origin], sources: list[str], output_dir: str | None) -> RunDir:

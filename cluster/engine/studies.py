@@ -165,6 +165,7 @@ class StudyState:
             target=self.target.name, toolchain=self.target.spec.toolchain,
             device_type=self.device.device_type, arch=self.arch, source_hash=(source or self.target).bundle.hash,
             flags=tuple(flags.items()), params=tuple(params.items()), phase=phase, trial_number=trial_number,
+            runner=self.target.runner,
         )
 
     def source_of(self, candidate: Candidate) -> tuple[Target, ray.ObjectRef]:

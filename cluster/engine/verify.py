@@ -4,18 +4,17 @@
                 function's kernel dependences kept) ─► variant Target ─► build ─► run against the
                 baseline's outputs (and the target's tests) ─► compute-sanitizer ─► Verification
 
-``RayVerifier`` builds in a compile task and runs on the study's measuring worker, and hands each
-run to ``record`` so that the row lands in the results like any other. Proposals that change no
+``QueueVerifier`` checks each proposal through the sweep's job queue (its verification run is a
+row of the results like any other); ``LocalVerifier`` in this process. Proposals that change no
 file (a ``-maxrregcount`` search) pass through: the sweep checks every candidate's outputs anyway.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import time
-from collections.abc import Callable, Mapping
-
-import ray
+import threading
+from collections.abc import Mapping
+from typing import TYPE_CHECKING
 
 from agents._base import AnalysisContext, Proposal
 from agents.cuda_source import HostOpKind, analyze
@@ -27,7 +26,8 @@ from cluster.config import Target
 from cluster.core.types import BuildArtifact, Candidate, Measurement, Phase, Status
 from cluster.runners.sanitize import SanitizerResult
 
-Record = Callable[[Target, Candidate, BuildArtifact, Measurement | None], None]
+if TYPE_CHECKING:
+    from cluster.engine.flow import StudyJobs
 
 
 # -- static checks -----------------------------------------------------------------------------
@@ -138,28 +138,28 @@ def _last_line(text: str) -> str:
 
 # -- on the cluster ------------------------------------------------------------------------------
 
-class RayVerifier(Verifier):
-    """Builds each variant in a compile task and checks it on one of the study's measuring workers."""
+SANITIZER_FLOOR_S = 60.0  # a variant's budget per tool is at least this ...
+SANITIZER_FACTOR = 4.0  # ... or this many times the baseline's own time, whichever is larger
 
-    def __init__(self, baseline: Candidate, reference: ray.ObjectRef, runs: int, worker: ray.actor.ActorHandle,
-                 record: Record, sanitizer: tuple[str, ...] = (), sanitizer_timeout_s: float = 300,
-                 guardrails: bool = False) -> None:
-        self.baseline = baseline
-        self.reference = reference
-        self.runs = runs
-        self.worker = worker
-        self.record = record
-        self.sanitizer = sanitizer
-        self.timeout = sanitizer_timeout_s
+
+class QueueVerifier(Verifier):
+    """Verifies each proposal through the sweep's job queue, from the agents' thread: a build and a
+    run against the baseline's outputs (a ``verify`` row), then compute-sanitizer and the cheat
+    checks, as jobs that any worker of the study's device type may take, so that several variants
+    are checked at once. ``submit`` is the scheduler's ``submit_threadsafe`` behind a factory of
+    the study's jobs.
+
+    The sanitizer is bounded: the baseline runs each tool once within ``sanitizer_timeout_s``; a
+    variant then gets ``max(SANITIZER_FLOOR_S, SANITIZER_FACTOR x the baseline's time)`` per tool
+    (never more than the cap), and a tool that runs out is a ``sanitizer_timeout`` verdict."""
+
+    def __init__(self, jobs: StudyJobs, runs: int, sanitizer: tuple[str, ...] = (),
+                 sanitizer_timeout_s: float = 300, guardrails: bool = False) -> None:
+        self.jobs, self.runs, self.sanitizer, self.cap = jobs, runs, sanitizer, sanitizer_timeout_s
         self.guardrails = guardrails
         self._baseline_sanitizer: dict[str, SanitizerResult] | None = None
-        self._baseline_refs: tuple[ray.ObjectRef, ray.ObjectRef] | None = None  # (artifact, binary)
+        self._lock = threading.Lock()
         self.measured: dict[str, Measurement] = {}  # proposal key -> its verification run (profile-guided rounds)
-
-    def candidate(self, variant: Target) -> Candidate:
-        params = {**dict(self.baseline.params), **variant.baseline_params}
-        return dataclasses.replace(self.baseline, source_hash=variant.bundle.hash, params=tuple(params.items()),
-                                   phase=Phase.VERIFY)
 
     def verify(self, context: AnalysisContext, plan: Plan, proposal: Proposal) -> Verification:
         verdicts = static_verdicts(context.target, proposal)
@@ -167,53 +167,43 @@ class RayVerifier(Verifier):
             if not proposal.files and not any(v.failed for v in verdicts):
                 verdicts.append(Verdict("build", V.SKIPPED, "no source change: the sweep checks each flag value"))
             return Verification(tuple(verdicts))
-        from cluster.engine.workers import compile_task  # the Ray task, imported late: tests use the rest alone
-
         variant = variant_target(context.target, proposal)
-        candidate = self.candidate(variant)
-        artifact_ref, binary = compile_task.remote(variant, candidate)
-        artifact = ray.get(artifact_ref)
-        measurement = None
-        if artifact.status is Status.OK:
-            measurement = ray.get(self.worker.measure.remote(variant, candidate, binary, self.reference, self.runs,
-                                                             time.time()))
-        self.record(variant, candidate, artifact, measurement)
-        verdicts += run_verdicts(artifact, measurement)
-        ran = measurement is not None and measurement.status is Status.OK
-        if ran:
-            from agents.workflow.engine import proposal_key
+        result = self.jobs.verify(variant, self.runs).result()
+        verdicts += run_verdicts(result.artifact, result.measurement)
+        measurement = result.measurement
+        if measurement is None or measurement.status is not Status.OK:
+            return Verification(tuple(verdicts))
+        from agents.workflow.engine import proposal_key
 
-            self.measured[proposal_key(proposal)] = measurement
-        if self.sanitizer and ran:
-            results = ray.get(self.worker.sanitize.remote(variant, candidate, binary, self.sanitizer, self.timeout))
-            verdicts += sanitizer_verdicts(results, self._baseline_results(context.target))
-        if self.guardrails and ran:
-            verdicts += ray.get(self.worker.guard.remote(context.target, self.baseline_binary(context.target), binary,
-                                                         dict(proposal.files)))
+        self.measured[proposal_key(proposal)] = measurement
+        checks = []
+        if self.sanitizer:
+            baseline = self._baseline_results()
+            budgets = {tool: min(self.cap, max(SANITIZER_FLOOR_S, SANITIZER_FACTOR * r.seconds))
+                       for tool, r in baseline.items()}
+            checks.append(("sanitizer", self.jobs.sanitize(variant, self.sanitizer, self.cap, budgets)))
+        if self.guardrails:
+            checks.append(("guard", self.jobs.guard(variant, dict(proposal.files))))
+        for kind, future in checks:
+            done = future.result()
+            if done.failure is not None or done.value is None:
+                verdicts.append(Verdict("sanitizer" if kind == "sanitizer" else "cheat_checks", V.SKIPPED,
+                                        f"not run: {done.error or done.artifact.error_tail}"[:300]))
+            elif kind == "sanitizer":
+                verdicts += sanitizer_verdicts(done.value, self._baseline_results())
+            else:
+                verdicts += list(done.value)
         return Verification(tuple(verdicts))
 
-    def _baseline_build(self, target: Target) -> tuple[ray.ObjectRef, ray.ObjectRef]:
-        """The baseline built once per verifier, for every check that runs it beside a variant."""
-        if self._baseline_refs is None:
-            from cluster.engine.workers import compile_task
-
-            self._baseline_refs = tuple(compile_task.remote(target, self.baseline))
-        return self._baseline_refs
-
-    def baseline_binary(self, target: Target) -> ray.ObjectRef:
-        return self._baseline_build(target)[1]
-
-    def _baseline_results(self, target: Target) -> dict[str, SanitizerResult]:
-        """The baseline under the same tools, once: errors it has too are not the variant's fault."""
-        if self._baseline_sanitizer is None:
-            artifact_ref, binary = self._baseline_build(target)
-            if ray.get(artifact_ref).status is not Status.OK:
-                self._baseline_sanitizer = {}
-            else:
-                results = ray.get(self.worker.sanitize.remote(target, self.baseline, binary, self.sanitizer,
-                                                              self.timeout))
+    def _baseline_results(self) -> dict[str, SanitizerResult]:
+        """The baseline under the same tools, once: errors it has too are not the variant's fault,
+        and its times size the variants' budgets."""
+        with self._lock:
+            if self._baseline_sanitizer is None:
+                done = self.jobs.sanitize(None, self.sanitizer, self.cap, None).result()
+                results = done.value if done.failure is None and done.value else ()
                 self._baseline_sanitizer = {r.tool: r for r in results}
-        return self._baseline_sanitizer
+            return self._baseline_sanitizer
 
 
 # -- here, without Ray ---------------------------------------------------------------------------

@@ -16,8 +16,9 @@ import ray
 
 from cluster.config import ClusterSpec, Target
 from cluster.core.errors import ConfigError
+from cluster.core.registry import RUNNERS
 from cluster.core.types import BuildArtifact, Candidate, DeviceInfo, Measurement, Status
-from cluster.runners._base import ProcessRunner
+from cluster.runners._base import Runner
 from cluster.runners.build import compile_candidate
 from cluster.runners.devices import cpu_device, gpu_device
 from cluster.runners.measure import Reference, measure_candidate
@@ -50,24 +51,33 @@ class MeasureWorker:
         self.device: DeviceInfo = (gpu_device(int(gpu_ids[0]), worker_id) if gpu_ids
                                    else cpu_device(worker_id))
         self.nvml = NvmlSource(int(gpu_ids[0])) if gpu_ids else None
-        self.runner = ProcessRunner(scratch_root=_scratch_root())
+        self.runners: dict[str, Runner] = {}  # by name, made on first use: a persistent host starts once
+
+    def runner(self, name: str) -> Runner:
+        if name not in self.runners:
+            kind = RUNNERS.load(name)
+            options = {"cuda": self.device.kind == "gpu"} if name != "process" else {}
+            self.runners[name] = kind(scratch_root=_scratch_root(), **options)
+        return self.runners[name]
 
     def device_info(self) -> DeviceInfo:
         return self.device
 
     def measure(self, target: Target, candidate: Candidate, binary: bytes | None,
-                reference: Reference | None, runs: int, submitted_at: float) -> Measurement:
+                reference: Reference | None, runs: int, submitted_at: float, first_seed: int = 0) -> Measurement:
         queue_s = max(0.0, time.time() - submitted_at)
         artifact = BuildArtifact(candidate.key, Status.OK, binary)
         monitor = Monitor(self.nvml) if self.nvml else None
-        result = measure_candidate(target, candidate, artifact, self.device, reference, runs, self.runner, monitor)
+        result = measure_candidate(target, candidate, artifact, self.device, reference, runs,
+                                   self.runner(candidate.runner), monitor, first_seed)
         return dataclasses.replace(result, queue_s=queue_s)
 
     def sanitize(self, target: Target, candidate: Candidate, binary: bytes | None, tools: tuple[str, ...],
-                 timeout: float) -> tuple[SanitizerResult, ...]:
+                 timeout: float, timeouts: dict[str, float] | None = None) -> tuple[SanitizerResult, ...]:
         if binary is None:
             return tuple(SanitizerResult(t, "inconclusive", "no binary") for t in tools)
-        return sanitize_candidate(target, candidate, binary, tools, timeout, self.runner)
+        return sanitize_candidate(target, candidate, binary, tools, timeout, self.runner(candidate.runner),
+                                  timeouts)
 
     def guard(self, target: Target, baseline_binary: bytes | None, binary: bytes | None,
               files: dict[str, str]) -> tuple:
@@ -78,7 +88,7 @@ class MeasureWorker:
         if not baseline_binary or not binary:
             return (Verdict("cheat_checks", VerdictStatus.SKIPPED, "no binary"),)
         return cheat_checks(target, BuildArtifact("baseline", Status.OK, baseline_binary),
-                            BuildArtifact("candidate", Status.OK, binary), files, self.runner)
+                            BuildArtifact("candidate", Status.OK, binary), files, self.runner(target.runner))
 
     def reverify(self, target: Target, variant: Target, baseline_binary: bytes | None, binary: bytes | None):
         """A suspiciously fast candidate against the baseline on fresh seeds (cluster.runners.guardrails)."""
@@ -88,7 +98,7 @@ class MeasureWorker:
         if not baseline_binary or not binary:
             return Verdict("fresh_seeds", VerdictStatus.SKIPPED, "no binary")
         return reverify_fresh_seeds(variant, BuildArtifact("baseline", Status.OK, baseline_binary),
-                                    BuildArtifact("candidate", Status.OK, binary), runner=self.runner)
+                                    BuildArtifact("candidate", Status.OK, binary), runner=self.runner(variant.runner))
 
     def profile(self, target: Target, candidate: Candidate, binary: bytes | None, metrics: tuple[str, ...],
                 timeout: float) -> Profile:
@@ -96,7 +106,7 @@ class MeasureWorker:
             return Profile(candidate.key, Status.COMPILE_ERROR, error_tail="no binary to profile")
         if shutil.which("ncu") is None:
             return Profile(candidate.key, Status.CRASHED, error_tail=f"ncu not found on {self.device.hostname}")
-        return profile_candidate(target, candidate, binary, metrics, timeout, self.runner)
+        return profile_candidate(target, candidate, binary, metrics, timeout, self.runner(candidate.runner))
 
 
 MAX_RESTARTS = 10  # per actor; a poison candidate is quarantined long before (Pipeline.max_attempts)

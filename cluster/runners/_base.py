@@ -47,16 +47,18 @@ class Staged:
     def __init__(self, runner: Runner, target: Target, params: Mapping[str, Any], arch: str, workdir: Path) -> None:
         self.runner, self.target, self.params, self.arch, self.workdir = runner, target, dict(params), arch, workdir
 
-    def values(self, seed: int) -> dict[str, Any]:
+    def values(self, seed: int, binary: str | list[str] | None = None) -> dict[str, Any]:
         """The commands' placeholder values: params, binary, workdir, arch, seed."""
-        return {**self.params, "binary": self.runner.binary_argv(self.workdir), "workdir": str(self.workdir),
-                "arch": self.arch, "seed": seed}
+        return {**self.params, "binary": self.runner.binary_argv(self.workdir) if binary is None else binary,
+                "workdir": str(self.workdir), "arch": self.arch, "seed": seed}
 
-    def argv(self, invocation: Invocation) -> list[str]:
+    def argv(self, invocation: Invocation, binary: str | list[str] | None = None) -> list[str]:
+        """The invocation's command line; ``binary``: what ``{binary}`` stands for, if not the
+        runner's process form."""
         spec = self.target.spec
         template = {"run": spec.run, "sanitize_run": spec.verify.sanitize_run or spec.run,
                     "test": spec.verify.test or []}[invocation.command]
-        return [*invocation.wrapper, *expand(template, self.values(invocation.seed))]
+        return [*invocation.wrapper, *expand(template, self.values(invocation.seed, binary))]
 
     def run(self, invocation: Invocation = Invocation()) -> ProcessResult:
         """Run the candidate once; its failures come back in the result, never as an exception."""

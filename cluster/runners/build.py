@@ -15,18 +15,20 @@ from cluster.toolchains import get_toolchain
 
 BINARY_NAME = "candidate.bin"
 HARNESS_INCLUDE = Path(__file__).parent / "include"  # warpfleet/harness.cuh, the timing harness
+ENTRY_POINTS = HARNESS_INCLUDE / "warpfleet"  # wf_entry.cpp and wf_entry.c, for shared-library builds
 
 
 def build_command(target: Target, candidate: Candidate, workdir: Path) -> list[str]:
     toolchain = get_toolchain(target.spec.toolchain)
     template = target.spec.build or list(toolchain.default_build)
+    shared = candidate.runner == "persistent"  # a shared library for the persistent runner's host
     values = {
         **{name: value for name, value in candidate.params},
-        "flags": [*toolchain.report_flags, *candidate.flag_argv],
+        "flags": [*toolchain.report_flags, *candidate.flag_argv, *(toolchain.shared_flags if shared else ())],
         "defines": candidate.defines,
         "arch": candidate.arch,
         "binary": str(workdir / BINARY_NAME),
-        "sources": list(target.spec.sources),
+        "sources": [*target.spec.sources, *([str(ENTRY_POINTS / toolchain.entry_source)] if shared else [])],
         "workdir": str(workdir),
         "harness_include": [f"-I{HARNESS_INCLUDE}"],
     }

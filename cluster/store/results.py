@@ -336,6 +336,7 @@ class ResultWriter:
             stale.unlink(missing_ok=True)
         parts = _parts(self.results_dir)
         self._next_part = max((int(p.name[5:11]) for p in parts), default=-1) + 1
+        self.written = 0  # rows appended through this writer
         self._pending: list[dict[str, Any]] = []
         self._last_flush = time.monotonic()
         self._closed = False
@@ -345,11 +346,15 @@ class ResultWriter:
         """Rows appended but not yet written."""
         return len(self._pending)
 
-    def append(self, row: ResultRow) -> None:
-        """Queue a row; raises ValueError at once if it does not fit the run's schema."""
+    def append(self, row: ResultRow) -> dict[str, Any]:
+        """Queue a row; returns it as the record written (its columns). Raises ValueError at once
+        if it does not fit the run's schema."""
         if self._closed:
             raise ValueError("append to a closed ResultWriter")
-        self._pending.append(_record(row, self.schema))
+        record = _record(row, self.schema)
+        self._pending.append(record)
+        self.written += 1
+        return record
 
     def append_record(self, record: dict[str, Any]) -> None:
         """Queue a plain record of this writer's schema (tables other than the results)."""

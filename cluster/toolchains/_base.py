@@ -18,6 +18,10 @@ class Toolchain(ABC):
     default_build: ClassVar[tuple[str, ...]]
     #: Flags always added to ``{flags}`` so that the compiler reports resource usage.
     report_flags: ClassVar[tuple[str, ...]] = ()
+    #: Flags that build the program as a shared library for the persistent runner (its ``main``
+    #: renamed), and the entry point added to its sources (include/warpfleet/); empty: not supported.
+    shared_flags: ClassVar[tuple[str, ...]] = ()
+    entry_source: ClassVar[str] = ""
 
     @abstractmethod
     def arch_for(self, device: DeviceInfo) -> str:

@@ -16,6 +16,8 @@ class Cc(Toolchain):
     default_build: ClassVar[tuple[str, ...]] = (
         "cc", "{flags}", "{defines}", "-o", "{binary}", "{sources}", "-lm",
     )  # fmt: skip
+    shared_flags: ClassVar[tuple[str, ...]] = ("-fPIC", "-shared", "-Dmain=wf_user_main")
+    entry_source: ClassVar[str] = "wf_entry.c"
 
     def arch_for(self, device: DeviceInfo) -> str:
         """Always ``host``: a CPU candidate is built on, and for, the machine that runs it."""

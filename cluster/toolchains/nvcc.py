@@ -36,6 +36,8 @@ class Nvcc(Toolchain):
     # Implies `-Xptxas -v` (prints on stderr), or nvlink's verbose report under -rdc=true,
     # where ptxas's allocation is not final and nvcc prints none.
     report_flags: ClassVar[tuple[str, ...]] = ("--resource-usage",)
+    shared_flags: ClassVar[tuple[str, ...]] = ("-Xcompiler", "-fPIC", "-shared", "-Dmain=wf_user_main")
+    entry_source: ClassVar[str] = "wf_entry.cpp"
 
     def arch_for(self, device: DeviceInfo) -> str:
         """``sm_`` and the compute capability's digits: 9.0 -> ``sm_90``, 12.0 -> ``sm_120``."""

@@ -1,0 +1,79 @@
+"""A simulated fleet, to see past the machines at hand where the driver becomes the bottleneck.
+
+Fakes, named as such: ``SimulatedWorker`` holds a fake GPU resource and, for every job, sleeps a
+modelled run time and answers like a measuring worker; ``simulated_compile`` sleeps a modelled
+compile time and returns a build with a unique binary. Everything else is the real engine: the
+driver, the scheduler, Optuna, the flows, the Parquet writer. ``scripts/bench_sim.py`` runs it on
+Ray's ``cluster_utils.Cluster`` with 8 to 64 simulated GPUs.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import time
+from dataclasses import dataclass
+
+import ray
+
+from cluster.config import ClusterSpec, Target
+from cluster.core.types import BuildArtifact, Candidate, DeviceInfo, Measurement, RunOutputs, Status
+from cluster.runners.measure import Reference
+
+SIMULATED_GPU = "Simulated GPU"
+
+
+@dataclass(frozen=True)
+class Model:
+    """The modelled times of one candidate: its compile, and its run on a worker."""
+
+    compile_s: float = 1.0
+    run_s: float = 0.05
+
+
+@ray.remote(num_cpus=1, num_returns=2, max_retries=2)
+def simulated_compile(target: Target, candidate: Candidate, compile_s: float) -> tuple[BuildArtifact, bytes]:
+    """A fake compile task: the modelled compile time, then a binary unique to the candidate."""
+    time.sleep(compile_s)
+    binary = candidate.key.encode()
+    artifact = BuildArtifact(candidate.key, Status.OK, None, compile_s, binary_hash=BuildArtifact.hash_binary(binary))
+    return artifact, binary
+
+
+class SimulatedWorker:
+    """A fake measuring worker: a fake GPU resource, and a modelled run time per job."""
+
+    def __init__(self, worker_id: str, run_s: float) -> None:
+        self.device = DeviceInfo("gpu", SIMULATED_GPU, "sm_90", uuid=worker_id, compute_capability="9.0",
+                                 worker_id=worker_id)
+        self.run_s = run_s
+
+    def device_info(self) -> DeviceInfo:
+        return self.device
+
+    def measure(self, target: Target, candidate: Candidate, binary: bytes | None, reference: Reference | None,
+                runs: int, submitted_at: float, first_seed: int = 0) -> Measurement:
+        started = time.time()
+        time.sleep(self.run_s * runs)
+        # A deterministic time per configuration, so that the search has something to find.
+        digest = int(hashlib.sha256(candidate.key.encode()).hexdigest()[:8], 16)
+        sample = 1.0 + (digest % 1000) / 1000
+        outputs = tuple(RunOutputs() for _ in range(runs)) if reference is None else ()
+        return Measurement(candidate.key, Status.OK, self.device, (sample,) * 10 * runs, self.run_s * runs, 0.0,
+                           max(0.0, started - submitted_at), started_at=started, finished_at=time.time(),
+                           outputs=outputs)
+
+
+def simulated_fleet(workers: int, model: Model):
+    """A fleet starter for ``Sweep(fleet=...)`` and the compile task for ``Sweep(compile=...)``:
+    ``workers`` simulated GPU workers, each holding one (fake) GPU resource of the cluster."""
+
+    def start(cluster: ClusterSpec, kinds: set[str], config_file: str):
+        actor = ray.remote(SimulatedWorker)
+        handles = [actor.options(num_gpus=1, num_cpus=0, max_restarts=0).remote(f"sim-{i}", model.run_s)
+                   for i in range(workers)]
+        return handles, ray.get([h.device_info.remote() for h in handles]), []
+
+    def compile_with_model(target_ref, candidate):
+        return simulated_compile.remote(target_ref, candidate, model.compile_s)
+
+    return start, compile_with_model

@@ -1,0 +1,244 @@
+"""A long-lived host process per device that runs candidates in-process, and its client.
+
+    measuring worker ─► HostRunner.execute ─► HostProcess.call(request) ═══ pipe ═══► serve():
+                                                                          chdir, fd 1/2 to files,
+                                                                          LOADERS[request.loader](request)
+
+The host keeps what every candidate would otherwise pay for again: the process start, the CUDA
+context (retained once), the runtime's own start-up. A loader (``LOADERS``: a program built as a
+shared library, a kernel's cubin) runs one candidate inside the host. The host runs inside the
+worker's sandbox, with the candidate's stdout and stderr in files of its scratch directory as a
+process run's are, so that what comes back is the same ``ProcessResult``.
+
+Isolation: a candidate that exits, crashes, hangs or leaves the CUDA context broken takes the host
+down with it (the host exits when its context no longer answers); the client sees that, returns a
+failed result like a process run's, and starts a fresh host for the next candidate.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import importlib
+import json
+import os
+import select
+import signal
+import subprocess
+import sys
+import time
+import traceback
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from cluster.core.limits import Limits
+from cluster.runners.sandbox import Prepared, ProcessResult, Sandbox, _read, scrubbed_env
+
+STDOUT_FILE, STDERR_FILE = ".warpfleet.stdout", ".warpfleet.stderr"
+STDOUT_READ_LIMIT = 16 * 1024 * 1024
+BROKEN_CONTEXT_EXIT = 70  # the host's exit status when its CUDA context stopped answering
+
+# What a host can load, by a request's "loader": each a function (request) -> exit status, run in
+# the host with the candidate's scratch directory as its working directory.
+LOADERS = {
+    "program": "cluster.runners.persistent:call_program",
+    "kernel": "cluster.runners.kernel:call_kernel",
+}
+
+
+# -- inside the host ---------------------------------------------------------------------------
+
+class _CudaContext:
+    """The device's primary context, retained for the host's life so that candidates loaded and
+    unloaded one after another all find it alive; and a check that it still answers."""
+
+    def __init__(self) -> None:
+        self.cuda = ctypes.CDLL("libcuda.so.1")
+        self.context = ctypes.c_void_p()
+        device = ctypes.c_int()
+        for call, args in (("cuInit", (0,)), ("cuDeviceGet", (ctypes.byref(device), 0)),
+                           ("cuDevicePrimaryCtxRetain", (ctypes.byref(self.context), device)),
+                           ("cuCtxSetCurrent", (self.context,))):
+            status = getattr(self.cuda, call)(*args)
+            if status != 0:
+                raise RuntimeError(f"{call} failed with CUDA error {status}")
+
+    def healthy(self) -> bool:
+        self.cuda.cuCtxSetCurrent(self.context)
+        return self.cuda.cuCtxSynchronize() == 0
+
+
+def _loader(name: str) -> Any:
+    module, _, function = LOADERS[name].partition(":")
+    return getattr(importlib.import_module(module), function)
+
+
+def handle(request: Mapping[str, Any]) -> int:
+    """Run one request with fd 1 and 2 sent to its files; returns the loader's exit status."""
+    libc = ctypes.CDLL(None)
+    saved = os.dup(1), os.dup(2)
+    out = os.open(request["stdout"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    err = os.open(request["stderr"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    previous = os.getcwd()
+    try:
+        os.dup2(out, 1)
+        os.dup2(err, 2)
+        os.chdir(request["cwd"])
+        try:
+            return int(_loader(request["loader"])(request) or 0)
+        except SystemExit as exc:  # a loader that exits like a program
+            return exc.code if isinstance(exc.code, int) else 1
+        except Exception:
+            sys.stderr.write(traceback.format_exc())
+            return 1
+    finally:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        libc.fflush(None)  # the candidate's C stdio buffers
+        os.chdir(previous)
+        os.dup2(saved[0], 1)
+        os.dup2(saved[1], 2)
+        for fd in (out, err, *saved):
+            os.close(fd)
+
+
+def serve(fd_in: int, fd_out: int, cuda: bool) -> None:
+    """The host's loop: one JSON request a line in, one JSON reply a line out, until EOF."""
+    context = _CudaContext() if cuda else None
+    requests = os.fdopen(fd_in, "r")
+    replies = os.fdopen(fd_out, "w")
+    os.dup2(os.open(os.devnull, os.O_RDONLY), 0)  # candidates read no stdin
+    for line in requests:
+        start = time.perf_counter()
+        status = handle(json.loads(line))
+        healthy = context.healthy() if context else True
+        replies.write(json.dumps({"rc": status, "seconds": time.perf_counter() - start, "healthy": healthy}) + "\n")
+        replies.flush()
+        if not healthy:
+            os._exit(BROKEN_CONTEXT_EXIT)  # nothing else may run on a broken context
+
+
+def main(argv: list[str]) -> None:
+    """``python -m cluster.runners.host serve FD_IN FD_OUT [--cuda]``: the host's loop; or one
+    candidate as a process of its own (what ncu, compute-sanitizer and the cheat checks run):
+    ``... program LIBRARY [ARGS...]`` (a program built as a shared library) or ``... once
+    REQUEST.json`` (any loader's request); either exits with the candidate's status."""
+    if argv[:1] == ["serve"]:
+        serve(int(argv[1]), int(argv[2]), "--cuda" in argv)
+        return
+    if argv[:1] == ["program"] and len(argv) >= 2:
+        request: dict[str, Any] = {"loader": "program", "library": argv[1], "argv": argv[1:]}
+    elif argv[:1] == ["once"] and len(argv) == 2:
+        request = json.loads(Path(argv[1]).read_text())
+    else:
+        sys.exit("usage: python -m cluster.runners.host serve FD_IN FD_OUT [--cuda] | program LIBRARY [ARGS...] "
+                 "| once REQUEST.json")
+    status = _loader(request["loader"])(request)
+    sys.stdout.flush()
+    ctypes.CDLL(None).fflush(None)
+    os._exit(int(status or 0))
+
+
+# -- the client, in the measuring worker --------------------------------------------------------
+
+@dataclass(frozen=True)
+class Reply:
+    returncode: int | None  # None: timed out
+    seconds: float
+    timed_out: bool = False
+    host_died: bool = False  # the host ended with the candidate (exit, crash, broken context)
+
+
+def package_root() -> str:
+    """The folder that holds the ``cluster`` package, for the host's PYTHONPATH (on a Ray worker
+    node, the runtime environment's copy)."""
+    return str(Path(__file__).resolve().parents[2])
+
+
+class HostProcess:
+    """A host process started on first use and again after it died; ``call`` never raises for
+    what the candidate did."""
+
+    def __init__(self, cuda: bool, sandbox: Sandbox | None = None, workdir: Path | None = None,
+                 limits: Limits | None = None) -> None:
+        self.cuda, self.sandbox, self.limits = cuda, sandbox, limits
+        self.workdir = workdir or Path.cwd()
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.starts = 0
+
+    def _start(self) -> None:
+        to_host, from_client = os.pipe()
+        to_client, from_host = os.pipe()
+        argv = [sys.executable, "-m", "cluster.runners.host", "serve", str(to_host), str(from_host),
+                *(["--cuda"] if self.cuda else [])]
+        env = scrubbed_env()
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [package_root(), env.get("PYTHONPATH", "")]))
+        prepared = Prepared(argv, env, None)
+        if self.sandbox is not None:
+            prepared = self.sandbox.prepare(argv, self.workdir, env, self.limits, self.cuda)
+        self.proc = subprocess.Popen(prepared.argv, env=prepared.env, preexec_fn=prepared.preexec,
+                                     pass_fds=(to_host, from_host), stdin=subprocess.DEVNULL,
+                                     start_new_session=True, cwd=self.workdir)
+        os.close(to_host)
+        os.close(from_host)
+        self.requests = os.fdopen(from_client, "w")
+        self.replies = os.fdopen(to_client, "r")
+        self.starts += 1
+
+    def call(self, request: Mapping[str, Any], timeout: float) -> Reply:
+        if self.proc is None or self.proc.poll() is not None:
+            self.stop()
+            self._start()
+        start = time.perf_counter()
+        try:
+            self.requests.write(json.dumps(request) + "\n")
+            self.requests.flush()
+        except (BrokenPipeError, OSError):
+            return self._died(start)
+        ready, _, _ = select.select([self.replies], [], [], timeout)
+        if not ready:
+            self.stop()
+            return Reply(None, time.perf_counter() - start, timed_out=True, host_died=True)
+        line = self.replies.readline()
+        if not line:
+            return self._died(start)
+        reply = json.loads(line)
+        if not reply["healthy"]:
+            self.stop()
+        return Reply(reply["rc"], reply["seconds"], host_died=not reply["healthy"])
+
+    def _died(self, start: float) -> Reply:
+        assert self.proc is not None
+        status = self.proc.wait()
+        self.stop()
+        return Reply(status, time.perf_counter() - start, host_died=True)
+
+    def stop(self) -> None:
+        if self.proc is None:
+            return
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        self.proc.wait()
+        for stream in ("requests", "replies"):
+            with contextlib.suppress(AttributeError, OSError):
+                getattr(self, stream).close()
+        self.proc = None
+
+
+def read_result(workdir: Path, reply: Reply, limits: Limits | None = None) -> ProcessResult:
+    """The run's ``ProcessResult`` from the files the host wrote, as ``run_command`` makes one."""
+    outputs = []
+    for name, limit in ((STDOUT_FILE, STDOUT_READ_LIMIT), (STDERR_FILE, 64 * 1024)):
+        try:
+            with (workdir / name).open("rb") as fh:
+                outputs.append(_read(fh, limit))
+        except OSError:
+            outputs.append("")
+    return ProcessResult(reply.returncode, outputs[0], outputs[1], reply.seconds, timed_out=reply.timed_out,
+                         limits=limits)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

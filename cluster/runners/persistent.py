@@ -1,0 +1,83 @@
+"""The persistent runner: a program built as a shared library, run inside a host process per device.
+
+The build renames the program's ``main`` and adds an entry point (include/warpfleet/wf_entry.cpp,
+``.c`` for C): ``Toolchain.shared_flags``. The host (cluster/runners/host.py) keeps the CUDA
+context and loads each candidate with ``dlopen``, calls ``wf_entry(argc, argv)`` in the candidate's
+scratch directory and unloads it, so that a run pays neither a process start nor a context. What a
+run must not share with the host's next one (a changed environment for the cheat checks, a
+profiler or sanitizer in front) runs as a process of its own instead: the same library through
+``python -m cluster.runners.host program LIBRARY ARGS...``.
+"""
+
+from __future__ import annotations
+
+import _ctypes
+import contextlib
+import ctypes
+import os
+import sys
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from cluster.runners._base import BINARY_FILE, Invocation, Runner, Staged
+from cluster.runners.host import STDERR_FILE, STDOUT_FILE, HostProcess, package_root, read_result
+from cluster.runners.sandbox import ProcessResult, Sandbox
+
+
+def call_program(request: Mapping[str, Any]) -> int:
+    """In the host: load ``request["library"]``, run its ``wf_entry`` with ``request["argv"]``, unload."""
+    libc = ctypes.CDLL(None)
+    with contextlib.suppress(ValueError):  # a libc without the symbol
+        ctypes.c_int.in_dll(libc, "optind").value = 0  # getopt starts afresh (glibc: 0 re-initializes)
+    library = ctypes.CDLL(request["library"], mode=os.RTLD_NOW | os.RTLD_LOCAL)
+    try:
+        entry = library.wf_entry
+        entry.restype = ctypes.c_int
+        entry.argtypes = [ctypes.c_int, ctypes.POINTER(ctypes.c_char_p)]
+        args = [str(a).encode() for a in request["argv"]]
+        argv = (ctypes.c_char_p * (len(args) + 1))(*args, None)
+        status = entry(len(args), argv)
+        libc.fflush(None)
+        return int(status)
+    finally:
+        _ctypes.dlclose(library._handle)
+
+
+class PersistentRunner(Runner):
+    """Runs each candidate's ``run`` command inside one host process kept per worker."""
+
+    name = "persistent"
+
+    def __init__(self, sandbox: Sandbox | None = None, scratch_root: Path | None = None, cuda: bool = True) -> None:
+        super().__init__(sandbox, scratch_root)
+        self.host = HostProcess(cuda, sandbox, scratch_root)
+
+    def in_host(self, invocation: Invocation) -> bool:
+        """Whether the invocation may share the host: the plain run, nothing in front, no variables."""
+        return invocation.command == "run" and not invocation.wrapper and not invocation.env
+
+    def execute(self, staged: Staged, invocation: Invocation) -> ProcessResult:
+        if not self.in_host(invocation):
+            return self.run_process(staged, invocation)
+        library = str(staged.workdir / BINARY_FILE)
+        argv = staged.argv(invocation, binary=library)  # {binary}: the library itself, in the host
+        spec = staged.target.spec
+        timeout = invocation.timeout if invocation.timeout is not None else spec.timeouts.run
+        request = {"loader": "program", "library": library, "argv": argv,
+                   "cwd": str(staged.workdir), "stdout": str(staged.workdir / STDOUT_FILE),
+                   "stderr": str(staged.workdir / STDERR_FILE)}
+        reply = self.host.call(request, timeout)
+        return read_result(staged.workdir, reply, spec.limits.for_run())
+
+    def binary_argv(self, workdir: Path) -> list[str]:
+        return [sys.executable, "-m", "cluster.runners.host", "program", str(workdir / BINARY_FILE)]
+
+    def run_process(self, staged: Staged, invocation: Invocation) -> ProcessResult:
+        path = os.pathsep.join(filter(None, [package_root(), os.environ.get("PYTHONPATH", "")]))
+        with_path = Invocation(invocation.command, invocation.seed, invocation.wrapper,
+                               {**invocation.env, "PYTHONPATH": path}, invocation.timeout)
+        return super().run_process(staged, with_path)
+
+    def close(self) -> None:
+        self.host.stop()

@@ -1,0 +1,120 @@
+"""The scheduler: jobs in a prioritised queue per device type, studies that move on by themselves.
+The sweep tests run on the CPU (Ray, gcc, C targets); the look-ahead and the order are checked
+without Ray."""
+
+from __future__ import annotations
+
+import textwrap
+
+import pytest
+import yaml
+
+from agents._base import AnalysisContext, Proposal
+from agents.patch import source_files
+from agents.workflow import Analyst, Finding, Level, Plan, Planner, Steps, Transformer
+from cluster.config import load_run
+from cluster.core.types import DeviceInfo
+from cluster.engine.driver import Sweep
+from cluster.engine.jobs import PRIORITY, JobKind
+from cluster.engine.scheduler import Scheduler
+from cluster.store.results import read_results
+from cluster.store.rundir import RunDir
+
+PROGRAM = textwrap.dedent(r"""
+    #include <stdio.h>
+    #include <unistd.h>
+    #ifndef N
+    #define N 1
+    #endif
+    int main(void) {
+        /* SLOW */
+        FILE* f = fopen("out.bin", "wb");
+        float v[2] = {1.0f, 2.0f};
+        fwrite(v, sizeof v, 1, f);
+        fclose(f);
+        for (int i = 0; i < 3; i++) printf("@warpfleet time_ms=%d.5\n", i + N);
+        return 0;
+    }
+""")
+
+
+class SlowVariant(Analyst, Planner, Transformer):
+    """Proposes, for the study of ``slow`` only, a variant that sleeps outside its timed work: its
+    verification (a build and two runs) takes seconds, as a slow sanitizer or test would."""
+
+    name = "slow_variant"
+    takes_feedback = False
+
+    def analyse(self, context: AnalysisContext) -> list[Finding]:
+        return [Finding("slow", Level.KERNEL, "prog.c:main", context.target.name == "slow", ("scripted",))]
+
+    def plan(self, context: AnalysisContext, finding: Finding) -> Plan:
+        return Plan(finding, ("sleep",))
+
+    def transform(self, context: AnalysisContext, plan: Plan, feedback: str | None = None) -> list[Proposal]:
+        text = source_files(context.target)["prog.c"].replace("/* SLOW */", "sleep(3);")
+        return [Proposal(self.name, "sleep", (("prog.c", text),))]
+
+
+@pytest.fixture
+def four_cpus():
+    """Two CPU workers and CPUs to compile: a Ray instance of its own (the shared one has 2 CPUs)."""
+    import ray
+
+    ray.shutdown()
+    ray.init(address="local", num_cpus=4, include_dashboard=False, log_to_driver=False, configure_logging=False)
+    yield
+    ray.shutdown()
+
+
+def test_a_slow_agent_stage_in_one_study_does_not_hold_another_studys_search(tmp_path, four_cpus):
+    for name in ("slow", "fast"):
+        folder = tmp_path / name
+        folder.mkdir()
+        (folder / "prog.c").write_text(PROGRAM)
+        (folder / "target.yaml").write_text(yaml.safe_dump({
+            "name": name, "toolchain": "cc", "sources": ["prog.c"], "run": ["{binary}"],
+            "verify": {"outputs": ["out.bin"]}, "params": {"N": [1, 2, 3, 4]}}))
+    config = tmp_path / "run.yaml"
+    config.write_text(yaml.safe_dump({
+        "name": "two", "targets": ["slow/target.yaml", "fast/target.yaml"], "output_dir": str(tmp_path / "runs"),
+        "search": {"sampler": "random", "trials": 3}, "cluster": {"cpu_workers": 2},
+        "measure": {"final_top_k": 1, "final_runs": 1}, "profile": {"candidates": "none"},
+        "agents": {"enabled": True, "guardrails": False}}))
+    plan = load_run(config)
+    run_dir = RunDir.create(plan)
+    Sweep(plan, run_dir, log=lambda m: None, agent_steps=lambda: [Steps.of(SlowVariant())]).run(show_progress=False)
+    rows = read_results(run_dir.path)
+    slow_verified = rows[(rows["target"] == "slow") & (rows["phase"] == "verify")]
+    fast_search = rows[(rows["target"] == "fast") & (rows["phase"] == "search")]
+    assert len(slow_verified) == 1 and slow_verified["status"].iloc[0] == "ok"
+    assert len(fast_search) == 3
+    # Every search candidate of the fast study was measured while the slow study's variant was still
+    # being verified: the studies share the workers, not the stages.
+    assert fast_search["finished_at"].max() < slow_verified["finished_at"].iloc[0]
+    assert (rows.groupby("study")["phase"].apply(lambda p: (p == "search").sum()) == 3).all()
+
+
+def device(name: str) -> DeviceInfo:
+    return DeviceInfo("gpu", name, "sm_90")
+
+
+def test_the_lookahead_covers_what_the_workers_finish_during_one_compile():
+    scheduler = Scheduler([object()] * 4, [device("A")] * 4, per_worker=2, cpu_slots=64)
+    a = device("A").device_type
+    assert scheduler.lookahead(a) == 8 + 4  # before any figures: the slots and one per worker
+    scheduler.compile_s[a], scheduler.run_s[a] = 2.0, 0.5  # 4 workers finish 16 candidates per compile
+    assert scheduler.lookahead(a) == 8 + 17
+    scheduler.compile_s[a], scheduler.run_s[a] = 0.1, 2.0  # compiles are cheap: one ahead per worker
+    assert scheduler.lookahead(a) == 8 + 4
+    small = Scheduler([object()] * 4, [device("A")] * 4, per_worker=2, cpu_slots=3)
+    small.compile_s[a], small.run_s[a] = 2.0, 0.5
+    assert small.lookahead(a) == 8 + 3  # no more compiles ahead than there are CPUs to run them
+    assert scheduler.lookahead(device("B").device_type) == 0  # no worker of that type
+
+
+def test_a_baseline_goes_before_the_agents_checks_before_the_closing_jobs_before_the_search():
+    order = sorted(JobKind, key=lambda kind: PRIORITY[kind])
+    assert order.index(JobKind.BASELINE) < order.index(JobKind.VERIFY) < order.index(JobKind.FINAL) \
+        < order.index(JobKind.SEARCH) < order.index(JobKind.PROFILE)
+    assert PRIORITY[JobKind.SANITIZE] == PRIORITY[JobKind.GUARD] == PRIORITY[JobKind.VERIFY]

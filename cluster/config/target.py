@@ -169,6 +169,8 @@ class TargetSpec(_Model):
             raise ValueError(f"{field}: a kernel target has none (the kernel runner compiles and launches it)")
         if self.toolchain != "nvcc":
             raise ValueError(f"toolchain: a kernel target is CUDA (nvcc), not {self.toolchain}")
+        if self.runner != "auto":
+            raise ValueError("runner: a kernel target always runs on the kernel runner")
         if self.verify.outputs not in ([], outputs) or self.verify.sanitize_run or self.verify.stdout_regex:
             raise ValueError("verify: a kernel target's outputs are its arguments marked output: true "
                              "(only rtol, atol and test here)")
@@ -204,6 +206,8 @@ class Target:
         """The runner its candidates use: the spec's, or for ``auto`` the persistent runner where
         the toolchain can build a shared library, the build takes ``{flags}`` and ``{sources}``,
         and the program includes the timing harness (whose programs are written to be re-entered)."""
+        if self.spec.kind == "kernel":
+            return "kernel"  # one kernel, loaded as a cubin in the device's host process
         if self.spec.runner != "auto":
             return self.spec.runner
         uses_harness = any(b"warpfleet/harness.cuh" in content for _, content in self.bundle.files)

@@ -73,4 +73,5 @@ SAMPLERS = Registry("sampler", {
 RUNNERS = Registry("runner", {
     "process": "cluster.runners._base:ProcessRunner",
     "persistent": "cluster.runners.persistent:PersistentRunner",
+    "kernel": "cluster.runners.kernel:KernelRunner",  # kind: kernel targets (cluster/runners/kernel.py)
 })

@@ -65,6 +65,7 @@ BAD = [
     ({"build": ["nvcc", "{sources}"]}, "", "build: a kernel target has none"),
     ({"kind": "program", "run": ["{binary}"]}, "", "kernel: only a target of kind: kernel has one"),
     ({"toolchain": "cc"}, "", "toolchain: a kernel target is CUDA"),
+    ({"runner": "persistent"}, "", "runner: a kernel target always runs on the kernel runner"),
     ({"verify": {"outputs": ["out.bin"]}}, "", "verify: a kernel target's outputs are its arguments"),
     ({"kernel": vadd_kernel(grid=["n"])}, "kernel", "give either problem_size"),
     ({"kernel": vadd_kernel(block=["TILEX"])}, "kernel.block[0]", "unknown name 'TILEX'"),

@@ -20,7 +20,8 @@ needs_nvcc = pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not o
 
 def _candidate(target, flags=(), **params):
     values = {**target.baseline_params, **params}
-    return Candidate(target.name, "nvcc", "H100", "sm_90", target.bundle.hash, tuple(flags), tuple(values.items()))
+    return Candidate(target.name, "nvcc", "H100", "sm_90", target.bundle.hash, tuple(flags), tuple(values.items()),
+                     runner=target.runner)
 
 
 @pytest.fixture

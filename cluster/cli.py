@@ -398,5 +398,30 @@ def report(runs: tuple[str, ...], output: str | None) -> None:
     click.echo(f"wrote {page} and {markdown}", err=True)
 
 
+@main.command("kt-import")
+@click.argument("script", type=click.Path(dir_okay=False, exists=True))
+@click.option("--output", required=True, type=click.Path(dir_okay=False),
+              help="The target file to write; the kernel source and any .npy inputs go beside it.")
+@click.option("--name", help="The target's name (default: the kernel's).")
+@click.option("--inputs", type=click.Choice(["uniform", "npy"]), default="uniform", show_default=True,
+              help="Float input arrays: seeded uniform over the script's range (fresh each run), or its values (.npy).")
+@click.option("--outputs", help="Comma-separated arguments to compare (default: the script's answer).")
+@click.option("--params-only", is_flag=True, help="Search the params alone, no compiler flags (as Kernel Tuner).")
+@_one_line_errors
+def kt_import(script: str, output: str, name: str | None, inputs: str, outputs: str | None, params_only: bool) -> None:
+    """A kernel target from a Kernel Tuner script (the arguments of its first tune_kernel call)."""
+    from cluster.config import load_target
+    from cluster.config.kt_import import KtImportError
+    from cluster.config.kt_import import kt_import as convert
+
+    try:
+        convert(Path(script), Path(output), name, inputs, [o for o in (outputs or "").split(",") if o], params_only)
+    except KtImportError as exc:
+        raise ConfigError(script, "", str(exc)) from None
+    target = load_target(output)  # what was written must load as it is
+    click.echo(f"wrote {output}: kernel {target.spec.kernel.name if target.spec.kernel else ''}, "
+               f"{target.space_size()} configurations", err=True)
+
+
 if __name__ == "__main__":
     main()

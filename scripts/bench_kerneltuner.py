@@ -1,6 +1,6 @@
 """warpfleet against Kernel Tuner on the same kernels, spaces and GPUs (issue 8), in one command.
 
-    python scripts/bench_kerneltuner.py --out DIR [--gpus 1|2] [--kernels matmul,stencil,...]
+    python scripts/bench_kerneltuner.py --out DIR [--gpus 1|2|4] [--wf-kind kernel|program] [--kernels ...]
         [--budget-s 460] [--quick] [--seeds 5] [--repeats 3] [--max-evals 20] [--run-limit-s 30]
     python scripts/bench_kerneltuner.py --out DIR --report-only [--merge DIR2 ...]
 
@@ -66,14 +66,15 @@ def run_blocks(tool: str, kernels: list[str], seeds: int, repeats: int) -> list[
     return seed_blocks(range(first)) + repeat + seed_blocks(range(first, seeds))
 
 
-def two_gpu_blocks(tool: str, kernels: list[str], repaired: bool) -> list[Block]:
-    """Seed 0 of both strategies on two GPUs. Kernel Tuner's parallel mode as shipped fails at its
+def two_gpu_blocks(tool: str, kernels: list[str], repaired: bool, gpus: int = 2) -> list[Block]:
+    """Seed 0 of both strategies on ``gpus`` GPUs. Kernel Tuner's parallel mode as shipped fails at its
     first result whatever the kernel (kt_run), so it runs on the first kernel only, to show it; the
     repaired one runs on all."""
     if tool == "warpfleet":
-        return [Block("run", k, tool, strategy, 0, 0, 2) for strategy in ("best", "random") for k in kernels]
-    shipped = [Block("run", kernels[0], tool, strategy, 0, 0, 2, "shipped") for strategy in ("best", "random")]
-    fixed = [Block("run", k, tool, strategy, 0, 0, 2, "repaired") for strategy in ("best", "random") for k in kernels]
+        return [Block("run", k, tool, strategy, 0, 0, gpus) for strategy in ("best", "random") for k in kernels]
+    shipped = [Block("run", kernels[0], tool, strategy, 0, 0, gpus, "shipped") for strategy in ("best", "random")]
+    fixed = [Block("run", k, tool, strategy, 0, 0, gpus, "repaired") for strategy in ("best", "random")
+             for k in kernels]
     return shipped + (fixed if repaired else [])
 
 
@@ -166,11 +167,11 @@ def visible_devices(gpus: int, dry_run: bool) -> list[str]:
 def run_all(args: argparse.Namespace, settings: dict, kernels: list[str], t0: float) -> None:
     budget = args.budget_s
     devices = visible_devices(args.gpus, args.dry_run)
-    concurrent = args.gpus == 2 and not args.sequential
+    concurrent = args.gpus >= 2 and not args.sequential
     reference = [Block("reference", k) for k in kernels]
     wf = run_blocks("warpfleet", kernels, args.seeds, args.repeats)
     kt = run_blocks("kernel_tuner", kernels, args.seeds, args.repeats)
-    one_gpu_end = t0 + budget * (0.62 if args.gpus == 2 else 0.9)
+    one_gpu_end = t0 + budget * (0.62 if args.gpus >= 2 else 0.9)
     if concurrent:
         wait_lanes([(start_lane(args, "gpu0-warpfleet", devices[:1], wf, one_gpu_end, settings), one_gpu_end),
                     (start_lane(args, "gpu1-reference-kerneltuner", devices[1:2], reference + kt, one_gpu_end,
@@ -178,14 +179,15 @@ def run_all(args: argparse.Namespace, settings: dict, kernels: list[str], t0: fl
     else:
         wait_lanes([(start_lane(args, "gpu0-all", devices[:1], reference + interleave(kt, wf), one_gpu_end,
                                 settings), one_gpu_end)])
-    if args.gpus == 2:
+    if args.gpus >= 2:  # the multi-GPU runs on every card: 2, or 4
         two_gpu_end = t0 + budget * 0.9
         wf_end = time.time() + 0.45 * max(0.0, two_gpu_end - time.time())
-        wait_lanes([(start_lane(args, "2gpu-warpfleet", devices, two_gpu_blocks("warpfleet", kernels, True), wf_end,
+        wf_blocks = two_gpu_blocks("warpfleet", kernels, True, args.gpus)
+        wait_lanes([(start_lane(args, f"{args.gpus}gpu-warpfleet", devices, wf_blocks, wf_end,
                                 {**settings, "ray_cpus": 2 * settings["ray_cpus"]}), wf_end)])
-        wait_lanes([(start_lane(args, "2gpu-kerneltuner", devices, two_gpu_blocks("kernel_tuner", kernels,
-                                                                                      not args.no_repaired),
-                                two_gpu_end, settings), two_gpu_end)])
+        kt_blocks = two_gpu_blocks("kernel_tuner", kernels, not args.no_repaired, args.gpus)
+        wait_lanes([(start_lane(args, f"{args.gpus}gpu-kerneltuner", devices, kt_blocks, two_gpu_end, settings),
+                     two_gpu_end)])
     ref_device = devices[1:2] if concurrent else devices[:1]
     end = t0 + budget * 0.98
     wait_lanes([(start_lane(args, "remeasure", ref_device, [Block("remeasure", k) for k in kernels], end, settings),
@@ -218,7 +220,7 @@ def meta(args: argparse.Namespace, settings: dict, kernels: list[str]) -> dict:
     out = {"date": time.strftime("%Y-%m-%d"), "command": shlex.join([Path(sys.argv[0]).as_posix(), *sys.argv[1:]]),
            "host": platform.node(), "cpus": os.cpu_count(), "versions": versions, "settings": settings,
            "kernels": kernels, "seeds": list(range(args.seeds)), "repeats": args.repeats,
-           "lanes": "concurrent (one card each)" if args.gpus == 2 and not args.sequential else "one at a time",
+           "lanes": "concurrent (one card each)" if args.gpus >= 2 and not args.sequential else "one at a time",
            "gpus": [], "driver": "?"}
     try:
         import pynvml
@@ -277,7 +279,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, required=True, help="results: parts/, report.md, summary.parquet")
     parser.add_argument("--work", type=Path, help="scratch (cubins, warpfleet runs); default: a temporary folder")
-    parser.add_argument("--gpus", type=int, choices=(1, 2), help="default: 2 where two are visible, else 1")
+    parser.add_argument("--gpus", type=int, choices=(1, 2, 4), help="default: 2 where two are visible, else 1")
+    parser.add_argument("--wf-kind", choices=("kernel", "program"), default="kernel",
+                        help="warpfleet's lane: kernel targets measured in-process (default), or a program each")
     parser.add_argument("--kernels", default=",".join(KERNEL_SPACES))
     parser.add_argument("--budget-s", type=float, default=460.0, help="wall time of the whole command")
     parser.add_argument("--quick", action="store_true", help="a smoke test: 1 seed, no repeats, 4 evaluations")
@@ -317,7 +321,8 @@ def main() -> None:
     settings = {
         "max_evals": args.max_evals, "run_limit_s": args.run_limit_s,
         "wf_harness_args": ["--min-time", str(args.wf_min_time)], "wf_compile_workers": args.wf_compile_workers,
-        "kt_best": args.kt_strategy, "ray_cpus": max(2, cpus // 2 if args.gpus == 2 else cpus),
+        "wf_kind": args.wf_kind, "wf_min_time": args.wf_min_time,
+        "kt_best": args.kt_strategy, "ray_cpus": max(2, cpus // args.gpus if args.gpus >= 2 else cpus),
         "jobs": max(2, cpus // 4), "dry_run": args.dry_run, "rehearsal_pace_s": args.rehearsal_pace_s,
         **({"ref_samples": 5, "ref_refine_top": 3, "ref_refine_samples": 5, "remeasure_rounds": 1,
             "remeasure_samples": 10, "wf_final_top_k": 1} if args.quick else {}),

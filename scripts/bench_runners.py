@@ -82,9 +82,10 @@ def main() -> None:
     args.out.mkdir(parents=True, exist_ok=True)
     results = []
     for target in load_run(args.config).targets:
-        if b"warpfleet/harness.cuh" not in b"".join(c for _, c in target.bundle.files):
+        kernel = target.spec.kind == "kernel"  # a kernel target: the kernel runner (configs/kernels.yaml)
+        if not kernel and b"warpfleet/harness.cuh" not in b"".join(c for _, c in target.bundle.files):
             continue
-        for runner in ("process", "persistent"):
+        for runner in ("kernel",) if kernel else ("process", "persistent"):
             figures = runs(target, runner, args.repeats)
             row = {"target": target.name, "runner": runner, "runs": len(figures),
                    **{k: median([f[k] for f in figures]) for k in ("before_s", "after_s", "compare_s", "timed_s")}}

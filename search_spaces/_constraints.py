@@ -52,6 +52,21 @@ def compile_constraint(expr: str, params: Mapping[str, Any]) -> Predicate:
     return _compile(expr, tuple(sorted(params)))
 
 
+def compile_expression(expr: str, names: Mapping[str, Any] | tuple[str, ...]) -> Callable[[Mapping[str, Any]], Any]:
+    """The value of an expression over ``names`` (a kernel's launch geometry: ``TILE // WPT``), from
+    the same grammar and bounds as constraints; raises ValueError (ConstraintError) for bad syntax,
+    unknown names, or a value it cannot have (a division by zero) when evaluated."""
+    value = _compile_value(expr, tuple(sorted(names)))
+
+    def evaluate(values: Mapping[str, Any]) -> Any:
+        try:
+            return value(values)
+        except (ZeroDivisionError, TypeError, OverflowError) as exc:
+            raise ConstraintError(f"{expr}: {exc}") from None
+
+    return evaluate
+
+
 def evaluate_constraint(expr: str, params: Mapping[str, Any], values: Mapping[str, Any]) -> bool:
     """The constraint at ``values``, raising ValueError (with the reason) where the predicate would
     quietly say False: for checking a target's baseline when it is loaded."""
@@ -65,7 +80,7 @@ def evaluate_constraint(expr: str, params: Mapping[str, Any], values: Mapping[st
 
 
 @lru_cache(maxsize=1024)
-def _compile(expr: str, names: tuple[str, ...]) -> Predicate:
+def _compile_value(expr: str, names: tuple[str, ...]) -> Callable[[Mapping[str, Any]], Any]:
     if len(expr) > MAX_LENGTH:
         raise ConstraintError(f"longer than {MAX_LENGTH} characters")
     try:
@@ -79,10 +94,16 @@ def _compile(expr: str, names: tuple[str, ...]) -> Predicate:
     _check(tree.body, set(names))
     _fold_constants(tree.body)
     body = tree.body
+    return lambda values: _eval(body, values)
+
+
+@lru_cache(maxsize=1024)
+def _compile(expr: str, names: tuple[str, ...]) -> Predicate:
+    value = _compile_value(expr, names)
 
     def predicate(values: Mapping[str, Any]) -> bool:
         try:
-            return bool(_eval(body, values))
+            return bool(value(values))
         except (ZeroDivisionError, TypeError, OverflowError, ValueError):
             return False  # a point where the expression has no value does not satisfy it
 

@@ -6,6 +6,7 @@ Parsing happens in ``load`` and only there; every later stage receives these val
 """
 
 from cluster.config.agents import AgentsSpec, CustomSpec, Level, LLMSpec, StepChoice
+from cluster.config.kernel import KernelSpec
 from cluster.config.load import load_run, load_target
 from cluster.config.run import (
     ClusterSpec,
@@ -28,7 +29,7 @@ from cluster.config.target import (
 )
 
 __all__ = [
-    "BUILD_PLACEHOLDERS", "RUN_PLACEHOLDERS", "AgentsSpec", "ClusterSpec", "CustomSpec", "LLMSpec", "Level",
-    "LimitsSpec", "MeasureSpec", "MetricSpec", "OutputSpec", "ProfileSpec", "RunConfig", "RunPlan", "SearchSpec",
-    "StepChoice", "Target", "TargetSpec", "Timeouts", "VerifySpec", "load_run", "load_target",
+    "BUILD_PLACEHOLDERS", "RUN_PLACEHOLDERS", "AgentsSpec", "ClusterSpec", "CustomSpec", "KernelSpec", "LLMSpec",
+    "Level", "LimitsSpec", "MeasureSpec", "MetricSpec", "OutputSpec", "ProfileSpec", "RunConfig", "RunPlan",
+    "SearchSpec", "StepChoice", "Target", "TargetSpec", "Timeouts", "VerifySpec", "load_run", "load_target",
 ]

@@ -12,6 +12,7 @@ from typing import Any
 import yaml
 from pydantic import ValidationError
 
+from cluster.config.kernel import kernel_target_problem
 from cluster.config.run import RunConfig, RunPlan
 from cluster.config.target import (
     BUILD_PLACEHOLDERS,
@@ -112,6 +113,9 @@ def load_target(path: str | Path) -> Target:
             raise ConfigError(path, "defaults", f"the baseline's params violate the constraints ({expr})")
     if spec.runner == "persistent" and (problem := shared_build_problem(spec)):
         raise ConfigError(path, "runner", f"persistent needs a shared-library build: {problem}")
+    if spec.kernel is not None and (problem := kernel_target_problem(spec.kernel, spec.params, spec.files,
+                                                                     target.baseline_params)):
+        raise ConfigError(path, *problem)
     return target
 
 

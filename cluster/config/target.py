@@ -14,8 +14,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, NamedTuple
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from cluster.config.kernel import KernelSpec
 from cluster.core.limits import Limits
 from cluster.core.types import Scalar, SourceBundle
 from cluster.toolchains import get_toolchain
@@ -66,6 +67,8 @@ class OutputSpec(_Model):
     path: str
     format: Literal["binary", "text"] | None = None  # default: text for .txt/.csv/.dat, else binary
     dtype: str = "float32"
+    rtol: float | None = Field(None, ge=0)  # this output's tolerances; default: verify's
+    atol: float | None = Field(None, ge=0)
 
     @field_validator("dtype")
     @classmethod
@@ -122,6 +125,9 @@ class LimitsSpec(_Model):
         return Limits(memory_mb=self.memory_mb, file_mb=self.file_mb, disk_mb=self.disk_mb)
 
 
+KERNEL_RUN = ["{binary}", "--seed", "{seed}"]  # a kernel target's run: the kernel runner's, on the run's seed
+
+
 class TargetSpec(_Model):
     name: str = Field(pattern=SAFE_NAME)
     toolchain: str = "nvcc"
@@ -129,7 +135,7 @@ class TargetSpec(_Model):
     sources: list[str] = Field(min_length=1)
     files: list[str] = []  # other files the run needs (inputs), shipped with the sources
     build: list[str] | None = Field(None, min_length=1)
-    run: list[str] = Field(min_length=1)
+    run: list[str] = Field(None, min_length=1)  # required for a program; a kernel's is the kernel runner's
     metric: MetricSpec = MetricSpec()
     verify: VerifySpec = VerifySpec()
     timeouts: Timeouts = Timeouts()
@@ -142,6 +148,9 @@ class TargetSpec(_Model):
     # process per device (a shared-library build); auto: persistent for programs that use the harness.
     runner: Literal["auto", "process", "persistent"] = "auto"
     constraints: list[str] = []
+    # A program (the default), or one kernel measured in-process by the kernel runner (cluster/config/kernel.py).
+    kind: Literal["program", "kernel"] = "program"
+    kernel: KernelSpec | None = None
 
     @field_validator("params", mode="before")
     @classmethod
@@ -167,6 +176,35 @@ class TargetSpec(_Model):
             if len(set(map(repr, values))) != len(values):
                 raise ValueError(f"{name} lists a value twice")
         return value
+
+    @model_validator(mode="after")
+    def _kind(self) -> TargetSpec:
+        if self.kind == "program":
+            if self.kernel is not None:
+                raise ValueError("kernel: only a target of kind: kernel has one")
+            if self.run is None:
+                raise ValueError("run: a program target needs a run command")
+            return self
+        if self.kernel is None:
+            raise ValueError("kernel: a target of kind: kernel needs its kernel section")
+        # Derived fields of a frozen model, set once here (and accepted as they are, so that a spec
+        # dumped and read again is the same): the kernel runner's process form takes a seed (fresh
+        # inputs per run), and each output argument is compared as a file.
+        outputs = [OutputSpec(path=a.output_file, dtype="float64" if a.compare == "sum" else a.dtype,
+                              rtol=a.rtol, atol=a.atol) for a in self.kernel.outputs]
+        if self.build is not None or self.run not in (None, KERNEL_RUN):
+            field = "build" if self.build is not None else "run"
+            raise ValueError(f"{field}: a kernel target has none (the kernel runner compiles and launches it)")
+        if self.toolchain != "nvcc":
+            raise ValueError(f"toolchain: a kernel target is CUDA (nvcc), not {self.toolchain}")
+        if self.runner != "auto":
+            raise ValueError("runner: a kernel target always runs on the kernel runner")
+        if self.verify.outputs not in ([], outputs) or self.verify.sanitize_run or self.verify.stdout_regex:
+            raise ValueError("verify: a kernel target's outputs are its arguments marked output: true "
+                             "(only rtol, atol and test here)")
+        object.__setattr__(self, "run", list(KERNEL_RUN))
+        object.__setattr__(self, "verify", self.verify.model_copy(update={"outputs": outputs}))
+        return self
 
 
 # Placeholders every command may use; params are usable by name as well.
@@ -196,6 +234,8 @@ class Target:
         """The runner its candidates use: the spec's, or for ``auto`` the persistent runner where
         the toolchain can build a shared library, the build takes ``{flags}`` and ``{sources}``,
         and the program includes the timing harness (whose programs are written to be re-entered)."""
+        if self.spec.kind == "kernel":
+            return "kernel"  # one kernel, loaded as a cubin in the device's host process
         if self.spec.runner != "auto":
             return self.spec.runner
         uses_harness = any(b"warpfleet/harness.cuh" in content for _, content in self.bundle.files)

@@ -61,6 +61,8 @@ EXPORT_FORMATS = Registry("export format", {
     "t4": "cluster.outputs.exports.t4:t4",
     "patch": "cluster.outputs.exports.patch:patch",
     "bundle": "cluster.outputs.exports.bundle:bundle",
+    "launch": "cluster.outputs.exports.launch:launch",  # kernel targets: grid, block, shared memory
+    "launch-json": "cluster.outputs.exports.launch:launch_json",
 })
 
 # search.sampler: each a function (SearchSpec) -> optuna sampler (search_spaces/samplers.py).
@@ -74,4 +76,5 @@ SAMPLERS = Registry("sampler", {
 RUNNERS = Registry("runner", {
     "process": "cluster.runners._base:ProcessRunner",
     "persistent": "cluster.runners.persistent:PersistentRunner",
+    "kernel": "cluster.runners.kernel:KernelRunner",  # kind: kernel targets (cluster/runners/kernel.py)
 })

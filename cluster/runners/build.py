@@ -13,6 +13,7 @@ from agents.patch import Variant, variant_bundle
 from cluster.config import Target
 from cluster.core.placeholders import expand
 from cluster.core.types import BuildArtifact, Candidate, Status
+from cluster.runners.kernel_build import compile_kernel
 from cluster.runners.profile import FLUSH_KERNEL
 from cluster.runners.sandbox import run_command, scratch_dir, write_bundle
 from cluster.toolchains import get_toolchain
@@ -41,6 +42,8 @@ def build_command(target: Target, candidate: Candidate, workdir: Path) -> list[s
 
 def compile_candidate(target: Target, candidate: Candidate, scratch_root: Path | None = None) -> BuildArtifact:
     """Build one candidate in its own scratch directory; failures come back as a status."""
+    if target.spec.kind == "kernel":  # one kernel to a cubin, with its launch (kernel_build.py)
+        return compile_kernel(target, candidate, scratch_root)
     start = time.perf_counter()
     with scratch_dir(scratch_root, f"build-{candidate.key}-") as workdir:
         write_bundle(target.bundle.files, workdir)

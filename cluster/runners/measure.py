@@ -105,7 +105,8 @@ def verify_outputs(workdir: Path, stdout: str, verify: VerifySpec, reference: Ru
             want = _load_numbers(wanted[spec.path], spec) if reference else got
         except ValueError as exc:
             return f"{spec.path}: {exc}"
-        problem = compare(spec.path, got, want, verify.rtol, verify.atol)
+        problem = compare(spec.path, got, want, verify.rtol if spec.rtol is None else spec.rtol,
+                          verify.atol if spec.atol is None else spec.atol)
         if problem:
             return problem
     if verify.stdout_regex and reference is not None:

@@ -35,6 +35,8 @@ class Settings:
     max_evals: int = 20
     run_limit_s: float = 30.0
     wf_harness_args: list[str] = field(default_factory=lambda: ["--min-time", "0.05"])
+    wf_kind: str = "program"  # program: a program per configuration; kernel: a kernel target (kernel_targets.py)
+    wf_min_time: float = 0.05  # the kernel runner's min_time_s, as the program's --min-time
     wf_compile_workers: int | None = 4
     wf_final_top_k: int = 2
     wf_final_runs: int = 1
@@ -187,7 +189,12 @@ class Lane:
         from scripts.kt_compare.wf_run import run_sweep, write_run_config
 
         s = self.settings
-        target = write_wf_target(space, self.work / "targets" / space.name, s.wf_harness_args)
+        if s.wf_kind == "kernel":
+            from scripts.kt_compare.kernel_targets import write_wf_kernel_target
+
+            target = write_wf_kernel_target(space, self.work / "kernel-targets" / space.name, s.wf_min_time)
+        else:
+            target = write_wf_target(space, self.work / "targets" / space.name, s.wf_harness_args)
         if s.dry_run:
             return rehearsal.wf_run(space, target, block.strategy, block.seed, s.max_evals, block.gpus)
         self._ray(block.gpus)

@@ -1,0 +1,297 @@
+"""The kernel runner: a kernel target's candidates measured inside the device's host process.
+
+    KernelRunner.execute ─► HostProcess.call({"loader": "kernel", ...}) ═══► call_kernel(request):
+        cuModuleLoadData(cubin) ─► arguments (allocated once per layout, filled from the seed)
+        ─► warm-up ─► per sample: L2 flush, event, launch, event ─► the protocol lines
+        ─► outputs to <name>.bin ─► cuModuleUnload
+
+The host (cluster/runners/host.py) keeps the CUDA context and this module's device state between
+candidates: the stream, the events, the L2-flush buffer and the argument buffers. A launch that
+breaks the context (an illegal address) fails its request; the host then finds the context broken
+and exits, and the client starts a fresh one for the next candidate (the row says crashed).
+ncu and compute-sanitizer run the same code as a process of its own:
+``python -m cluster.runners.host once request.json``, the request written to the staged directory.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from collections import OrderedDict
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from cluster.config.kernel import BenchOptions, LaunchPlan
+from cluster.runners._base import BINARY_FILE, Invocation, Runner, Staged
+from cluster.runners.host import STDERR_FILE, STDOUT_FILE, HostProcess, package_root, read_result
+from cluster.runners.kernel_build import KernelBinary
+from cluster.runners.kernel_harness import bench, host_values, profile_options, write_output
+from cluster.runners.sandbox import ProcessResult, Sandbox, run_command
+
+REQUEST_FILE = "request.json"
+POISON_ENV, PROFILE_ENV = "WARPFLEET_POISON", "WARPFLEET_PROFILE"
+_HOST_ENV = {POISON_ENV, PROFILE_ENV}  # variables the host run takes as request fields
+LAYOUTS_KEPT = 2  # argument buffer sets kept allocated (one per problem shape)
+INPUTS_KEPT = 4  # host-side input sets kept (per layout and seed)
+
+# The harness's L2 flush (harness.cuh: a read of 2x the L2) as PTX, so that the host needs no
+# compiler: nvcc -ptx of wf_l2_flush, set to PTX ISA 7.0 / sm_70 so that any recent driver JITs it.
+FLUSH_PTX = b"""
+.version 7.0
+.target sm_70
+.address_size 64
+.visible .entry wf_l2_flush(.param .u64 p0, .param .u64 p1, .param .u64 p2)
+{
+  .reg .pred %p<4>; .reg .b32 %r<23>; .reg .b64 %rd<17>;
+  ld.param.u64 %rd7, [p0]; ld.param.u64 %rd8, [p1]; ld.param.u64 %rd9, [p2];
+  mov.u32 %r5, %ctaid.x; mov.u32 %r6, %ntid.x; cvt.u64.u32 %rd1, %r6; mul.wide.u32 %rd10, %r5, %r6;
+  mov.u32 %r7, %tid.x; cvt.u64.u32 %rd11, %r7; add.s64 %rd16, %rd10, %rd11;
+  setp.ge.u64 %p1, %rd16, %rd8; mov.u32 %r22, 0;
+  @%p1 bra DONE;
+  mov.u32 %r9, %nctaid.x; cvt.u64.u32 %rd12, %r9; mul.lo.s64 %rd3, %rd12, %rd1; cvta.to.global.u64 %rd4, %rd7;
+LOOP:
+  shl.b64 %rd13, %rd16, 4; add.s64 %rd14, %rd4, %rd13;
+  ld.global.nc.v4.u32 {%r10, %r11, %r12, %r13}, [%rd14];
+  xor.b32 %r18, %r11, %r22; xor.b32 %r19, %r18, %r10; xor.b32 %r20, %r19, %r12; xor.b32 %r22, %r20, %r13;
+  add.s64 %rd16, %rd16, %rd3; setp.lt.u64 %p2, %rd16, %rd8;
+  @%p2 bra LOOP;
+DONE:
+  setp.eq.s32 %p3, %r22, 0;
+  @%p3 bra END;
+  cvta.to.global.u64 %rd15, %rd9; st.global.u32 [%rd15], %r22;
+END:
+  ret;
+}
+"""
+
+
+class CudaError(RuntimeError):
+    """A driver call that failed: the call and the error's name (CUDA_ERROR_ILLEGAL_ADDRESS)."""
+
+
+def _check(result: Any, call: str) -> Any:
+    from cuda.bindings import driver
+
+    status, *values = result if isinstance(result, tuple) else (result,)
+    if int(status) != 0:
+        name = driver.cuGetErrorName(status)[1]
+        raise CudaError(f"{call}: {name.decode() if isinstance(name, bytes) else status}")
+    return values[0] if len(values) == 1 else tuple(values)
+
+
+class _Device:
+    """The host's device state, made at the first request and kept for the host's life."""
+
+    def __init__(self) -> None:
+        from cuda.bindings import driver as cu
+
+        self.cu = cu
+        _check(cu.cuInit(0), "cuInit")
+        self.device = _check(cu.cuDeviceGet(0), "cuDeviceGet")
+        self.context = _check(cu.cuDevicePrimaryCtxRetain(self.device), "cuDevicePrimaryCtxRetain")
+        _check(cu.cuCtxSetCurrent(self.context), "cuCtxSetCurrent")
+        self.stream = _check(cu.cuStreamCreate(0), "cuStreamCreate")
+        self.start = _check(cu.cuEventCreate(0), "cuEventCreate")
+        self.stop = _check(cu.cuEventCreate(0), "cuEventCreate")
+        attr = cu.CUdevice_attribute
+        l2, sms = (_check(cu.cuDeviceGetAttribute(a, self.device), "cuDeviceGetAttribute") for a in
+                   (attr.CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE, attr.CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT))
+        flush_bytes = 2 * max(int(l2), 1 << 20)  # 2x: L2 is not a perfect LRU
+        self.flush_data = _check(cu.cuMemAlloc(flush_bytes), "cuMemAlloc")
+        self.flush_sink = _check(cu.cuMemAlloc(4), "cuMemAlloc")
+        _check(cu.cuMemsetD8(self.flush_data, 0, flush_bytes), "cuMemsetD8")
+        self.flush_module = _check(cu.cuModuleLoadData(FLUSH_PTX + b"\0"), "cuModuleLoadData(flush)")  # PTX: a C string
+        self.flush_function = _check(cu.cuModuleGetFunction(self.flush_module, b"wf_l2_flush"), "cuModuleGetFunction")
+        self.flush_args = np.array([int(self.flush_data), flush_bytes // 16, int(self.flush_sink)], dtype=np.uint64)
+        self.flush_params = _params(self.flush_args[i:i + 1] for i in range(3))
+        self.flush_blocks = 8 * int(sms)
+        self.layouts: OrderedDict[tuple, dict[str, tuple[Any, int]]] = OrderedDict()
+        self.inputs: OrderedDict[tuple, dict[str, np.ndarray]] = OrderedDict()
+
+    def buffers(self, plan: LaunchPlan, values: Mapping[str, np.ndarray]) -> dict[str, tuple[Any, int]]:
+        """Device buffers for the plan's arrays, allocated once per layout (names, dtypes, shapes)."""
+        layout = tuple((a.name, a.dtype, values[a.name].shape) for a in plan.arguments if a.fill != "scalar")
+        if layout in self.layouts:
+            self.layouts.move_to_end(layout)
+            return self.layouts[layout]
+        while len(self.layouts) >= LAYOUTS_KEPT:
+            for pointer, _ in self.layouts.popitem(last=False)[1].values():
+                self.cu.cuMemFree(pointer)
+        made = {}
+        for name, _, _ in layout:
+            size = max(values[name].nbytes, 1)
+            made[name] = (_check(self.cu.cuMemAlloc(size), "cuMemAlloc"), values[name].nbytes)
+        self.layouts[layout] = made
+        return made
+
+    def host_values(self, plan: LaunchPlan, seed: int, workdir: Path) -> dict[str, np.ndarray]:
+        """The run's initial values, kept for a few (layout, seed) pairs: generating 2^24 floats
+        costs more than measuring most kernels. Plans reading files are not kept (their content is
+        the target's)."""
+        if any(a.fill == "file" for a in (*plan.arguments, *plan.constants)):
+            return host_values(plan, seed, workdir)
+        key = (json.dumps([plan.to_dict()["arguments"], plan.to_dict()["constants"]]), seed)
+        if key not in self.inputs:
+            while len(self.inputs) >= INPUTS_KEPT:
+                self.inputs.popitem(last=False)
+            self.inputs[key] = host_values(plan, seed, workdir)
+        self.inputs.move_to_end(key)
+        return self.inputs[key]
+
+    def flush(self) -> None:
+        _check(self.cu.cuLaunchKernel(self.flush_function, self.flush_blocks, 1, 1, 256, 1, 1, 0, self.stream,
+                                      self.flush_params.ctypes.data, 0), "cuLaunchKernel(flush)")
+
+
+def _params(storage: Any) -> np.ndarray:
+    """The ``void**`` array cuLaunchKernel takes: one pointer to each argument's storage."""
+    return np.array([s.ctypes.data for s in storage], dtype=np.uint64)
+
+
+_DEVICE: _Device | None = None
+
+
+def device() -> _Device:
+    global _DEVICE
+    if _DEVICE is None:
+        _DEVICE = _Device()
+    return _DEVICE
+
+
+def call_kernel(request: Mapping[str, Any]) -> int:
+    """In the host (or a process of its own): one run of a kernel candidate; the exit status."""
+    try:
+        return run_kernel(request)
+    except (CudaError, ValueError) as exc:  # a driver call that failed, a binary that is not one
+        sys.stdout.flush()
+        sys.stderr.write(f"wf: {exc}\n")
+        sys.stderr.flush()
+        return 2  # as WF_CHECK exits
+
+
+def run_kernel(request: Mapping[str, Any]) -> int:
+    binary = KernelBinary.unpack(Path(request["binary"]).read_bytes())
+    dev = device()
+    cu = dev.cu
+    workdir = Path(request.get("cwd") or os.getcwd())
+    plan = binary.plan
+    options = BenchOptions(**request.get("bench", {}))
+    if request.get("profile"):
+        options = profile_options(options)
+    values = dev.host_values(plan, int(request.get("seed", 0)), workdir)
+    module = _check(cu.cuModuleLoadData(binary.cubin), "cuModuleLoadData")
+    try:
+        function = _check(cu.cuModuleGetFunction(module, binary.lowered_name.encode()), "cuModuleGetFunction")
+        if plan.shared_mem > 48 * 1024:  # above 48 KiB a kernel must opt in
+            attr = cu.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
+            _check(cu.cuFuncSetAttribute(function, attr, plan.shared_mem), "cuFuncSetAttribute")
+        buffers = dev.buffers(plan, values)
+        for arg in plan.arguments:
+            if arg.name in buffers:
+                pointer, size = buffers[arg.name]
+                _check(cu.cuMemcpyHtoDAsync(pointer, values[arg.name].ctypes.data, size, dev.stream), "cuMemcpyHtoD")
+        for symbol in plan.constants:
+            pointer, size = _check(cu.cuModuleGetGlobal(module, symbol.name.encode()), "cuModuleGetGlobal")
+            data = values[symbol.name]
+            if data.nbytes > size:
+                raise CudaError(f"__constant__ {symbol.name}: {data.nbytes} bytes given, the symbol holds {size}")
+            _check(cu.cuMemcpyHtoDAsync(pointer, data.ctypes.data, data.nbytes, dev.stream), "cuMemcpyHtoD")
+        storage = [np.array([int(buffers[a.name][0])], dtype=np.uint64) if a.name in buffers else values[a.name]
+                   for a in plan.arguments]
+        params = _params(storage)
+        poison = [buffers[a.name] for a in plan.arguments if a.output] if request.get("poison") else []
+
+        def poison_outputs() -> None:  # the guardrails' check: outputs NaN before every launch, untimed
+            for pointer, size in poison:
+                _check(cu.cuMemsetD8Async(pointer, 0xFF, size, dev.stream), "cuMemsetD8Async")
+
+        def launch() -> None:
+            _check(cu.cuLaunchKernel(function, *plan.grid, *plan.block, plan.shared_mem, dev.stream,
+                                     params.ctypes.data, 0), "cuLaunchKernel")
+
+        def sample() -> float:  # as wf::bench: poison, flush (which also covers the enqueue), events around one launch
+            poison_outputs()
+            if options.flush_l2:
+                dev.flush()
+            _check(cu.cuEventRecord(dev.start, dev.stream), "cuEventRecord")
+            launch()
+            _check(cu.cuEventRecord(dev.stop, dev.stream), "cuEventRecord")
+            _check(cu.cuEventSynchronize(dev.stop), "cuEventSynchronize")
+            return float(_check(cu.cuEventElapsedTime(dev.start, dev.stop), "cuEventElapsedTime"))
+
+        for _ in range(options.warmup):
+            poison_outputs()
+            launch()
+        _check(cu.cuStreamSynchronize(dev.stream), "cuStreamSynchronize")
+        bench(options, sample, _write_stdout)
+        for arg in plan.arguments:
+            if arg.output:
+                out = np.empty_like(values[arg.name])
+                _check(cu.cuMemcpyDtoH(out.ctypes.data, buffers[arg.name][0], out.nbytes), "cuMemcpyDtoH")
+                write_output(workdir, arg, out)
+        return 0
+    finally:
+        cu.cuModuleUnload(module)  # fails on a broken context: the host is about to end anyway
+
+
+def _write_stdout(line: str) -> None:
+    sys.stdout.write(line)
+    sys.stdout.flush()  # a crash keeps the samples taken so far
+
+
+class KernelRunner(Runner):
+    """Runs kernel candidates in the worker's host process; a profiler or sanitizer in front, or
+    variables the host run does not know, run them as a process of their own."""
+
+    name = "kernel"
+
+    def __init__(self, sandbox: Sandbox | None = None, scratch_root: Path | None = None, cuda: bool = True) -> None:
+        super().__init__(sandbox, scratch_root)
+        self.host = HostProcess(cuda, sandbox, scratch_root)
+
+    def request(self, staged: Staged, invocation: Invocation) -> dict[str, Any]:
+        kernel = staged.target.spec.kernel
+        assert kernel is not None, "the kernel runner runs kernel targets"
+        env = invocation.env
+        return {"loader": "kernel", "binary": str(staged.workdir / BINARY_FILE), "seed": invocation.seed,
+                "bench": kernel.bench.model_dump(), "poison": _on(env.get(POISON_ENV)),
+                "profile": _on(env.get(PROFILE_ENV)), "cwd": str(staged.workdir),
+                "stdout": str(staged.workdir / STDOUT_FILE), "stderr": str(staged.workdir / STDERR_FILE)}
+
+    def execute(self, staged: Staged, invocation: Invocation) -> ProcessResult:
+        if invocation.command == "test":
+            return super().run_process(staged, invocation)  # the target's own test command
+        if invocation.wrapper or set(invocation.env) - _HOST_ENV:
+            return self.run_process(staged, invocation)
+        spec = staged.target.spec
+        timeout = invocation.timeout if invocation.timeout is not None else spec.timeouts.run
+        reply = self.host.call(self.request(staged, invocation), timeout)
+        return read_result(staged.workdir, reply, spec.limits.for_run())
+
+    def binary_argv(self, workdir: Path) -> list[str]:
+        return [sys.executable, "-m", "cluster.runners.host", "once", str(workdir / REQUEST_FILE)]
+
+    def run_process(self, staged: Staged, invocation: Invocation) -> ProcessResult:
+        """The run as ``[wrapper...] python -m cluster.runners.host once request.json`` in the staged
+        directory, under the target's limits and the sandbox."""
+        if invocation.command == "test":
+            return super().run_process(staged, invocation)
+        (staged.workdir / REQUEST_FILE).write_text(json.dumps(self.request(staged, invocation)))
+        spec = staged.target.spec
+        timeout = invocation.timeout if invocation.timeout is not None else spec.timeouts.run
+        path = os.pathsep.join(filter(None, [package_root(), os.environ.get("PYTHONPATH", "")]))
+        env = {**os.environ, **invocation.env, "PYTHONPATH": path}
+        return run_command([*invocation.wrapper, *self.binary_argv(staged.workdir)], staged.workdir, timeout,
+                           env=env, limits=spec.limits.for_run(), sandbox=self.sandbox)
+
+    def close(self) -> None:
+        self.host.stop()
+
+
+def _on(value: str | None) -> bool:
+    return bool(value) and value != "0"
+

@@ -1,0 +1,123 @@
+"""Kernel targets compiled to cubins: NVRTC (the default) and nvcc -cubin, the flags space, the
+ptxas report per kernel, the launch in the binary, and the compile cache. CPU only."""
+
+from __future__ import annotations
+
+import shutil
+
+import pytest
+
+from cluster.config import load_target
+from cluster.core.types import Candidate, Status
+from cluster.runners import kernel_build
+from cluster.runners.build import compile_candidate
+from cluster.runners.kernel_build import KernelBinary, nvrtc_version
+from tests.cluster.kernel_targets import N, vadd_kernel, write_kernel_target
+
+needs_nvrtc = pytest.mark.skipif(nvrtc_version() is None, reason="NVRTC not loadable (pip install '.[kernels]')")
+needs_nvcc = pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not on PATH")
+
+
+def _candidate(target, flags=(), **params):
+    values = {**target.baseline_params, **params}
+    return Candidate(target.name, "nvcc", "H100", "sm_90", target.bundle.hash, tuple(flags), tuple(values.items()),
+                     runner=target.runner)
+
+
+@pytest.fixture
+def vadd(tmp_path):
+    return load_target(write_kernel_target(tmp_path / "vadd"))
+
+
+@needs_nvrtc
+def test_nvrtc_builds_a_cubin_with_its_launch_and_ptxas_report(vadd, tmp_path):
+    artifact = compile_candidate(vadd, _candidate(vadd, block_size_x=512, ITEMS=2), tmp_path)
+    assert artifact.status is Status.OK, artifact.error_tail
+    binary = KernelBinary.unpack(artifact.binary)
+    assert binary.compiler.startswith("nvrtc ") and binary.lowered_name == "vadd"
+    assert binary.cubin[:4] == b"\x7fELF"
+    assert binary.plan.grid == (N // 1024, 1, 1) and binary.plan.block == (512, 1, 1)
+    [report] = artifact.kernels
+    assert report.kernel == "vadd" and report.arch == "sm_90" and report.registers > 0
+    assert artifact.binary_hash == artifact.hash_binary(artifact.binary)
+
+
+@needs_nvrtc
+def test_the_flags_space_reaches_ptxas(tmp_path):
+    kernel = vadd_kernel(name="heavy", grid_div_x=None)
+    target = load_target(write_kernel_target(tmp_path / "heavy", source="heavy.cu", kernel=kernel,
+                                             params={"block_size_x": [128]}))
+    free = compile_candidate(target, _candidate(target), tmp_path)
+    capped = compile_candidate(target, _candidate(target, [("maxrregcount", "-maxrregcount=32"),
+                                                           ("opt_level", "-Xptxas -O2")]), tmp_path)
+    assert free.status is Status.OK and capped.status is Status.OK, free.error_tail + capped.error_tail
+    assert free.kernels[0].registers > 32 >= capped.kernels[0].registers
+    assert free.binary_hash != capped.binary_hash
+
+
+@needs_nvrtc
+def test_a_template_kernel_is_found_by_its_name_expression(tmp_path):
+    kernel = vadd_kernel(name="scale<FACTOR, float>", grid_div_x=["block_size_x"], arguments=[
+        {"name": "out", "shape": ["n"], "output": True}, {"name": "in", "shape": ["n"], "uniform": [0, 1]},
+        {"name": "n", "dtype": "int32", "value": "n"}])
+    target = load_target(write_kernel_target(tmp_path / "t", kernel=kernel, params={"FACTOR": [2, 3],
+                                                                                    "block_size_x": [256]}))
+    artifact = compile_candidate(target, _candidate(target, FACTOR=3), tmp_path)
+    assert artifact.status is Status.OK, artifact.error_tail
+    binary = KernelBinary.unpack(artifact.binary)
+    assert binary.plan.kernel == "scale<3, float>" and binary.lowered_name == "_Z5scaleILi3EfEvPT0_PKS0_i"
+    assert [k.kernel for k in artifact.kernels] == [binary.lowered_name]
+
+
+@needs_nvrtc
+def test_a_compile_error_is_a_row_with_the_compilers_words(tmp_path):
+    path = write_kernel_target(tmp_path / "bad")
+    (path.parent / "vadd.cu").write_text("extern \"C\" __global__ void vadd(float* c) { c[0] = undeclared; }\n")
+    target = load_target(path)
+    artifact = compile_candidate(target, _candidate(target), tmp_path)
+    assert artifact.status is Status.COMPILE_ERROR and 'identifier "undeclared" is undefined' in artifact.error_tail
+
+
+def test_a_launch_that_cannot_run_is_a_compile_error(vadd, tmp_path):
+    artifact = compile_candidate(vadd, _candidate(vadd, block_size_x=2048), tmp_path)
+    assert artifact.status is Status.COMPILE_ERROR and "more than 1024" in artifact.error_tail
+
+
+@needs_nvrtc
+def test_the_cache_compiles_each_content_once(vadd, tmp_path, monkeypatch):
+    first = compile_candidate(vadd, _candidate(vadd), tmp_path)
+    assert len(list((tmp_path / kernel_build.CACHE_DIR).glob("*.json"))) == 1
+
+    def no_compiler(*args, **kwargs):
+        raise AssertionError("compiled again")
+
+    monkeypatch.setattr(kernel_build, "compile_nvrtc", no_compiler)
+    again = compile_candidate(vadd, _candidate(vadd), tmp_path)
+    assert again.status is Status.OK and again.binary == first.binary and again.kernels == first.kernels
+    monkeypatch.undo()
+    other = compile_candidate(vadd, _candidate(vadd, [("fast_math", "--use_fast_math")]), tmp_path)
+    assert other.status is Status.OK and len(list((tmp_path / kernel_build.CACHE_DIR).glob("*.json"))) == 2
+
+
+@needs_nvcc
+@pytest.mark.nvcc
+def test_nvcc_cubin_builds_the_same_kernel(tmp_path):
+    for name, params, lowered in (("vadd", {}, "vadd"), ("scale<FACTOR, float>", {"FACTOR": 2},
+                                                         "_Z5scaleILi2EfEvPT0_PKS0_i")):
+        kernel = vadd_kernel(name=name, compiler="nvcc")
+        target = load_target(write_kernel_target(tmp_path / lowered, kernel=kernel,
+                                                 params={"block_size_x": [256], "ITEMS": [1], "FACTOR": [2]}))
+        artifact = compile_candidate(target, _candidate(target, [("maxrregcount", "-maxrregcount=32")], **params),
+                                     tmp_path)
+        assert artifact.status is Status.OK, artifact.error_tail
+        binary = KernelBinary.unpack(artifact.binary)
+        assert binary.compiler.startswith("nvcc ") and binary.lowered_name == lowered
+        assert binary.cubin[:4] == b"\x7fELF" and artifact.kernels[0].registers > 0
+
+
+def test_the_binary_round_trips(vadd):
+    plan = vadd.spec.kernel.plan(vadd.baseline_params)
+    binary = KernelBinary(b"\x7fELFcubin", "vadd", plan, "nvrtc 13.0")
+    assert KernelBinary.unpack(binary.pack()) == binary
+    with pytest.raises(ValueError, match="not a warpfleet kernel binary"):
+        KernelBinary.unpack(b"\x7fELF")

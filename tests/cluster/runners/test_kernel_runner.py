@@ -1,0 +1,153 @@
+"""The kernel runner's plumbing on the CPU: which runs go to the host process, which run as a
+process of their own (ncu, compute-sanitizer, variables), and what its request says."""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+from cluster.config import load_target
+from cluster.core.registry import RUNNERS
+from cluster.runners._base import Invocation
+from cluster.runners.kernel import REQUEST_FILE, KernelRunner
+from tests.cluster.kernel_targets import write_kernel_target
+
+
+@pytest.fixture
+def target(tmp_path):
+    return load_target(write_kernel_target(tmp_path / "vadd"))
+
+
+def test_a_kernel_target_runs_on_the_kernel_runner(target):
+    assert target.runner == "kernel" and RUNNERS.load("kernel") is KernelRunner
+
+
+def test_a_wrapped_run_is_the_host_once_on_a_written_request(target, tmp_path):
+    runner = KernelRunner(scratch_root=tmp_path, cuda=False)
+    with runner.stage(target, target.baseline_params, "sm_90", b"binary") as staged:
+        # `echo` stands in for ncu or compute-sanitizer: it prints the command it was put in front of
+        result = staged.run(Invocation(seed=7, wrapper=("echo",), env={"WARPFLEET_PROFILE": "1"}))
+        request = json.loads((staged.workdir / REQUEST_FILE).read_text())
+    assert result.ok and result.stdout.split() == [sys.executable, "-m", "cluster.runners.host", "once",
+                                                    str(staged.workdir / REQUEST_FILE)]
+    assert request["loader"] == "kernel" and request["seed"] == 7 and request["profile"] is True
+    assert request["poison"] is False and request["binary"].endswith("candidate.bin")
+    assert request["bench"]["min_time_s"] == 0.01  # the target's own bench options
+    assert staged.argv(Invocation(seed=3))[-2:] == ["--seed", "3"]  # seeded: fresh inputs per run
+
+
+def test_a_plain_run_goes_to_the_host_and_a_failure_comes_back_as_a_result(target, tmp_path):
+    runner = KernelRunner(scratch_root=tmp_path, cuda=False)  # no GPU here: the loader fails in the host
+    try:
+        with runner.stage(target, target.baseline_params, "sm_90", b"not a kernel") as staged:
+            result = staged.run(Invocation(seed=0, env={"WARPFLEET_POISON": "1"}))
+            again = staged.run(Invocation(seed=1))
+        assert not result.ok and not again.ok and "not a warpfleet kernel binary" in result.stderr
+        assert runner.host.starts == 1  # one host served both: the loader's failure did not end it
+    finally:
+        runner.close()
+
+
+def test_a_run_with_other_variables_is_a_process(target, tmp_path):
+    runner = KernelRunner(scratch_root=tmp_path, cuda=False)
+    with runner.stage(target, target.baseline_params, "sm_90", b"not a kernel") as staged:
+        result = staged.run(Invocation(seed=0, env={"SOME_TOOL": "1"}))
+    assert not result.ok and "not a warpfleet kernel binary" in result.stderr and runner.host.proc is None
+
+
+@pytest.mark.nvcc
+@pytest.mark.skipif(shutil.which("ptxas") is None, reason="ptxas not on PATH")
+def test_the_l2_flush_ptx_assembles_for_sm90(tmp_path):
+    from cluster.runners.kernel import FLUSH_PTX
+
+    (tmp_path / "flush.ptx").write_bytes(FLUSH_PTX)
+    done = subprocess.run(["ptxas", "-arch=sm_90", "-v", str(tmp_path / "flush.ptx"), "-o", str(tmp_path / "f.cubin")],
+                          capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert "Compiling entry function 'wf_l2_flush'" in done.stdout + done.stderr
+
+
+# --- call_kernel on a stand-in driver (tests/cluster/runners/fake_driver.py) ---------------------
+
+def _vadd(driver, grid, block, params):
+    n = driver.scalar(params, 3, ctypes.c_int)
+    c = driver.array(params, 0, "float32", n)
+    a, b = driver.array(params, 1, "float32", n), driver.array(params, 2, "float32", n)
+    half = n // 2 if driver.lazy else n
+    c[:half] = a[:half] + b[:half]  # the fake memory is writable through the view
+    return 0
+
+
+def _crash(driver, grid, block, params):
+    return 700
+
+
+@pytest.fixture
+def fake(monkeypatch):
+    from cluster.runners import kernel
+    from tests.cluster.runners.fake_driver import FakeDriver
+
+    driver = FakeDriver({b"vadd-cubin": {"vadd": _vadd}, b"crash-cubin": {"vadd": _crash}})
+    driver.lazy = False
+    monkeypatch.setitem(sys.modules, "cuda.bindings.driver", driver)
+    import cuda.bindings
+
+    monkeypatch.setattr(cuda.bindings, "driver", driver, raising=False)
+    monkeypatch.setattr(kernel, "_DEVICE", None)
+    return driver
+
+
+def _request(target, tmp_path, cubin=b"vadd-cubin", **fields):
+    from cluster.runners.kernel_build import KernelBinary
+
+    plan = target.spec.kernel.plan(target.baseline_params)
+    (tmp_path / "candidate.bin").write_bytes(KernelBinary(cubin, "vadd", plan, "nvrtc 13.0").pack())
+    return {"loader": "kernel", "binary": str(tmp_path / "candidate.bin"), "cwd": str(tmp_path), "seed": 3,
+            "bench": target.spec.kernel.bench.model_dump(), **fields}
+
+
+def test_call_kernel_times_writes_outputs_and_keeps_its_buffers(target, tmp_path, fake, capsys):
+    import numpy as np
+
+    from cluster.config import MetricSpec
+    from cluster.runners.kernel import call_kernel
+    from cluster.runners.kernel_harness import host_values
+    from cluster.runners.measure import harness_region, parse_samples
+
+    assert call_kernel(_request(target, tmp_path)) == 0
+    stdout = capsys.readouterr().out
+    samples = parse_samples(stdout, MetricSpec())
+    assert len(samples) == 10 and harness_region(stdout)[2] == 10  # 10 x 1 ms covers min_time_s 0.01
+    values = host_values(target.spec.kernel.plan(target.baseline_params), 3, tmp_path)
+    assert np.array_equal(np.fromfile(tmp_path / "c.bin", dtype=np.float32), values["a"] + values["b"])
+    assert fake.launches[0] == ((512, 1, 1), (128, 1, 1), 0)  # the baseline: block_size_x 128, ITEMS 1
+    allocations = fake.calls.count("cuMemAlloc")
+    assert call_kernel(_request(target, tmp_path, seed=4)) == 0
+    assert fake.calls.count("cuMemAlloc") == allocations  # the same layout: the same buffers
+    assert fake.calls.count("cuModuleUnload") == 2
+
+
+def test_call_kernel_poisons_outputs_and_profiles_once(target, tmp_path, fake, capsys):
+    import numpy as np
+
+    from cluster.runners.kernel import call_kernel
+
+    fake.lazy = True  # writes half of c: under poison the other half is NaN, not the zeros it started as
+    assert call_kernel(_request(target, tmp_path, poison=True, profile=True)) == 0
+    c = np.fromfile(tmp_path / "c.bin", dtype=np.float32)
+    assert np.isnan(c[len(c) // 2:]).all() and not np.isnan(c[: len(c) // 2]).any()
+    kernel_launches = [launch for launch in fake.launches if launch[1] == (128, 1, 1)]  # not the L2 flush
+    assert capsys.readouterr().out.count("time_ms=") == 1 and len(kernel_launches) == 1  # no warm-up
+
+
+def test_call_kernel_reports_a_broken_launch_in_one_line(target, tmp_path, fake, capsys):
+    from cluster.runners.kernel import call_kernel
+
+    assert call_kernel(_request(target, tmp_path, cubin=b"crash-cubin")) == 2
+    assert "wf: cuStreamSynchronize: CUDA_ERROR_ILLEGAL_ADDRESS" in capsys.readouterr().err
+    assert not (tmp_path / "c.bin").exists()

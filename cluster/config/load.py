@@ -75,6 +75,7 @@ def load_target(path: str | Path) -> Target:
                 raise ConfigError(path, f"{field}[{i}]", "must be a path inside the target's folder")
             if not file.is_file():
                 raise ConfigError(path, f"{field}[{i}]", f"file not found: {file}")
+            _check_inside(path, f"{field}[{i}]", file)
             files.append((name, file.read_bytes()))
     _check_commands(spec, path, toolchain.default_build)
     for name, value in spec.defaults.items():
@@ -91,6 +92,14 @@ def load_target(path: str | Path) -> Target:
     if spec.constraints and not target.satisfies(target.baseline_params):
         raise ConfigError(path, "defaults", "the baseline's params violate the constraints")
     return target
+
+
+def _check_inside(path: Path, field: str, file: Path) -> None:
+    """A target's files stay in its folder, symbolic links followed: a source linked to /etc/shadow
+    would be shipped to every node and echoed by the compiler into the results."""
+    real, folder = file.resolve(), path.parent.resolve()
+    if not real.is_relative_to(folder):
+        raise ConfigError(path, field, f"leaves the target's folder through a symbolic link (to {real})")
 
 
 def _check_commands(spec: TargetSpec, path: Path, default_build: tuple[str, ...]) -> None:

@@ -61,15 +61,19 @@ def main() -> None:
 @click.option("--time-budget", type=click.FloatRange(min=0, min_open=True), help="Seconds of search (overrides).")
 @click.option("--output-dir", type=click.Path(file_okay=False), help="Where run directories go (overrides).")
 @click.option("--progress/--no-progress", default=None, help="Progress bars (default: when stderr is a terminal).")
+@click.option("--unsandboxed", is_flag=True,
+              help="Run candidates without the sandbox where it cannot start (recorded in meta.json).")
 @_one_line_errors
 def sweep(config: str, address: str | None, resume: str | None, trials: int | None,
-          time_budget: float | None, output_dir: str | None, progress: bool | None) -> None:
+          time_budget: float | None, output_dir: str | None, progress: bool | None, unsandboxed: bool) -> None:
     """Sweep the targets of CONFIG, then print the best configurations."""
     from cluster.engine.driver import Sweep
     from cluster.store.rundir import RunDir
 
     plan = _override(load_run(config), trials, time_budget, output_dir)
+    policy = _isolate(plan, unsandboxed)
     run_dir = RunDir.open(resume) if resume else RunDir.create(plan)
+    _record_sandbox(run_dir.path, policy)
     click.echo(f"run directory: {run_dir.path}", err=True)
     show_progress = sys.stderr.isatty() if progress is None else progress
     summary = Sweep(plan, run_dir, log=lambda m: click.echo(m, err=True)).run(address, show_progress)
@@ -218,9 +222,11 @@ def _show_pareto(console: Console, rows: Any) -> None:
 @click.option("--output-dir", type=click.Path(file_okay=False), default="runs", show_default=True)
 @click.option("--resume", "resume", type=click.Path(file_okay=False), help="Continue this run directory.")
 @click.option("--progress/--no-progress", default=None, help="Progress bars (default: when stderr is a terminal).")
+@click.option("--unsandboxed", is_flag=True,
+              help="Run candidates without the sandbox where it cannot start (recorded in meta.json).")
 @_one_line_errors
 def optimize(target: str, experts: str, trials: int, sanitizer: str, address: str | None, output_dir: str,
-             resume: str | None, progress: bool | None) -> None:
+             resume: str | None, progress: bool | None, unsandboxed: bool) -> None:
     """Run the optimization workflow on TARGET: analysis, plan, patch, verify, then a search over the
     verified variants and the compiler flags; writes report.md in the run directory and prints it."""
     import yaml
@@ -240,7 +246,9 @@ def optimize(target: str, experts: str, trials: int, sanitizer: str, address: st
     config_path.write_text("# written by `warpfleet optimize`; `warpfleet sweep` takes it as it is\n"
                            + yaml.safe_dump(config, sort_keys=False))
     plan = load_run(config_path)
+    policy = _isolate(plan, unsandboxed)
     run_dir = RunDir.open(resume) if resume else RunDir.create(plan)
+    _record_sandbox(run_dir.path, policy)
     click.echo(f"run directory: {run_dir.path}", err=True)
     show_progress = sys.stderr.isatty() if progress is None else progress
     Sweep(plan, run_dir, log=lambda m: click.echo(m, err=True)).run(address, show_progress)
@@ -300,15 +308,19 @@ def export(run: str, fmt: str, output: str | None, target: str | None, device: s
               help="Program runs per configuration (default: measure.final_runs).")
 @click.option("--address", help="Ray cluster to join (auto, HOST:PORT, ray://...); default: a local instance.")
 @click.option("--output-dir", type=click.Path(file_okay=False), help="Where the run directory goes (overrides).")
+@click.option("--unsandboxed", is_flag=True,
+              help="Run candidates without the sandbox where it cannot start (recorded in meta.json).")
 @_one_line_errors
 def evaluate(sources: tuple[str, ...], config: str | None, runs: int | None, address: str | None,
-             output_dir: str | None) -> None:
+             output_dir: str | None, unsandboxed: bool) -> None:
     """Measure the configurations of SOURCES (run directories: their winners; export files from
     warpfleet export --format json or yaml) on the devices at hand, with the baseline measured again."""
     from cluster.engine.evaluate import Evaluation, create_run_dir, plan_for
 
     plan, origins = plan_for(list(sources), config)
+    policy = _isolate(plan, unsandboxed)
     run_dir = create_run_dir(plan, origins, list(sources), output_dir)
+    _record_sandbox(run_dir.path, policy)
     click.echo(f"run directory: {run_dir.path}", err=True)
     summary = Evaluation(plan, origins, run_dir, runs, log=lambda m: click.echo(m, err=True)).run(address)
     click.echo(f"{summary.rows} rows written to {run_dir.path / 'results'}", err=True)
@@ -375,6 +387,57 @@ def report(runs: tuple[str, ...], output: str | None) -> None:
         raise ConfigError(out, "--output", f"cannot be written ({exc.strerror})") from None
     page, markdown = write_report(list(runs), out)
     click.echo(f"wrote {page} and {markdown}", err=True)
+
+
+# -- the sandbox (issue 16) ---------------------------------------------------------------------
+def _isolate(plan: RunPlan, unsandboxed: bool) -> Any:
+    """The run's sandbox policy, made this process's and its Ray workers'. Where the sandbox cannot
+    start here, a one-line error, unless ``--unsandboxed``."""
+    from cluster.runners.isolation import Policy, start_bubblewrap
+    from cluster.runners.sandbox import SandboxError
+
+    if unsandboxed:
+        click.echo("warning: --unsandboxed: candidates run with this user's rights, files and network", err=True)
+        policy = Policy("off", plan.config.sandbox)
+    else:
+        try:
+            start_bubblewrap(plan.config.sandbox)
+        except SandboxError as exc:
+            raise ConfigError(plan.file, "sandbox", f"cannot start on this node: {exc}; `warpfleet doctor` says "
+                              "more, --unsandboxed runs without it") from None
+        policy = Policy("bwrap", plan.config.sandbox)
+    policy.install()
+    return policy
+
+
+def _record_sandbox(run: Path, policy: Any) -> None:
+    """meta.json says how this invocation isolated candidates, and whether any ever ran unsandboxed."""
+    import json
+
+    meta_path = run / "meta.json"
+    meta = json.loads(meta_path.read_text())
+    meta["sandbox"] = {"mode": policy.mode, **policy.spec.model_dump()}
+    meta["unsandboxed"] = meta.get("unsandboxed", False) or policy.mode == "off"
+    meta_path.write_text(json.dumps(meta, indent=2) + "\n")
+
+
+@main.command()
+@click.option("--config", type=click.Path(dir_okay=False), help="A run config whose sandbox: section to check.")
+@click.option("--gpu/--no-gpu", default=None, help="Check the GPU in the sandbox (default: where /dev/nvidia* is).")
+@_one_line_errors
+def doctor(config: str | None, gpu: bool | None) -> None:
+    """Whether the sandbox works on this node, and why not: exit status 0 if it does, else 1."""
+    from cluster.config import SandboxSpec
+    from cluster.runners.doctor import diagnose
+
+    spec = load_run(config).config.sandbox if config else SandboxSpec()
+    checks = diagnose(spec, gpu)
+    for check in checks:
+        click.echo(check.line())
+    works = all(check.ok is not False for check in checks)
+    click.echo("the sandbox works here" if works else "the sandbox does not work here: sweeps refuse to run "
+               "unless given --unsandboxed")
+    sys.exit(0 if works else 1)
 
 
 if __name__ == "__main__":

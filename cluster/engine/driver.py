@@ -34,6 +34,7 @@ from cluster.engine.studies import (
 )
 from cluster.engine.workers import compile_task, start_fleet
 from cluster.outputs.select import select_best
+from cluster.runners.isolation import protect_ray_token, ray_env_vars, secrets_withheld  # sandbox
 from cluster.runners.measure import Reference
 from cluster.runners.profile import DEFAULT_METRICS, PROFILE_SCHEMA, Profile, profile_records
 from cluster.store.results import ResultWriter, make_row, read_results, read_table, results_schema
@@ -69,9 +70,12 @@ def init_ray(address: str | None) -> None:
             or (Path.home() / ".ray" / "auth_token").is_file()):
         # Ray 2.60 only sends a token to an explicit address when told to; with one at hand, do.
         os.environ["RAY_AUTH_MODE"] = "token"
-    runtime_env = {"py_modules": [cluster, agents, search_spaces]} if address else None
-    ray.init(address=address, runtime_env=runtime_env, include_dashboard=False,
-             log_to_driver=False, configure_logging=False)
+    runtime_env: dict = {"py_modules": [cluster, agents, search_spaces]} if address else {}
+    runtime_env["env_vars"] = ray_env_vars()  # sandbox: the sandbox policy to every node; the driver's secrets blanked
+    with secrets_withheld():  # sandbox: a local Ray's processes start without the driver's secrets
+        ray.init(address=address, runtime_env=runtime_env, include_dashboard=False,
+                 log_to_driver=False, configure_logging=False)
+    protect_ray_token()  # sandbox: Ray writes ~/.ray/auth_token readable by all
 
 
 class Sweep:

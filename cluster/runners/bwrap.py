@@ -6,9 +6,9 @@ What a command started through ``Bubblewrap.prepare`` gets (flags in ``_mounts``
   places it may write to; a private ``/tmp``, and the scratch root behind a private tmpfs, so that
   it sees no other command's directory; credentials in the worker's home hidden;
 - bubblewrap's minimal ``/dev``, and on GPU workers the NVIDIA device nodes, nothing else;
-- a PID namespace with bubblewrap as its init (``--die-with-parent``): when the command's main
-  process exits, or the worker kills bubblewrap, every process it started is gone; ``/proc``
-  shows those processes only;
+- a PID namespace whose init (``INIT``) is the command's parent (``--die-with-parent``): when the
+  command's main process exits, or the worker kills bubblewrap, every process it started is gone;
+  ``/proc`` shows those processes only;
 - no network but its own loopback (``--unshare-net``), its own IPC and host name;
 - an environment of the variables it needs only (``_environment``), bubblewrap itself started
   with it, so that no ``/proc/*/environ`` in the sandbox holds a secret;
@@ -23,7 +23,6 @@ What a command started through ``Bubblewrap.prepare`` gets (flags in ``_mounts``
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import os
 import re
 import resource
@@ -39,7 +38,12 @@ from cluster.runners.cgroups import Cgroups, Leaf, node_memory_bytes
 from cluster.runners.sandbox import Ended, Prepared, Sandbox, SandboxError
 
 UID_BASE = 1_900_000_000  # + the worker's pid (below 2^22): a uid per worker, far from any real user's
-BOOKKEEPING_PIDS = 2  # bubblewrap and its init, in the command's process count
+BOOKKEEPING_PIDS = 2  # bubblewrap and INIT, in the command's process count
+# The sandbox's pid 1: a shell that runs the command (not as pid 1, which ignores the signals it sends
+# itself: abort() would not end it), reaps what it orphans, and exits with its status (128 + N for
+# signal N), taking every process of the sandbox with it. Not bubblewrap's own init, which bubblewrap
+# leaves behind as an orphan: a zombie against the uid's RLIMIT_NPROC where pid 1 does not reap.
+INIT = ("/bin/sh", "-c", '"$@"; exit $?', "sh")
 GPU_NODES = ("nvidia[0-9]*", "nvidiactl", "nvidia-uvm", "nvidia-uvm-tools", "nvidia-caps")
 # What a compiler or a CUDA program needs of the worker's environment; everything else stays out.
 PASSED = {"PATH", "LD_LIBRARY_PATH", "LANG", "LANGUAGE", "TZ", "TERM", "CPATH", "LIBRARY_PATH", "C_INCLUDE_PATH",
@@ -89,7 +93,6 @@ class Bubblewrap(Sandbox):
         self.hidden = tuple(p for p in (*(home / h for h in HIDDEN), *hidden) if p.exists() and _reachable(p, uid))
         self.gpu_nodes = tuple(sorted(str(p) for pattern in GPU_NODES for p in Path("/dev").glob(pattern)))
         self.modern = program.version >= (0, 8)  # --size and --disable-userns
-        _become_subreaper()
 
     def describe(self) -> str:
         limits = self.cgroups.describe() if self.cgroups else "rlimits (RLIMIT_NPROC, RLIMIT_DATA)"
@@ -106,18 +109,15 @@ class Bubblewrap(Sandbox):
             for place in places:
                 _hand_over(place, self.uid)
         leaf = self._leaf()
-        fds: list[int] = []  # a pipe on which bubblewrap tells its init's pid, for _reap
         try:
-            fds += os.pipe()
             args = [*self._mounts(cwd, limits, gpu or self.gpu), *self._binds(places), *self._namespaces(),
-                    "--chdir", str(cwd),
-                    "--info-fd", str(fds[1])]
-            preexec = _child_setup(leaf.procs_files() if leaf else (), self._rlimits(limits, leaf), self.uid)
+                    "--chdir", str(cwd)]
+            preexec = _child_setup(leaf.join_files() if leaf else (), self._rlimits(limits, leaf), self.uid)
         except BaseException:
-            self._finisher(leaf, fds)(None)
+            self._finisher(leaf)(None)
             raise
-        return Prepared([self.program.path, *args, "--", *argv], self._environment(env, cwd), preexec,
-                        self._finisher(leaf, fds), pass_fds=(fds[1],))
+        return Prepared([self.program.path, *args, "--", *INIT, *argv], self._environment(env, cwd), preexec,
+                        self._finisher(leaf))
 
     @staticmethod
     def _binds(places: list[Path]) -> list[str]:
@@ -129,9 +129,12 @@ class Bubblewrap(Sandbox):
         if self.cgroups is None:
             return None
         try:
-            return self.cgroups.create(self.memory_mb * MB, self.spec.pids + BOOKKEEPING_PIDS)
+            return self.cgroups.acquire(*self._cgroup_limits())
         except OSError as exc:
             raise SandboxError(f"cannot make the command's cgroup: {exc}") from None
+
+    def _cgroup_limits(self) -> tuple[int, int]:
+        return self.memory_mb * MB, self.spec.pids + BOOKKEEPING_PIDS
 
     def _mounts(self, cwd: Path, limits: Limits | None, gpu: bool) -> list[str]:
         args = ["--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc"]
@@ -146,8 +149,8 @@ class Bubblewrap(Sandbox):
         return args
 
     def _namespaces(self) -> list[str]:
-        args = ["--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try", "--die-with-parent",
-                "--new-session"]
+        args = ["--unshare-pid", "--as-pid-1", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try",
+                "--die-with-parent", "--new-session"]
         if self.modern:
             args += ["--unshare-user", "--disable-userns"]  # no nested namespaces to widen the kernel's surface
         if not self.spec.network:
@@ -173,13 +176,15 @@ class Bubblewrap(Sandbox):
             out.append((resource.RLIMIT_DATA, data, data))
         return out
 
-    def _finisher(self, leaf: Leaf | None, fds: list[int]) -> Callable[[int | None], Ended]:
+    def _finisher(self, leaf: Leaf | None) -> Callable[[int | None], Ended]:
+        before = leaf.hits() if leaf else (0, 0)  # a leaf serves command after command: count this one's
+
         def finish(returncode: int | None) -> Ended:
-            if fds:
-                _reap(*fds)
-            hit = leaf.hit() if leaf else ""
-            if leaf:
-                leaf.remove()
+            hit = ""
+            if leaf and self.cgroups:
+                after = leaf.hits()
+                hit = "memory" if after[0] > before[0] else "processes" if after[1] > before[1] else ""
+                self.cgroups.release(leaf, *self._cgroup_limits())
             amount = {"memory": f"{self.memory_mb} MB", "processes": str(self.spec.pids)}.get(hit, "")
             by_rlimit = self.memory_mb if leaf is None or leaf.memory is None else None
             return Ended(_as_signal(returncode), hit, amount, by_rlimit)
@@ -193,30 +198,6 @@ def _as_signal(returncode: int | None) -> int | None:
     if returncode is not None and 128 < returncode <= 128 + 64:
         return 128 - returncode
     return returncode
-
-
-def _reap(reader: int, writer: int) -> None:
-    """Wait for bubblewrap's init, which outlives bubblewrap by a moment and is then orphaned: a
-    zombie that counts against the uid's RLIMIT_NPROC until someone reaps it, and an init of a
-    container (pid 1) may never. This process is a subreaper (``_become_subreaper``), so it is ours."""
-    os.close(writer)
-    os.set_blocking(reader, False)
-    try:
-        text = os.read(reader, 4096)
-    except BlockingIOError:
-        text = b""  # bubblewrap never started
-    finally:
-        os.close(reader)
-    found = re.search(rb'"child-pid":\s*(\d+)', text)
-    if found:
-        with contextlib.suppress(ChildProcessError):  # not ours after all: no subreaper here
-            os.waitpid(int(found[1]), 0)  # it is exiting: its parent is gone, and --die-with-parent kills it
-
-
-def _become_subreaper() -> None:
-    """Orphans of this process's commands come to it, not to pid 1 (``_reap``)."""
-    with contextlib.suppress(OSError, AttributeError):
-        ctypes.CDLL(None, use_errno=True).prctl(36, 1, 0, 0, 0)  # PR_SET_CHILD_SUBREAPER
 
 
 def _hand_over(place: Path, uid: int) -> None:
@@ -245,15 +226,14 @@ def _tasks_of(uid: int) -> int:
     return count
 
 
-def _child_setup(procs_files: Sequence[str], rlimits: list[tuple[int, int, int]],
+def _child_setup(join_files: Sequence[str], rlimits: list[tuple[int, int, int]],
                  uid: int | None) -> Callable[[], None]:
     # Runs in the child between fork and exec: all is computed beforehand, it only makes system calls.
     def setup() -> None:
-        pid = str(os.getpid()).encode()
-        for path in procs_files:
+        for path in join_files:
             fd = os.open(path, os.O_WRONLY)
             try:
-                os.write(fd, pid)
+                os.write(fd, b"0")  # this process (Leaf.join_files)
             finally:
                 os.close(fd)
         for res, soft, hard in rlimits:

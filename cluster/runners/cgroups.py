@@ -15,6 +15,7 @@ import itertools
 import os
 import re
 import signal
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,28 +28,43 @@ _counter = itertools.count()
 
 @dataclass(frozen=True)
 class Leaf:
-    """One command's cgroup: a directory per hierarchy (one in v2, pids and memory in v1)."""
+    """A cgroup for one command at a time: a directory per hierarchy (one in v2, pids and memory in v1)."""
 
     pids: Path | None
     memory: Path | None
+    version: int
 
     @property
     def dirs(self) -> tuple[Path, ...]:
         return tuple(dict.fromkeys(d for d in (self.pids, self.memory) if d is not None))
 
-    def procs_files(self) -> tuple[str, ...]:
-        """What the child writes its pid to, between fork and exec, to enter the leaf."""
-        return tuple(str(d / "cgroup.procs") for d in self.dirs)
+    def join_files(self) -> tuple[str, ...]:
+        """What the child writes "0" (itself) to, between fork and exec, to enter the leaf. In v1
+        the ``tasks`` file: it moves the one thread without the global lock that ``cgroup.procs``
+        takes, whose synchronize_rcu costs milliseconds on a busy node."""
+        return tuple(str(d / ("tasks" if self.version == 1 else "cgroup.procs")) for d in self.dirs)
 
-    def hit(self) -> str:
-        """The limit the command ran into: "memory" (the OOM killer ended a process of it),
-        "processes" (a fork was refused), or ""."""
-        if self.memory is not None and (_counter_in(self.memory / "memory.events", "oom_kill")
-                                        or _counter_in(self.memory / "memory.oom_control", "oom_kill")):
-            return "memory"
-        if self.pids is not None and _counter_in(self.pids / "pids.events", "max"):
-            return "processes"
-        return ""
+    def hits(self) -> tuple[int, int]:
+        """Processes the OOM killer ended and forks the process limit refused, so far."""
+        oom = 0
+        if self.memory is not None:
+            oom = (_counter_in(self.memory / "memory.events", "oom_kill")
+                   or _counter_in(self.memory / "memory.oom_control", "oom_kill"))
+        return oom, _counter_in(self.pids / "pids.events", "max") if self.pids is not None else 0
+
+    def emptied(self, wait_s: float) -> bool:
+        """Kill whatever is left in the leaf; True once nothing is."""
+        deadline = time.monotonic() + wait_s
+        while True:
+            left = [pid for d in self.dirs for pid in _read(d / "cgroup.procs").split()]
+            if not left:
+                return True
+            if time.monotonic() >= deadline:
+                return False
+            for pid in left:
+                with contextlib.suppress(ProcessLookupError, PermissionError, ValueError):
+                    os.kill(int(pid), signal.SIGKILL)
+            time.sleep(0.005)
 
     def remove(self, wait_s: float = 2.0) -> None:
         """Kill whatever is left in the leaf and remove it."""
@@ -57,10 +73,31 @@ class Leaf:
 
 
 class Cgroups:
-    """Where this worker's per-command cgroups go, and with which limits."""
+    """Where this worker's per-command cgroups go. A leaf serves one command at a time and is kept
+    for the next (making and removing one per command costs a few hundred microseconds)."""
 
     def __init__(self, pids_parent: Path | None, memory_parent: Path | None, version: int) -> None:
         self.pids_parent, self.memory_parent, self.version = pids_parent, memory_parent, version
+        self._free: list[tuple[Leaf, int | None, int | None]] = []
+        self._lock = threading.Lock()
+
+    def acquire(self, memory_bytes: int | None, pids: int | None) -> Leaf:
+        """A leaf with these limits (None: that controller is not limited), for one command."""
+        with self._lock:
+            kept = self._free.pop() if self._free else None
+        if kept is not None and kept[1:] == (memory_bytes, pids):
+            return kept[0]
+        if kept is not None:
+            kept[0].remove(0)
+        return self.create(memory_bytes, pids)
+
+    def release(self, leaf: Leaf, memory_bytes: int | None, pids: int | None) -> None:
+        """The command is over: keep the leaf once nothing of it is left, else remove it."""
+        if leaf.emptied(2.0):
+            with self._lock:
+                self._free.append((leaf, memory_bytes, pids))
+        else:
+            leaf.remove(0)  # a later clean_stale takes what is left
 
     @classmethod
     def detect(cls) -> Cgroups | None:
@@ -88,7 +125,7 @@ class Cgroups:
         """A fresh leaf with these limits (None: that controller is not limited)."""
         name = f"{os.getpid()}-{next(_counter)}"
         leaf = Leaf(self.pids_parent / name if self.pids_parent else None,
-                    self.memory_parent / name if self.memory_parent else None)
+                    self.memory_parent / name if self.memory_parent else None, self.version)
         try:
             for path in leaf.dirs:
                 path.mkdir()
@@ -192,12 +229,19 @@ def _v2_parent(mine: dict[str, str]) -> Path | None:
 
 
 def _counter_in(path: Path, name: str) -> int:
-    with contextlib.suppress(OSError, ValueError):
-        for line in path.read_text().splitlines():
+    with contextlib.suppress(ValueError):
+        for line in _read(path).splitlines():
             key, _, value = line.partition(" ")
             if key == name:
                 return int(value)
     return 0
+
+
+def _read(path: Path) -> str:
+    try:
+        return path.read_text()
+    except OSError:
+        return ""
 
 
 def _remove(path: Path, wait_s: float) -> None:

@@ -38,6 +38,7 @@ from cluster.core.limits import MB, Limits
 
 TAIL_BYTES = 4096
 STDOUT_READ_LIMIT = 16 * 1024 * 1024  # the metric parser reads at most this much stdout
+KILL_GRACE_S = 0.5  # after its children are killed, how long a command that ran out of time may take to exit
 DISK_POLL_S = 0.05  # how often the scratch directory is measured while the command runs (~1 ms for a small one)
 
 # Substrings, not whole words: PGPASSWORD and APIKEY are secrets too. A harmless name caught by
@@ -109,7 +110,6 @@ class Prepared:
     env: dict[str, str]
     preexec: Callable[[], None] | None = None
     finish: Callable[[int | None], Ended] | None = None
-    pass_fds: tuple[int, ...] = ()  # the sandbox's own, for Popen beside any of the caller's
 
 
 class SandboxError(OSError):
@@ -121,10 +121,10 @@ class Sandbox(ABC):
     the runners and the builder never know which one a node uses.
 
     Whoever starts a prepared command (``run_command``, or a runner that keeps a process alive)
-    passes ``Prepared.argv``, ``env``, ``preexec`` and ``pass_fds`` (with any of its own: file
-    descriptors reach the command) to ``subprocess.Popen``, kills the process group when it is
-    done, and then calls ``Prepared.finish`` with the exit status, exactly once, also when ``Popen``
-    failed (with None)."""
+    passes ``Prepared.argv``, ``env`` and ``preexec`` to ``subprocess.Popen`` (``pass_fds`` and
+    ``start_new_session`` as it likes: file descriptors reach the command), kills the process
+    group when it is done, and then calls ``Prepared.finish`` with the exit status, exactly once,
+    also when ``Popen`` failed (with None)."""
 
     name: str = ""
 
@@ -198,7 +198,7 @@ def run_command(
             launch = (sandbox or Unsandboxed()).prepare(argv, cwd, environment, limits, gpu)
             proc = subprocess.Popen(
                 launch.argv, cwd=cwd, stdout=out, stderr=err, stdin=subprocess.DEVNULL,
-                env=launch.env, start_new_session=True, preexec_fn=launch.preexec, pass_fds=launch.pass_fds,
+                env=launch.env, start_new_session=True, preexec_fn=launch.preexec,
             )
         except (OSError, subprocess.SubprocessError) as exc:
             if launch is not None and launch.finish:
@@ -304,9 +304,24 @@ def _with_limit_exceeded(result: ProcessResult, limits: Limits, cwd: Path,
 
 def _kill_group(proc: subprocess.Popen[bytes]) -> None:
     # Children left behind by the command (or a hung one) must not outlive the candidate.
+    if proc.poll() is None:
+        # Its children first, and a moment for it to reap them: a sandbox's init killed after
+        # bubblewrap would be an orphan, a zombie of the sandbox's uid where pid 1 does not reap.
+        for child in _children(proc.pid):
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(child, signal.SIGKILL)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.wait(timeout=KILL_GRACE_S)
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(proc.pid, signal.SIGKILL)
     proc.wait()
+
+
+def _children(pid: int) -> list[int]:
+    try:
+        return [int(child) for child in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
+    except (OSError, ValueError):
+        return []
 
 
 @contextmanager

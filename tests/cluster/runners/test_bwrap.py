@@ -121,6 +121,14 @@ def test_a_fork_bomb_stops_at_the_process_limit(bwrap, workdir):
     assert result.tail().startswith("exit status 1: processes limit of 32 exceeded")
 
 
+def test_a_limit_hit_is_the_commands_own_not_a_later_ones(bwrap, workdir):
+    """Cgroups serve command after command: a hit is counted for the command that made it."""
+    bomb = run_command([_attack("forkbomb", workdir)], workdir, 30, sandbox=bwrap)
+    assert bomb.limit_exceeded == "processes"
+    after = _sh("exit 1", workdir, bwrap)
+    assert after.returncode == 1 and after.limit_exceeded == "" and after.tail() == "exit status 1"
+
+
 def test_a_large_allocation_stops_at_the_memory_limit(bwrap, workdir):
     result = run_command([_attack("memory", workdir)], workdir, 60, sandbox=bwrap)
     assert not result.ok and result.limit_exceeded == "memory", result.tail()
@@ -147,6 +155,25 @@ def test_a_timeout_ends_every_process_of_the_command(bwrap, workdir):
     assert _running(f"sleep {marker}") == []
 
 
+def test_no_process_of_the_uid_is_left_not_even_a_zombie(bwrap, workdir):
+    """A zombie of the sandbox's uid would count against its RLIMIT_NPROC for good where pid 1
+    does not reap (a container's)."""
+    if bwrap.uid is None:
+        pytest.skip("not root: commands run as this user")
+    for _ in range(3):
+        _sh("(setsid sleep 30 &); sleep 30 & exit 0", workdir, bwrap)
+    time.sleep(0.3)
+    mine = [pid for pid in filter(str.isdigit, os.listdir("/proc")) if _uid_of(pid) == bwrap.uid]
+    assert mine == [], [Path(f"/proc/{pid}/status").read_text().splitlines()[:7] for pid in mine]
+
+
+def _uid_of(pid: str) -> int | None:
+    try:
+        return os.stat(f"/proc/{pid}").st_uid
+    except OSError:
+        return None
+
+
 def test_a_signal_reads_as_the_commands_own(bwrap, workdir):
     result = _sh("kill -SEGV $$", workdir, bwrap)
     assert result.returncode == -signal.SIGSEGV and result.describe() == "killed by SIGSEGV"
@@ -165,7 +192,7 @@ def test_descriptors_passed_to_a_prepared_command_reach_it(bwrap, workdir):
     launch = bwrap.prepare(["bash", "-c", f"echo hello >&{writer}"], workdir,
                            {"PATH": os.environ["PATH"]}, None)
     proc = subprocess.Popen(launch.argv, cwd=workdir, env=launch.env, preexec_fn=launch.preexec,
-                            pass_fds=(writer, *launch.pass_fds))
+                            pass_fds=(writer,))
     proc.wait()
     os.close(writer)
     assert os.read(reader, 100) == b"hello\n"

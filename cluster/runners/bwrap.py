@@ -91,6 +91,8 @@ class Bubblewrap(Sandbox):
         self.memory_mb = spec.memory_mb or node_memory_bytes() // 2 // MB
         home = home or Path.home()
         self.hidden = tuple(p for p in (*(home / h for h in HIDDEN), *hidden) if p.exists() and _reachable(p, uid))
+        if gpu:
+            _make_uvm_node()
         self.gpu_nodes = tuple(sorted(str(p) for pattern in GPU_NODES for p in Path("/dev").glob(pattern)))
         self.modern = program.version >= (0, 8)  # --size and --disable-userns
 
@@ -193,11 +195,20 @@ class Bubblewrap(Sandbox):
 
 
 def _as_signal(returncode: int | None) -> int | None:
-    """bubblewrap exits with 128 + N when the command died of signal N: say so, as Popen would
-    (a program that exits with 137 itself reads as killed by SIGKILL; it is rare and still a failure)."""
+    """The sandbox's init (and so bubblewrap) exits with 128 + N when the command died of signal N:
+    say so, as Popen would (a program that exits with 137 itself reads as killed by SIGKILL; it is
+    rare, and a failure either way)."""
     if returncode is not None and 128 < returncode <= 128 + 64:
         return 128 - returncode
     return returncode
+
+
+def _make_uvm_node() -> None:
+    """/dev/nvidia-uvm appears on a node's first CUDA use, made by the setuid nvidia-modprobe, which
+    cannot run in the sandbox (no new privileges): make it now, for the sandbox to bind it."""
+    if not Path("/dev/nvidia-uvm").exists() and shutil.which("nvidia-modprobe"):
+        with contextlib.suppress(OSError, subprocess.SubprocessError):
+            subprocess.run(["nvidia-modprobe", "-u", "-c=0"], capture_output=True, timeout=30)
 
 
 def _hand_over(place: Path, uid: int) -> None:

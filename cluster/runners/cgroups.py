@@ -54,22 +54,14 @@ class Leaf:
 
     def emptied(self, wait_s: float) -> bool:
         """Kill whatever is left in the leaf; True once nothing is."""
-        deadline = time.monotonic() + wait_s
-        while True:
-            left = [pid for d in self.dirs for pid in _read(d / "cgroup.procs").split()]
-            if not left:
-                return True
-            if time.monotonic() >= deadline:
-                return False
-            for pid in left:
-                with contextlib.suppress(ProcessLookupError, PermissionError, ValueError):
-                    os.kill(int(pid), signal.SIGKILL)
-            time.sleep(0.005)
+        return _emptied(self.dirs, wait_s)
 
     def remove(self, wait_s: float = 2.0) -> None:
-        """Kill whatever is left in the leaf and remove it."""
+        """Kill whatever is left in the leaf and remove it (else a later ``clean_stale`` does)."""
+        _emptied(self.dirs, wait_s)
         for path in self.dirs:
-            _remove(path, wait_s)
+            with contextlib.suppress(OSError):
+                path.rmdir()
 
 
 class Cgroups:
@@ -156,7 +148,7 @@ class Cgroups:
                 for entry in entries:
                     match = _LEAF.fullmatch(entry.name)
                     if match and entry.is_dir() and not pid_alive(int(match[1])):
-                        _remove(Path(entry.path), 0.5)
+                        Leaf(Path(entry.path), None, self.version).remove(0.5)
 
 
 def node_memory_bytes() -> int:
@@ -244,20 +236,15 @@ def _read(path: Path) -> str:
         return ""
 
 
-def _remove(path: Path, wait_s: float) -> None:
+def _emptied(dirs: tuple[Path, ...], wait_s: float) -> bool:
     deadline = time.monotonic() + wait_s
     while True:
-        try:
-            path.rmdir()
-            return
-        except FileNotFoundError:
-            return
-        except OSError:
-            if time.monotonic() >= deadline:
-                return  # a later clean_stale takes it
-        with contextlib.suppress(OSError, ValueError):
-            for pid in (path / "cgroup.procs").read_text().split():
-                with contextlib.suppress(ProcessLookupError, PermissionError):
-                    os.kill(int(pid), signal.SIGKILL)
+        left = [pid for d in dirs for pid in _read(d / "cgroup.procs").split()]
+        if not left:
+            return True
+        if time.monotonic() >= deadline:
+            return False
+        for pid in left:
+            with contextlib.suppress(ProcessLookupError, PermissionError, ValueError):
+                os.kill(int(pid), signal.SIGKILL)
         time.sleep(0.005)
-

@@ -97,7 +97,7 @@ class Ended:
 
     returncode: int | None
     limit: str = ""  # "memory", "processes"
-    amount: str = ""  # "256 MB", "64 processes"
+    amount: str = ""  # "256 MB", "64" (processes)
     memory_mb: int | None = None  # the memory limit, where only the program's own message can tell it was hit
 
 
@@ -121,10 +121,10 @@ class Sandbox(ABC):
     the runners and the builder never know which one a node uses.
 
     Whoever starts a prepared command (``run_command``, or a runner that keeps a process alive)
-    passes ``Prepared.argv``, ``env`` and ``preexec`` to ``subprocess.Popen`` (``pass_fds`` and
-    ``start_new_session`` as it likes: file descriptors reach the command), kills the process
-    group when it is done, and then calls ``Prepared.finish`` with the exit status, exactly once,
-    also when ``Popen`` failed (with None)."""
+    passes ``Prepared.argv``, ``env`` and ``preexec`` to ``subprocess.Popen`` with
+    ``start_new_session=True`` (and ``pass_fds`` as it likes: file descriptors reach the command),
+    ends it with ``kill_command`` when it is done, and then calls ``Prepared.finish`` with the exit
+    status, exactly once, also when ``Popen`` failed (with None)."""
 
     name: str = ""
 
@@ -207,7 +207,7 @@ def run_command(
         try:
             timed_out = _wait(proc, cwd, start + timeout, limits.disk_mb if limits else None)
         finally:
-            _kill_group(proc)
+            kill_command(proc)
         ended = launch.finish(proc.returncode) if launch.finish else Ended(proc.returncode)
         seconds = time.perf_counter() - start
         # Read through our own handles: the command may have deleted or replaced the files.
@@ -302,7 +302,8 @@ def _with_limit_exceeded(result: ProcessResult, limits: Limits, cwd: Path,
     return dataclasses.replace(result, limit_exceeded=kind)
 
 
-def _kill_group(proc: subprocess.Popen[bytes]) -> None:
+def kill_command(proc: subprocess.Popen[bytes]) -> None:
+    """End a command started in a new session, and every process of it; reaps it."""
     # Children left behind by the command (or a hung one) must not outlive the candidate.
     if proc.poll() is None:
         # Its children first, and a moment for it to reap them: a sandbox's init killed after

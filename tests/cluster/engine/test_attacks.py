@@ -53,9 +53,11 @@ class Attacked:
         return self.rows[self.rows["target"] == name]
 
     def attack(self, name: str) -> pd.Series:
+        """The target's attacking row, once its baseline (ATTACK=0) is known to be fine."""
         rows = self.target(name)
-        assert list(rows["phase"]) == ["baseline", "search"], rows[["phase", "status", "error_tail"]]
-        assert rows.iloc[0]["status"] == "ok", rows.iloc[0]["error_tail"]  # the baseline, ATTACK=0
+        everything = f"{self.rows[['target', 'phase', 'status', 'error_tail']]}\n{self.log[-3000:]}"
+        assert list(rows["phase"]) == ["baseline", "search"], everything
+        assert rows.iloc[0]["status"] == "ok", everything
         return rows.iloc[1]
 
 

@@ -67,6 +67,7 @@ def load_target(path: str | Path) -> Target:
         space = load_space(spec.space or toolchain.name, base=path.parent)
     except (KeyError, ValueError) as exc:
         raise ConfigError(path, "space", str(exc.args[0])) from None
+    roots = _shared_roots(spec, path)
     files = []
     for field, names in (("sources", spec.sources), ("files", spec.files)):
         for i, name in enumerate(names):
@@ -75,7 +76,7 @@ def load_target(path: str | Path) -> Target:
                 raise ConfigError(path, f"{field}[{i}]", "must be a path inside the target's folder")
             if not file.is_file():
                 raise ConfigError(path, f"{field}[{i}]", f"file not found: {file}")
-            _check_inside(path, f"{field}[{i}]", file)
+            _check_inside(path, f"{field}[{i}]", file, roots)
             files.append((name, file.read_bytes()))
     _check_commands(spec, path, toolchain.default_build)
     for name, value in spec.defaults.items():
@@ -94,11 +95,24 @@ def load_target(path: str | Path) -> Target:
     return target
 
 
-def _check_inside(path: Path, field: str, file: Path) -> None:
-    """A target's files stay in its folder, symbolic links followed: a source linked to /etc/shadow
-    would be shipped to every node and echoed by the compiler into the results."""
-    real, folder = file.resolve(), path.parent.resolve()
-    if not real.is_relative_to(folder):
+def _shared_roots(spec: TargetSpec, path: Path) -> list[Path]:
+    """The target's folder and the ``shared`` folders beside it: where its files may really be."""
+    folder = path.parent.resolve()
+    roots = [folder]
+    for i, name in enumerate(spec.shared):
+        shared = (path.parent / name).resolve()
+        if Path(name).is_absolute() or not shared.is_dir() or folder.is_relative_to(shared):
+            raise ConfigError(path, f"shared[{i}]", "must be a folder beside the target's (../common), "
+                              "not an absolute path or one of its parents")
+        roots.append(shared)
+    return roots
+
+
+def _check_inside(path: Path, field: str, file: Path, roots: list[Path]) -> None:
+    """A target's files stay in its folder (or a ``shared`` one), symbolic links followed: a source
+    linked to /etc/shadow would be shipped to every node and echoed by the compiler into the results."""
+    real = file.resolve()
+    if not any(real.is_relative_to(root) for root in roots):
         raise ConfigError(path, field, f"leaves the target's folder through a symbolic link (to {real})")
 
 

@@ -49,3 +49,19 @@ def test_a_target_folder_reached_through_a_link_is_fine(tmp_path):
     write_target(tmp_path / "real")
     os.symlink("real", tmp_path / "linked")
     assert load_target(tmp_path / "linked" / "target.yaml").name == "tiny"
+
+
+def test_links_into_a_shared_folder_beside_the_target_are_fine(tmp_path):
+    (tmp_path / "common").mkdir()
+    (tmp_path / "common" / "helper.h").write_text("#define H 1\n")
+    path = write_target(tmp_path / "t", files=["helper.h"], shared=["../common"])
+    os.symlink("../common/helper.h", tmp_path / "t" / "helper.h")
+    assert dict(load_target(path).bundle.files)["helper.h"] == b"#define H 1\n"
+
+
+@pytest.mark.parametrize("shared", ["/etc", "..", "../.."])
+def test_a_shared_folder_is_beside_the_target_not_above_it_or_absolute(tmp_path, shared):
+    path = write_target(tmp_path / "t", shared=[shared])
+    with pytest.raises(ConfigError) as exc:
+        load_target(path)
+    assert "shared[0]" in _one_line(exc)

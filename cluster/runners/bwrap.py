@@ -14,7 +14,8 @@ What a command started through ``Bubblewrap.prepare`` gets (flags in ``_mounts``
   with it, so that no ``/proc/*/environ`` in the sandbox holds a secret;
 - as root, a uid of its own per worker (``UID_BASE + the worker's pid``): the worker's files and
   ``~/.ray/auth_token`` (mode 600) are not its to read, and RLIMIT_NPROC, which root ignores,
-  counts its processes;
+  counts its processes. Bubblewrap then runs privileged (no user namespace) and setpriv drops to
+  the uid inside; as another user, bubblewrap makes a user namespace and the command keeps its uid;
 - a process limit and a memory limit: a cgroup per command where one is writable
   (``cluster.runners.cgroups``; the OOM killer's and the fork limit's hits are reported), else
   RLIMIT_NPROC and RLIMIT_DATA (never RLIMIT_AS: CUDA reserves far more address space than it uses).
@@ -39,10 +40,11 @@ from cluster.runners.sandbox import Ended, Prepared, Sandbox, SandboxError
 
 UID_BASE = 1_900_000_000  # + the worker's pid (below 2^22): a uid per worker, far from any real user's
 BOOKKEEPING_PIDS = 2  # bubblewrap and INIT, in the command's process count
-# The sandbox's pid 1: a shell that runs the command (not as pid 1, which ignores the signals it sends
-# itself: abort() would not end it), reaps what it orphans, and exits with its status (128 + N for
-# signal N), taking every process of the sandbox with it. Not bubblewrap's own init, which bubblewrap
-# leaves behind as an orphan: a zombie against the uid's RLIMIT_NPROC where pid 1 does not reap.
+# The sandbox's pid 1 (after setpriv, as root): a shell that runs the command (not as pid 1, which
+# ignores the signals it sends itself: abort() would not end it), reaps what it orphans, and exits
+# with its status (128 + N for signal N), taking every process of the sandbox with it. Not
+# bubblewrap's own init, which bubblewrap leaves behind as an orphan: a zombie against the uid's
+# RLIMIT_NPROC where pid 1 does not reap.
 INIT = ("/bin/sh", "-c", '"$@"; exit $?', "sh")
 GPU_NODES = ("nvidia[0-9]*", "nvidiactl", "nvidia-uvm", "nvidia-uvm-tools", "nvidia-caps")
 # What a compiler or a CUDA program needs of the worker's environment; everything else stays out.
@@ -90,11 +92,16 @@ class Bubblewrap(Sandbox):
         self.program, self.spec, self.gpu, self.cgroups, self.uid = program, spec, gpu, cgroups, uid
         self.memory_mb = spec.memory_mb or node_memory_bytes() // 2 // MB
         home = home or Path.home()
-        self.hidden = tuple(p for p in (*(home / h for h in HIDDEN), *hidden) if p.exists() and _reachable(p, uid))
+        self.hidden = tuple(p for p in (*(home / h for h in HIDDEN), *hidden) if p.exists())
         if gpu:
             _make_uvm_node()
         self.gpu_nodes = tuple(sorted(str(p) for pattern in GPU_NODES for p in Path("/dev").glob(pattern)))
         self.modern = program.version >= (0, 8)  # --size and --disable-userns
+        self.setpriv = ""
+        if uid is not None:
+            self.setpriv = shutil.which("setpriv") or ""
+            if not self.setpriv:
+                raise SandboxError("setpriv not found (util-linux): as root, commands drop to their uid through it")
 
     def describe(self) -> str:
         limits = self.cgroups.describe() if self.cgroups else "rlimits (RLIMIT_NPROC, RLIMIT_DATA)"
@@ -112,20 +119,20 @@ class Bubblewrap(Sandbox):
                 _hand_over(place, self.uid)
         leaf = self._leaf()
         try:
-            args = [*self._mounts(cwd, limits, gpu or self.gpu), *self._binds(places), *self._namespaces(),
-                    "--chdir", str(cwd)]
-            preexec = _child_setup(leaf.join_files() if leaf else (), self._rlimits(limits, leaf), self.uid)
+            args = [*self._mounts(places, limits, gpu or self.gpu), *self._namespaces(), "--chdir", str(cwd)]
+            preexec = _child_setup(leaf.join_files() if leaf else (), self._rlimits(limits, leaf))
         except BaseException:
             self._finisher(leaf)(None)
             raise
-        return Prepared([self.program.path, *args, "--", *INIT, *argv], self._environment(env, cwd), preexec,
-                        self._finisher(leaf))
+        return Prepared([self.program.path, *args, "--", *self._drop(), *INIT, *argv],
+                        self._environment(env, cwd), preexec, self._finisher(leaf))
 
-    @staticmethod
-    def _binds(places: list[Path]) -> list[str]:
-        """The writable places. The command's uid must reach them on the host (a path the kernel
-        resolves as that uid): ``warpfleet doctor`` tries the node's scratch root."""
-        return [arg for place in places for arg in ("--bind", str(place), str(place))]
+    def _drop(self) -> list[str]:
+        """As root, bubblewrap runs privileged (no user namespace needed, and it reaches any scratch
+        directory) and the command becomes its uid through setpriv, with no capability left."""
+        if self.uid is None:
+            return []
+        return [self.setpriv, f"--reuid={self.uid}", f"--regid={self.uid}", "--clear-groups", "--inh-caps=-all", "--"]
 
     def _leaf(self) -> Leaf | None:
         if self.cgroups is None:
@@ -138,22 +145,48 @@ class Bubblewrap(Sandbox):
     def _cgroup_limits(self) -> tuple[int, int]:
         return self.memory_mb * MB, self.spec.pids + BOOKKEEPING_PIDS
 
-    def _mounts(self, cwd: Path, limits: Limits | None, gpu: bool) -> list[str]:
+    def _mounts(self, places: list[Path], limits: Limits | None, gpu: bool) -> list[str]:
         args = ["--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc"]
-        size = ["--size", str(limits.disk_mb * MB)] if self.modern and limits and limits.disk_mb else []
-        args += [*size, "--tmpfs", "/tmp"]
-        if not cwd.parent.is_relative_to("/tmp") and _reachable(cwd, self.uid):
-            args += [*size, "--tmpfs", str(cwd.parent)]  # other commands' scratch directories out of sight
         for node in self.gpu_nodes if gpu else ():
             args += ["--dev-bind", node, node]
         for path in self.hidden:
             args += ["--tmpfs", str(path)] if path.is_dir() else ["--ro-bind", "/dev/null", str(path)]
+        size = ["--size", str(limits.disk_mb * MB)] if self.modern and limits and limits.disk_mb else []
+        tops: list[Path] = [Path("/tmp")]
+        for shared in ("/tmp", "/dev/shm"):  # private, and anyone's to write to, as on the host
+            args += ["--perms", "1777", *size, "--tmpfs", shared]
+        made: list[Path] = []
+        for place in places:
+            top = next((t for t in tops if place.is_relative_to(t)), None)
+            if top is None:
+                top = self._cover(place)
+                tops.append(top)
+                args += [*size, "--tmpfs", str(top)]
+            # The folders down to the place, made in the tmpfs as the command's uid can pass them
+            # (bubblewrap would make them root's only, copying the host's).
+            for folder in reversed(place.parents):
+                if folder.is_relative_to(top) and folder != top and folder not in made:
+                    made.append(folder)
+                    args += ["--dir", str(folder)]
+            args += ["--bind", str(place), str(place)]
         return args
+
+    def _cover(self, place: Path) -> Path:
+        """Where a tmpfs goes over the host for a writable place outside /tmp: its parent (other
+        commands' scratch directories out of sight), or higher, at the first folder the command's
+        uid could not pass on the host (so that it can reach the place by its absolute path)."""
+        if self.uid is not None:
+            for folder in reversed(place.parents[:-1]):  # from the top down, / excluded
+                if not folder.stat().st_mode & 0o001:
+                    return folder
+        return place.parent
 
     def _namespaces(self) -> list[str]:
         args = ["--unshare-pid", "--as-pid-1", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try",
                 "--die-with-parent", "--new-session"]
-        if self.modern:
+        if self.uid is not None:
+            args += ["--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID"]  # for setpriv (_drop) alone
+        elif self.modern:
             args += ["--unshare-user", "--disable-userns"]  # no nested namespaces to widen the kernel's surface
         if not self.spec.network:
             args.append("--unshare-net")
@@ -188,8 +221,9 @@ class Bubblewrap(Sandbox):
                 hit = "memory" if after[0] > before[0] else "processes" if after[1] > before[1] else ""
                 self.cgroups.release(leaf, *self._cgroup_limits())
             amount = {"memory": f"{self.memory_mb} MB", "processes": str(self.spec.pids)}.get(hit, "")
-            by_rlimit = self.memory_mb if leaf is None or leaf.memory is None else None
-            return Ended(_as_signal(returncode), hit, amount, by_rlimit)
+            memory = self.memory_mb if leaf is None or leaf.memory is None else None  # held by rlimits
+            pids = self.spec.pids if leaf is None or leaf.pids is None else None
+            return Ended(_as_signal(returncode), hit, amount, memory, pids)
 
         return finish
 
@@ -220,12 +254,6 @@ def _hand_over(place: Path, uid: int) -> None:
                 os.lchown(os.path.join(root, name), uid, uid)
 
 
-def _reachable(path: Path, uid: int | None) -> bool:
-    """Whether bubblewrap, running as ``uid``, can get to ``path`` to hide it (a root-only home
-    hides it already, and bubblewrap could not mount over what it cannot reach)."""
-    return uid is None or all(parent.stat().st_mode & 0o001 for parent in path.parents)
-
-
 def _tasks_of(uid: int) -> int:
     """Processes and threads of ``uid`` now: what RLIMIT_NPROC counts."""
     count = 0
@@ -237,8 +265,7 @@ def _tasks_of(uid: int) -> int:
     return count
 
 
-def _child_setup(join_files: Sequence[str], rlimits: list[tuple[int, int, int]],
-                 uid: int | None) -> Callable[[], None]:
+def _child_setup(join_files: Sequence[str], rlimits: list[tuple[int, int, int]]) -> Callable[[], None]:
     # Runs in the child between fork and exec: all is computed beforehand, it only makes system calls.
     def setup() -> None:
         for path in join_files:
@@ -249,10 +276,6 @@ def _child_setup(join_files: Sequence[str], rlimits: list[tuple[int, int, int]],
                 os.close(fd)
         for res, soft, hard in rlimits:
             resource.setrlimit(res, (soft, hard))
-        if uid is not None:
-            os.setgroups([])
-            os.setresgid(uid, uid, uid)
-            os.setresuid(uid, uid, uid)
 
     return setup
 

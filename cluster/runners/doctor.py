@@ -49,12 +49,19 @@ def diagnose(spec: SandboxSpec, gpu: bool | None = None) -> list[Check]:
     except SandboxError as exc:
         return [Check("bwrap", False, str(exc)), _user_namespaces(None)]
     version = ".".join(map(str, program.version))
-    checks = [Check("bwrap", True, f"{program.path} (bubblewrap {version})"), _user_namespaces(program)]
+    checks = [Check("bwrap", True, f"{program.path} (bubblewrap {version})")]
     uid = sandbox_uid()
-    checks.append(Check("uid", True, f"commands run as uid {uid} (this worker's own)" if uid is not None else
-                        f"not root: commands run as uid {os.getuid()}, yours (credentials under ~ are hidden)"))
+    if uid is None:
+        checks += [_user_namespaces(program), Check("uid", True, f"not root: commands run as uid {os.getuid()}, "
+                                                    "yours (credentials under ~ are hidden)")]
+    else:
+        checks.append(Check("uid", True, f"commands run as uid {uid} (this worker's own), through setpriv; "
+                            "as root, bubblewrap needs no user namespace"))
     gpu = any(Path("/dev").glob("nvidia[0-9]*")) if gpu is None else gpu
-    sandbox = Bubblewrap(program, spec, gpu, Cgroups.detect(), uid)
+    try:
+        sandbox = Bubblewrap(program, spec, gpu, Cgroups.detect(), uid)
+    except SandboxError as exc:
+        return [*checks, Check("setpriv", False, str(exc))]
     checks.append(Check("limits", True, sandbox.describe()))
     result = trial(sandbox, ["true"])
     checks.append(Check("trial", result.ok, "a command starts with every flag" if result.ok else result.tail()))

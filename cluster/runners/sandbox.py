@@ -46,6 +46,8 @@ DISK_POLL_S = 0.05  # how often the scratch directory is measured while the comm
 _SECRET_NAME = re.compile("KEY|TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL|AUTH", re.IGNORECASE)
 # What programs print when an allocation fails (strerror(ENOMEM), C++, CUDA and most runtimes, Python).
 _OUT_OF_MEMORY = re.compile(r"Cannot allocate memory|std::bad_alloc|out of memory|MemoryError", re.IGNORECASE)
+# What programs print when a fork or a thread is refused (strerror(EAGAIN), shells, C++).
+_NO_PROCESS = re.compile(r"Resource temporarily unavailable|Cannot fork|can't fork|fork: retry", re.IGNORECASE)
 
 
 @dataclass(frozen=True)
@@ -98,7 +100,8 @@ class Ended:
     returncode: int | None
     limit: str = ""  # "memory", "processes"
     amount: str = ""  # "256 MB", "64" (processes)
-    memory_mb: int | None = None  # the memory limit, where only the program's own message can tell it was hit
+    memory_mb: int | None = None  # the memory limit, where only the program's own words can tell it was hit
+    pids: int | None = None  # the process limit, likewise (RLIMIT_NPROC)
 
 
 @dataclass(frozen=True)
@@ -227,12 +230,14 @@ def run_command(
 
 
 def _with_sandbox_limit(result: ProcessResult, ended: Ended) -> ProcessResult:
-    """Name the sandbox's limit that ended the command: the one it saw hit, or its memory limit
-    where the program said it ran out (an allocation refused by RLIMIT_DATA)."""
+    """Name the sandbox's limit that ended the command: the one it saw hit, or where only rlimits
+    hold them, the one the program said it ran into (an allocation or a fork refused)."""
     if ended.limit:
         return dataclasses.replace(result, limit_exceeded=ended.limit, limit_amount=ended.amount)
-    if ended.memory_mb is not None and not result.timed_out and _OUT_OF_MEMORY.search(result.stderr):
+    if ended.memory_mb is not None and _OUT_OF_MEMORY.search(result.stderr):
         return dataclasses.replace(result, limit_exceeded="memory", limit_amount=f"{ended.memory_mb} MB")
+    if ended.pids is not None and _NO_PROCESS.search(result.stderr):
+        return dataclasses.replace(result, limit_exceeded="processes", limit_amount=str(ended.pids))
     return result
 
 

@@ -40,7 +40,7 @@ from cluster.runners.sandbox import Ended, Prepared, Sandbox, SandboxError
 
 UID_BASE = 1_900_000_000  # + the worker's pid (below 2^22): a uid per worker, far from any real user's
 BOOKKEEPING_PIDS = 2  # bubblewrap and INIT, in the command's process count
-# The sandbox's pid 1 (after setpriv, as root): a shell that runs the command (not as pid 1, which
+# The sandbox's pid 1: a shell that runs the command (not as pid 1, which
 # ignores the signals it sends itself: abort() would not end it), reaps what it orphans, and exits
 # with its status (128 + N for signal N), taking every process of the sandbox with it. Not
 # bubblewrap's own init, which bubblewrap leaves behind as an orphan: a zombie against the uid's
@@ -124,12 +124,14 @@ class Bubblewrap(Sandbox):
         except BaseException:
             self._finisher(leaf)(None)
             raise
-        return Prepared([self.program.path, *args, "--", *self._drop(), *INIT, *argv],
+        return Prepared([self.program.path, *args, "--", *INIT, *self._drop(), *argv],
                         self._environment(env, cwd), preexec, self._finisher(leaf))
 
     def _drop(self) -> list[str]:
         """As root, bubblewrap runs privileged (no user namespace needed, and it reaches any scratch
-        directory) and the command becomes its uid through setpriv, with no capability left."""
+        directory) and the command becomes its uid through setpriv, with no capability left. INIT
+        stays root (with no capability but these two): a parent-death signal from bubblewrap, which
+        --die-with-parent sets, reaches only a process of its own uid."""
         if self.uid is None:
             return []
         return [self.setpriv, f"--reuid={self.uid}", f"--regid={self.uid}", "--clear-groups", "--inh-caps=-all", "--"]

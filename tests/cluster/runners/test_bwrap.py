@@ -196,6 +196,21 @@ def _uid_of(pid: str) -> int | None:
         return None
 
 
+def test_the_sandbox_ends_when_bubblewrap_is_killed_as_with_a_dead_worker(bwrap, workdir):
+    marker = f"{os.getpid() % 1000}.4{int(time.time()) % 100000}"
+    launch = bwrap.prepare(["sh", "-c", f"setsid sleep {marker} & sleep {marker}"], workdir,
+                           {"PATH": os.environ["PATH"]}, None)
+    proc = subprocess.Popen(launch.argv, cwd=workdir, env=launch.env, preexec_fn=launch.preexec,
+                            start_new_session=True)
+    time.sleep(0.5)
+    proc.kill()  # bubblewrap alone, as when its worker dies (--die-with-parent) or is killed
+    proc.wait()
+    time.sleep(0.3)
+    left = _running(f"sleep {marker}")
+    launch.finish(proc.returncode)
+    assert left == []
+
+
 def test_a_signal_reads_as_the_commands_own(bwrap, workdir):
     result = _sh("kill -SEGV $$", workdir, bwrap)
     assert result.returncode == -signal.SIGSEGV and result.describe() == "killed by SIGSEGV"

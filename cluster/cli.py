@@ -63,9 +63,11 @@ def main() -> None:
               help="Seconds of search (overrides the config; a resume keeps it).")
 @click.option("--output-dir", type=click.Path(file_okay=False), help="Where run directories go (overrides).")
 @click.option("--progress/--no-progress", default=None, help="Progress bars (default: when stderr is a terminal).")
+@click.option("--unsandboxed", is_flag=True,
+              help="Run candidates without the sandbox where it cannot start (recorded in meta.json).")
 @_one_line_errors
 def sweep(config: str, address: str | None, resume: str | None, trials: int | None,
-          time_budget: float | None, output_dir: str | None, progress: bool | None) -> None:
+          time_budget: float | None, output_dir: str | None, progress: bool | None, unsandboxed: bool) -> None:
     """Sweep the targets of CONFIG, then print the best configurations."""
     from cluster.engine.driver import Sweep
     from cluster.outputs.show import next_commands, show
@@ -79,10 +81,12 @@ def sweep(config: str, address: str | None, resume: str | None, trials: int | No
         budget = {**existing.read_meta().get(COMMAND_LINE, {}), **budget}
         check_tables(existing.path)  # a damaged part is one line now, before Ray and workers start
     plan = _override(plan, budget, output_dir)
+    policy = _isolate(plan, unsandboxed)
     _join_ray(plan, address)
     run_dir = existing or RunDir.create(plan, meta={COMMAND_LINE: budget})
     if existing is not None and budget:
         run_dir.update_meta(**{COMMAND_LINE: budget})
+    _record_sandbox(run_dir, policy)
     click.echo(f"run directory: {run_dir.path}", err=True)
     show_progress = sys.stderr.isatty() if progress is None else progress
     with _resume_hint(f"warpfleet sweep {config} --resume {run_dir.path}"):
@@ -226,9 +230,11 @@ def check(run: str, dry_run: bool) -> None:
 @click.option("--output-dir", type=click.Path(file_okay=False), default="runs", show_default=True)
 @click.option("--resume", "resume", type=click.Path(file_okay=False), help="Continue this run directory.")
 @click.option("--progress/--no-progress", default=None, help="Progress bars (default: when stderr is a terminal).")
+@click.option("--unsandboxed", is_flag=True,
+              help="Run candidates without the sandbox where it cannot start (recorded in meta.json).")
 @_one_line_errors
 def optimize(target: str, experts: str, trials: int, sanitizer: str, address: str | None, output_dir: str,
-             resume: str | None, progress: bool | None) -> None:
+             resume: str | None, progress: bool | None, unsandboxed: bool) -> None:
     """Run the optimization workflow on TARGET: analysis, plan, patch, verify, then a search over the
     verified variants and the compiler flags; writes report.md in the run directory and prints it."""
     import yaml
@@ -252,8 +258,10 @@ def optimize(target: str, experts: str, trials: int, sanitizer: str, address: st
         raise ConfigError(output_dir, "--output-dir", f"cannot be written ({exc.strerror or exc})") from None
     plan = load_run(config_path)
     existing = RunDir.open(resume) if resume else None
+    policy = _isolate(plan, unsandboxed)
     _join_ray(plan, address)
     run_dir = existing or RunDir.create(plan)
+    _record_sandbox(run_dir, policy)
     click.echo(f"run directory: {run_dir.path}", err=True)
     show_progress = sys.stderr.isatty() if progress is None else progress
     with _resume_hint(f"warpfleet optimize {target} --output-dir {output_dir} --resume {run_dir.path}"):
@@ -318,16 +326,20 @@ def export(run: str, fmt: str, output: str | None, target: str | None, device: s
               help="Program runs per configuration (default: measure.final_runs).")
 @click.option("--address", help="Ray cluster to join (auto, HOST:PORT, ray://...); default: a local instance.")
 @click.option("--output-dir", type=click.Path(file_okay=False), help="Where the run directory goes (overrides).")
+@click.option("--unsandboxed", is_flag=True,
+              help="Run candidates without the sandbox where it cannot start (recorded in meta.json).")
 @_one_line_errors
 def evaluate(sources: tuple[str, ...], config: str | None, runs: int | None, address: str | None,
-             output_dir: str | None) -> None:
+             output_dir: str | None, unsandboxed: bool) -> None:
     """Measure the configurations of SOURCES (run directories: their winners; export files from
     warpfleet export --format json or yaml) on the devices at hand, with the baseline measured again."""
     from cluster.engine.evaluate import Evaluation, create_run_dir, plan_for
 
     plan, origins = plan_for(list(sources), config)
+    policy = _isolate(plan, unsandboxed)
     _join_ray(plan, address)
     run_dir = create_run_dir(plan, origins, list(sources), output_dir)
+    _record_sandbox(run_dir, policy)
     click.echo(f"run directory: {run_dir.path}", err=True)
     summary = Evaluation(plan, origins, run_dir, runs, log=lambda m: click.echo(m, err=True)).run(address)
     click.echo(f"{summary.rows} rows written to {run_dir.results}", err=True)
@@ -421,6 +433,52 @@ def kt_import(script: str, output: str, name: str | None, inputs: str, outputs: 
     target = load_target(output)  # what was written must load as it is
     click.echo(f"wrote {output}: kernel {target.spec.kernel.name if target.spec.kernel else ''}, "
                f"{target.space_size()} configurations", err=True)
+
+
+# -- the sandbox (issue 16) ---------------------------------------------------------------------
+def _isolate(plan: RunPlan, unsandboxed: bool) -> Any:
+    """The run's sandbox policy, made this process's and its Ray workers'. Where the sandbox cannot
+    start here, a one-line error, unless ``--unsandboxed``."""
+    from cluster.runners.isolation import Policy, start_bubblewrap
+    from cluster.runners.sandbox import SandboxError
+
+    if unsandboxed:
+        click.echo("warning: --unsandboxed: candidates run with this user's rights, files and network", err=True)
+        policy = Policy("off", plan.config.sandbox)
+    else:
+        try:
+            start_bubblewrap(plan.config.sandbox)
+        except SandboxError as exc:
+            raise ConfigError(plan.file, "sandbox", f"cannot start on this node: {exc}; `warpfleet doctor` says "
+                              "more, --unsandboxed runs without it") from None
+        policy = Policy("bwrap", plan.config.sandbox)
+    policy.install()
+    return policy
+
+
+def _record_sandbox(run_dir: Any, policy: Any) -> None:
+    """meta.json says how this invocation isolated candidates, and whether any ever ran unsandboxed."""
+    unsandboxed = run_dir.read_meta().get("unsandboxed", False) or policy.mode == "off"
+    run_dir.update_meta(sandbox={"mode": policy.mode, **policy.spec.model_dump()}, unsandboxed=unsandboxed)
+
+
+@main.command()
+@click.option("--config", type=click.Path(dir_okay=False), help="A run config whose sandbox: section to check.")
+@click.option("--gpu/--no-gpu", default=None, help="Check the GPU in the sandbox (default: where /dev/nvidia* is).")
+@_one_line_errors
+def doctor(config: str | None, gpu: bool | None) -> None:
+    """Whether the sandbox works on this node, and why not: exit status 0 if it does, else 1."""
+    from cluster.config import SandboxSpec
+    from cluster.runners.doctor import diagnose
+
+    spec = load_run(config).config.sandbox if config else SandboxSpec()
+    checks = diagnose(spec, gpu)
+    for check in checks:
+        click.echo(check.line())
+    works = all(check.ok is not False for check in checks)
+    click.echo("the sandbox works here" if works else "the sandbox does not work here: sweeps refuse to run "
+               "unless given --unsandboxed")
+    sys.exit(0 if works else 1)
 
 
 if __name__ == "__main__":

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import os
 import shutil
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -11,6 +13,11 @@ import pytest
 import yaml
 
 REPO = Path(__file__).resolve().parent.parent
+
+# bubblewrap where scripts/test.sh unpacks it when the system has none: in the virtual environment.
+_BWRAP_DIR = Path(sys.prefix) / "bubblewrap" / "usr" / "bin"
+if shutil.which("bwrap") is None and (_BWRAP_DIR / "bwrap").is_file():
+    os.environ["PATH"] = f"{_BWRAP_DIR}{os.pathsep}{os.environ.get('PATH', '')}"
 
 TINY_C = r"""
 #include <stdio.h>
@@ -59,6 +66,29 @@ def ray_local() -> Iterator[None]:
     if not ray.is_initialized():
         ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False)
     yield
+
+
+@pytest.fixture
+def ray_unsandboxed() -> Iterator[None]:
+    """A local Ray instance whose workers run candidates without the sandbox (``--unsandboxed``):
+    for the tests of what only an unsandboxed candidate can do (kill its worker). Ray is started
+    afresh, and shut down afterwards so that the next test's workers get the default sandbox."""
+    import ray
+
+    from cluster.runners.isolation import ENV_POLICY, Policy
+
+    ray.shutdown()
+    previous = os.environ.get(ENV_POLICY)
+    os.environ[ENV_POLICY] = Policy("off").encode()
+    try:
+        ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False)
+        yield
+    finally:
+        ray.shutdown()
+        if previous is None:
+            os.environ.pop(ENV_POLICY, None)
+        else:
+            os.environ[ENV_POLICY] = previous
 
 
 def needs(tool: str) -> pytest.MarkDecorator:

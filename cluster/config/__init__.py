@@ -14,6 +14,7 @@ from cluster.config.run import (
     ProfileSpec,
     RunConfig,
     RunPlan,
+    SandboxSpec,
     SearchSpec,
 )
 from cluster.config.target import (
@@ -31,5 +32,6 @@ from cluster.config.target import (
 __all__ = [
     "BUILD_PLACEHOLDERS", "RUN_PLACEHOLDERS", "AgentsSpec", "ClusterSpec", "CustomSpec", "KernelSpec", "LLMSpec",
     "Level", "LimitsSpec", "MeasureSpec", "MetricSpec", "OutputSpec", "ProfileSpec", "RunConfig", "RunPlan",
+    "SandboxSpec",
     "SearchSpec", "StepChoice", "Target", "TargetSpec", "Timeouts", "VerifySpec", "load_run", "load_target",
 ]

@@ -84,6 +84,7 @@ def load_target(path: str | Path) -> Target:
         space = load_space(spec.space or toolchain.name, base=path.parent)
     except (KeyError, ValueError) as exc:
         raise ConfigError(path, "space", str(exc.args[0])) from None
+    roots = _shared_roots(spec, path)
     files = []
     for field, names in (("sources", spec.sources), ("files", spec.files)):
         for i, name in enumerate(names):
@@ -92,6 +93,7 @@ def load_target(path: str | Path) -> Target:
                 raise ConfigError(path, f"{field}[{i}]", "must be a path inside the target's folder")
             if not file.is_file():
                 raise ConfigError(path, f"{field}[{i}]", f"file not found: {file}")
+            _check_inside(path, f"{field}[{i}]", file, roots)
             files.append((name, file.read_bytes()))
     if all(Path(name).suffix.lower() in HEADER_SUFFIXES for name in spec.sources):
         raise ConfigError(path, "sources", "only headers: name at least one file the compiler builds")
@@ -131,6 +133,27 @@ def _with_baseline(space: FlagSpace, baseline: dict[str, str], path: Path) -> Fl
             raise ConfigError(path, f"baseline_flags.{name}", f"{option!r} is not one of its options ({known})")
         flags[name] = (option, *(o for o in flags[name] if o != option))
     return dataclasses.replace(space, flags=flags) if baseline else space
+
+
+def _shared_roots(spec: TargetSpec, path: Path) -> list[Path]:
+    """The target's folder and the ``shared`` folders beside it: where its files may really be."""
+    folder = path.parent.resolve()
+    roots = [folder]
+    for i, name in enumerate(spec.shared):
+        shared = (path.parent / name).resolve()
+        if Path(name).is_absolute() or not shared.is_dir() or folder.is_relative_to(shared):
+            raise ConfigError(path, f"shared[{i}]", "must be a folder beside the target's (../common), "
+                              "not an absolute path or one of its parents")
+        roots.append(shared)
+    return roots
+
+
+def _check_inside(path: Path, field: str, file: Path, roots: list[Path]) -> None:
+    """A target's files stay in its folder (or a ``shared`` one), symbolic links followed: a source
+    linked to /etc/shadow would be shipped to every node and echoed by the compiler into the results."""
+    real = file.resolve()
+    if not any(real.is_relative_to(root) for root in roots):
+        raise ConfigError(path, field, f"leaves the target's folder through a symbolic link (to {real})")
 
 
 def _check_commands(spec: TargetSpec, path: Path, default_build: tuple[str, ...]) -> None:

@@ -58,6 +58,19 @@ class ProfileSpec(_Model):
     launches: int | None = Field(1, ge=1)
 
 
+class SandboxSpec(_Model):
+    """How every build and run of a candidate is isolated on every node (cluster.runners.bwrap):
+    bubblewrap, a process and a memory limit, no network. A sweep refuses to start where the
+    sandbox cannot, unless it is given ``--unsandboxed``; ``warpfleet doctor`` says why."""
+
+    bwrap: str | None = None  # the bwrap program; default: $WARPFLEET_BWRAP, else bwrap on PATH
+    memory_mb: int | None = Field(None, ge=64, le=1 << 30)  # per command; default: half the node's memory
+    pids: int = Field(1024, ge=8, le=1 << 22)  # processes and threads per command
+    network: bool = False  # True: the candidate shares the node's network
+    # More of the worker's variables passed in (beyond PATH, CUDA_*, ...: cluster.runners.bwrap.PASSED).
+    env: list[Annotated[str, Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")]] = Field(default_factory=list)
+
+
 class RunConfig(_Model):
     name: str = Field("sweep", pattern=SAFE_NAME)
     output_dir: str = "runs"
@@ -67,6 +80,7 @@ class RunConfig(_Model):
     measure: MeasureSpec = MeasureSpec()
     profile: ProfileSpec = ProfileSpec()
     agents: AgentsSpec = AgentsSpec()
+    sandbox: SandboxSpec = SandboxSpec()
     flush_interval_s: float = Field(2.0, gt=0, le=3600)
 
 

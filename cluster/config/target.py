@@ -134,6 +134,9 @@ class TargetSpec(_Model):
     space: str | None = None  # a named space in search_spaces/, or a path; default: the toolchain's
     sources: list[str] = Field(min_length=1)
     files: list[str] = []  # other files the run needs (inputs), shipped with the sources
+    # Folders beside the target's (relative to it) that its sources and files may be symbolic links
+    # into: a suite's shared headers. Nothing else outside the target's folder is read.
+    shared: list[str] = []
     build: list[str] | None = Field(None, min_length=1)
     run: list[str] = Field(None, min_length=1)  # required for a program; a kernel's is the kernel runner's
     metric: MetricSpec = MetricSpec()

@@ -30,6 +30,7 @@ from cluster.engine.progress import SweepProgress
 from cluster.engine.scheduler import Scheduler
 from cluster.engine.studies import StudyState, create_study, open_storage
 from cluster.engine.workers import start_fleet
+from cluster.runners.isolation import protect_ray_token, ray_env_vars, secrets_withheld  # sandbox
 from cluster.runners.profile import PROFILE_SCHEMA
 from cluster.store.results import ResultWriter, read_results, read_table, results_schema
 from cluster.store.rundir import RunDir
@@ -63,11 +64,14 @@ def init_ray(address: str | None) -> None:
     if token_auth_wanted(address):
         # Ray 2.60 only sends a token to an explicit address when told to; with one at hand, do.
         os.environ["RAY_AUTH_MODE"] = "token"
-    runtime_env = {"py_modules": [cluster, agents, search_spaces]} if address else None
+    runtime_env: dict = {"py_modules": [cluster, agents, search_spaces]} if address else {}
+    runtime_env["env_vars"] = ray_env_vars()  # sandbox: the sandbox policy to every node; the driver's secrets blanked
     # No address: a local instance of our own ("local"), never a cluster that happens to run on this
     # node (a plain ray.init() may join one that another program started).
-    ray.init(address=address or "local", runtime_env=runtime_env, include_dashboard=False,
-             log_to_driver=False, configure_logging=False)
+    with secrets_withheld():  # sandbox: a local Ray's processes start without the driver's secrets
+        ray.init(address=address or "local", runtime_env=runtime_env, include_dashboard=False,
+                 log_to_driver=False, configure_logging=False)
+    protect_ray_token()  # sandbox: Ray writes ~/.ray/auth_token readable by all
 
 
 class Sweep:

@@ -21,8 +21,10 @@ from cluster.core.types import BuildArtifact, Candidate, DeviceInfo, Measurement
 from cluster.runners._base import Runner
 from cluster.runners.build import compile_candidate
 from cluster.runners.devices import cpu_device, gpu_device
+from cluster.runners.isolation import node_sandbox  # sandbox
 from cluster.runners.measure import Reference, measure_candidate
 from cluster.runners.profile import DEFAULT_LAUNCHES, LaunchFilter, Profile, profile_candidate
+from cluster.runners.sandbox import clean_stale_scratch  # sandbox
 from cluster.runners.sanitize import SanitizerResult, sanitize_candidate
 from cluster.runners.telemetry import Monitor, NvmlSource
 
@@ -37,7 +39,7 @@ def _scratch_root() -> Path | None:
 def compile_task(target: Target, candidate: Candidate) -> tuple[BuildArtifact, bytes | None]:
     """Returns the artifact without its binary (small, for the driver) and the binary (for the
     measuring actor), so the binary never passes through the driver."""
-    artifact = compile_candidate(target, candidate, _scratch_root())
+    artifact = compile_candidate(target, candidate, _scratch_root(), node_sandbox(gpu=False))  # sandbox
     return dataclasses.replace(artifact, binary=None), artifact.binary
 
 
@@ -50,13 +52,15 @@ class MeasureWorker:
         self.device: DeviceInfo = (gpu_device(int(gpu_ids[0]), worker_id) if gpu_ids
                                    else cpu_device(worker_id))
         self.nvml = NvmlSource(int(gpu_ids[0])) if gpu_ids else None
+        clean_stale_scratch(_scratch_root())  # sandbox: what workers killed mid-command left behind
+        self.sandbox = node_sandbox(gpu=bool(gpu_ids))  # sandbox
         self.runners: dict[str, Runner] = {}  # by name, made on first use: a persistent host starts once
 
     def runner(self, name: str) -> Runner:
         if name not in self.runners:
             kind = RUNNERS.load(name)
             options = {"cuda": self.device.kind == "gpu"} if name != "process" else {}
-            self.runners[name] = kind(scratch_root=_scratch_root(), **options)
+            self.runners[name] = kind(sandbox=self.sandbox, scratch_root=_scratch_root(), **options)
         return self.runners[name]
 
     def device_info(self) -> DeviceInfo:

@@ -22,6 +22,7 @@ from typing import Any, Literal
 
 from cluster.config import Target
 from cluster.core.placeholders import expand
+from cluster.runners.isolation import node_sandbox
 from cluster.runners.sandbox import ProcessResult, Sandbox, run_command, scratch_dir, write_bundle
 
 BINARY_FILE = "candidate.bin"
@@ -72,7 +73,9 @@ class Runner(ABC):
     name: str = ""
 
     def __init__(self, sandbox: Sandbox | None = None, scratch_root: Path | None = None) -> None:
-        self.sandbox, self.scratch_root = sandbox, scratch_root
+        """``sandbox``: default, the node's (``cluster.runners.isolation.node_sandbox``)."""
+        self.sandbox = sandbox if sandbox is not None else node_sandbox()
+        self.scratch_root = scratch_root
 
     @contextmanager
     def stage(self, target: Target, params: Mapping[str, Any], arch: str, binary: bytes | None,

@@ -13,9 +13,10 @@ from agents.patch import Variant, variant_bundle
 from cluster.config import Target
 from cluster.core.placeholders import expand
 from cluster.core.types import BuildArtifact, Candidate, Status
+from cluster.runners.isolation import node_sandbox
 from cluster.runners.kernel_build import compile_kernel
 from cluster.runners.profile import FLUSH_KERNEL
-from cluster.runners.sandbox import run_command, scratch_dir, write_bundle
+from cluster.runners.sandbox import Sandbox, inside, run_command, scratch_dir, write_bundle
 from cluster.toolchains import get_toolchain
 
 BINARY_NAME = "candidate.bin"
@@ -40,8 +41,10 @@ def build_command(target: Target, candidate: Candidate, workdir: Path) -> list[s
     return expand(template, values)
 
 
-def compile_candidate(target: Target, candidate: Candidate, scratch_root: Path | None = None) -> BuildArtifact:
-    """Build one candidate in its own scratch directory; failures come back as a status."""
+def compile_candidate(target: Target, candidate: Candidate, scratch_root: Path | None = None,
+                      sandbox: Sandbox | None = None) -> BuildArtifact:
+    """Build one candidate in its own scratch directory, inside ``sandbox`` (default: the node's,
+    ``cluster.runners.isolation.node_sandbox``): failures come back as a status."""
     if target.spec.kind == "kernel":  # one kernel to a cubin, with its launch (kernel_build.py)
         return compile_kernel(target, candidate, scratch_root)
     start = time.perf_counter()
@@ -49,13 +52,13 @@ def compile_candidate(target: Target, candidate: Candidate, scratch_root: Path |
         write_bundle(target.bundle.files, workdir)
         argv = build_command(target, candidate, workdir)
         result = run_command(argv, workdir, timeout=target.spec.timeouts.build,
-                             limits=target.spec.limits.for_build())
+                             limits=target.spec.limits.for_build(), sandbox=sandbox or node_sandbox(gpu=False))
         seconds = time.perf_counter() - start
         if not result.ok:
             status = Status.COMPILE_TIMEOUT if result.timed_out else Status.COMPILE_ERROR
             return BuildArtifact(candidate.key, status, compile_s=seconds, error_tail=result.tail())
-        binary = workdir / BINARY_NAME
-        if not binary.is_file():
+        binary = inside(workdir, BINARY_NAME)  # never a link to a file of the worker's
+        if binary is None:
             return BuildArtifact(candidate.key, Status.COMPILE_ERROR, compile_s=seconds,
                                  error_tail=f"the build command wrote no {{binary}}: {' '.join(argv)}")
         kernels = get_toolchain(target.spec.toolchain).parse_resources(result.stderr + "\n" + result.stdout)

@@ -38,7 +38,7 @@ from cluster.core.placeholders import names_in
 from cluster.core.types import BuildArtifact, Candidate, Phase, RunOutputs, Status
 from cluster.runners._base import Invocation, ProcessRunner, Runner, Staged
 from cluster.runners.measure import PROTOCOL_PREFIX, parse_samples, verify_outputs
-from cluster.runners.sandbox import scratch_dir, write_bundle
+from cluster.runners.sandbox import inside, scratch_dir, write_bundle
 
 POISON_ENV = "WARPFLEET_POISON"
 POISON_BYTE = 0xFF  # four of them are a NaN as float32 (and as float64, eight)
@@ -66,11 +66,13 @@ def run_binary(staged: Staged, *, seed: int = 0, poison: bool = False) -> Run:
     if poison:
         for output in spec.verify.outputs:  # a run that leaves a file as it found it leaves poison
             path = workdir / output.path
+            if path.is_symlink() or not path.parent.resolve().is_relative_to(workdir.resolve()):
+                continue  # an earlier run's link: never written through (it may point at the worker's files)
             size = path.stat().st_size if path.exists() else 4096
             path.write_bytes(bytes([POISON_BYTE]) * max(size, 8))
     result = staged.run(Invocation(seed=seed, env={POISON_ENV: "1"} if poison else {}))
-    files = tuple((o.path, (workdir / o.path).read_bytes()) for o in spec.verify.outputs
-                  if (workdir / o.path).is_file())
+    found = {o.path: inside(workdir, o.path) for o in spec.verify.outputs}
+    files = tuple((name, path.read_bytes()) for name, path in found.items() if path is not None)
     stdout_values: tuple[float, ...] = ()
     if spec.verify.stdout_regex:
         stdout_values = tuple(float(v) for v in re.findall(spec.verify.stdout_regex, result.stdout))

@@ -23,18 +23,32 @@ import importlib
 import json
 import os
 import select
-import signal
+import shutil
 import subprocess
 import sys
+import tempfile
 import time
 import traceback
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from cluster.config import Target
 from cluster.core.limits import Limits
-from cluster.runners.sandbox import Prepared, ProcessResult, Sandbox, _read, scrubbed_env
+from cluster.runners._base import Runner, Staged
+from cluster.runners.sandbox import (
+    Ended,
+    Prepared,
+    ProcessResult,
+    Sandbox,
+    SandboxError,
+    Unsandboxed,
+    _read,
+    kill_command,
+    scrubbed_env,
+)
 
 STDOUT_FILE, STDERR_FILE = ".warpfleet.stdout", ".warpfleet.stderr"
 STDOUT_READ_LIMIT = 16 * 1024 * 1024
@@ -145,10 +159,13 @@ def main(argv: list[str]) -> None:
 
 @dataclass(frozen=True)
 class Reply:
-    returncode: int | None  # None: timed out
+    returncode: int | None  # None: timed out, or the host could not start
     seconds: float
     timed_out: bool = False
     host_died: bool = False  # the host ended with the candidate (exit, crash, broken context)
+    limit: str = ""  # the sandbox's limit that ended it ("memory", "processes"), and its amount
+    amount: str = ""
+    error: str = ""  # why no host could run it
 
 
 def package_root() -> str:
@@ -159,13 +176,15 @@ def package_root() -> str:
 
 class HostProcess:
     """A host process started on first use and again after it died; ``call`` never raises for
-    what the candidate did."""
+    what the candidate did. It runs inside ``sandbox`` with ``workdir`` (where its candidates are
+    staged) as its only writable place."""
 
     def __init__(self, cuda: bool, sandbox: Sandbox | None = None, workdir: Path | None = None,
                  limits: Limits | None = None) -> None:
-        self.cuda, self.sandbox, self.limits = cuda, sandbox, limits
+        self.cuda, self.sandbox, self.limits = cuda, sandbox or Unsandboxed(), limits
         self.workdir = workdir or Path.cwd()
         self.proc: subprocess.Popen[bytes] | None = None
+        self.prepared: Prepared | None = None
         self.starts = 0
 
     def _start(self) -> None:
@@ -175,12 +194,17 @@ class HostProcess:
                 *(["--cuda"] if self.cuda else [])]
         env = scrubbed_env()
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [package_root(), env.get("PYTHONPATH", "")]))
-        prepared = Prepared(argv, env, None)
-        if self.sandbox is not None:
-            prepared = self.sandbox.prepare(argv, self.workdir, env, self.limits, self.cuda)
-        self.proc = subprocess.Popen(prepared.argv, env=prepared.env, preexec_fn=prepared.preexec,
-                                     pass_fds=(to_host, from_host), stdin=subprocess.DEVNULL,
-                                     start_new_session=True, cwd=self.workdir)
+        try:
+            self.prepared = self.sandbox.prepare(argv, self.workdir, env, self.limits, self.cuda,
+                                                 writable=(self.workdir,))
+            self.proc = subprocess.Popen(self.prepared.argv, env=self.prepared.env, preexec_fn=self.prepared.preexec,
+                                         pass_fds=(to_host, from_host), stdin=subprocess.DEVNULL,
+                                         start_new_session=True, cwd=self.workdir)
+        except BaseException:
+            for fd in (to_host, from_client, to_client, from_host):
+                os.close(fd)
+            self._finish(None)
+            raise
         os.close(to_host)
         os.close(from_host)
         self.requests = os.fdopen(from_client, "w")
@@ -190,7 +214,10 @@ class HostProcess:
     def call(self, request: Mapping[str, Any], timeout: float) -> Reply:
         if self.proc is None or self.proc.poll() is not None:
             self.stop()
-            self._start()
+            try:
+                self._start()
+            except (OSError, SandboxError) as exc:
+                return Reply(None, 0.0, host_died=True, error=f"the host process could not start: {exc}")
         start = time.perf_counter()
         try:
             self.requests.write(json.dumps(request) + "\n")
@@ -210,21 +237,57 @@ class HostProcess:
         return Reply(reply["rc"], reply["seconds"], host_died=not reply["healthy"])
 
     def _died(self, start: float) -> Reply:
+        """The host ended with the candidate: its exit status as the candidate's own (the sandbox
+        translates a signal it reports as 128 + n), and the sandbox's limit if one ended it."""
         assert self.proc is not None
-        status = self.proc.wait()
-        self.stop()
-        return Reply(status, time.perf_counter() - start, host_died=True)
-
-    def stop(self) -> None:
-        if self.proc is None:
-            return
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(self.proc.pid, signal.SIGKILL)
         self.proc.wait()
+        ended = self.stop()
+        return Reply(ended.returncode if ended else None, time.perf_counter() - start, host_died=True,
+                     limit=ended.limit if ended else "", amount=ended.amount if ended else "")
+
+    def stop(self) -> Ended | None:
+        if self.proc is None:
+            return None
+        kill_command(self.proc)
         for stream in ("requests", "replies"):
             with contextlib.suppress(AttributeError, OSError):
                 getattr(self, stream).close()
+        ended = self._finish(self.proc.returncode)
         self.proc = None
+        return ended
+
+    def _finish(self, returncode: int | None) -> Ended:
+        prepared, self.prepared = self.prepared, None
+        return prepared.finish(returncode) if prepared and prepared.finish else Ended(returncode)
+
+
+class HostRunner(Runner):
+    """A runner whose candidates run inside a host process of its own (``HostProcess``): it stages
+    them in a folder of its own, the host's one writable place in the sandbox."""
+
+    def __init__(self, sandbox: Sandbox | None = None, scratch_root: Path | None = None, cuda: bool = True) -> None:
+        super().__init__(sandbox, scratch_root)
+        if scratch_root is not None:
+            scratch_root.mkdir(parents=True, exist_ok=True)
+        self.root = Path(tempfile.mkdtemp(prefix=f"host-{self.name}-", dir=scratch_root))
+        self.scratch_root = self.root  # where stage() makes the candidates' directories
+        self.host = HostProcess(cuda, self.sandbox, self.root)
+
+    @contextmanager
+    def stage(self, target: Target, params: Mapping[str, Any], arch: str, binary: bytes | None,
+              prefix: str = "run-") -> Iterator[Staged]:
+        with super().stage(target, params, arch, binary, prefix) as staged:
+            self.sandbox.hand_over(staged.workdir)  # the host, already running, writes there
+            yield staged
+
+    def call(self, staged: Staged, request: Mapping[str, Any], timeout: float) -> ProcessResult:
+        """``request`` in the host; the run's result as a process run's."""
+        reply = self.host.call(request, timeout)
+        return read_result(staged.workdir, reply, staged.target.spec.limits.for_run())
+
+    def close(self) -> None:
+        self.host.stop()
+        shutil.rmtree(self.root, ignore_errors=True)
 
 
 def read_result(workdir: Path, reply: Reply, limits: Limits | None = None) -> ProcessResult:
@@ -237,7 +300,8 @@ def read_result(workdir: Path, reply: Reply, limits: Limits | None = None) -> Pr
         except OSError:
             outputs.append("")
     return ProcessResult(reply.returncode, outputs[0], outputs[1], reply.seconds, timed_out=reply.timed_out,
-                         limits=limits)
+                         start_error=reply.error, limit_exceeded=reply.limit, limits=limits,
+                         limit_amount=reply.amount)
 
 
 if __name__ == "__main__":

@@ -26,11 +26,11 @@ from typing import Any
 import numpy as np
 
 from cluster.config.kernel import BenchOptions, LaunchPlan
-from cluster.runners._base import BINARY_FILE, Invocation, Runner, Staged
-from cluster.runners.host import STDERR_FILE, STDOUT_FILE, HostProcess, package_root, read_result
+from cluster.runners._base import BINARY_FILE, Invocation, Staged
+from cluster.runners.host import STDERR_FILE, STDOUT_FILE, HostRunner, package_root
 from cluster.runners.kernel_build import KernelBinary
 from cluster.runners.kernel_harness import bench, host_values, profile_options, write_output
-from cluster.runners.sandbox import ProcessResult, Sandbox, run_command
+from cluster.runners.sandbox import ProcessResult, run_command
 
 REQUEST_FILE = "request.json"
 POISON_ENV, PROFILE_ENV = "WARPFLEET_POISON", "WARPFLEET_PROFILE"
@@ -243,15 +243,11 @@ def _write_stdout(line: str) -> None:
     sys.stdout.flush()  # a crash keeps the samples taken so far
 
 
-class KernelRunner(Runner):
+class KernelRunner(HostRunner):
     """Runs kernel candidates in the worker's host process; a profiler or sanitizer in front, or
     variables the host run does not know, run them as a process of their own."""
 
     name = "kernel"
-
-    def __init__(self, sandbox: Sandbox | None = None, scratch_root: Path | None = None, cuda: bool = True) -> None:
-        super().__init__(sandbox, scratch_root)
-        self.host = HostProcess(cuda, sandbox, scratch_root)
 
     def request(self, staged: Staged, invocation: Invocation) -> dict[str, Any]:
         kernel = staged.target.spec.kernel
@@ -269,8 +265,7 @@ class KernelRunner(Runner):
             return self.run_process(staged, invocation)
         spec = staged.target.spec
         timeout = invocation.timeout if invocation.timeout is not None else spec.timeouts.run
-        reply = self.host.call(self.request(staged, invocation), timeout)
-        return read_result(staged.workdir, reply, spec.limits.for_run())
+        return self.call(staged, self.request(staged, invocation), timeout)
 
     def binary_argv(self, workdir: Path) -> list[str]:
         return [sys.executable, "-m", "cluster.runners.host", "once", str(workdir / REQUEST_FILE)]
@@ -287,10 +282,6 @@ class KernelRunner(Runner):
         env = {**os.environ, **invocation.env, "PYTHONPATH": path}
         return run_command([*invocation.wrapper, *self.binary_argv(staged.workdir)], staged.workdir, timeout,
                            env=env, limits=spec.limits.for_run(), sandbox=self.sandbox)
-
-    def close(self) -> None:
-        self.host.stop()
-
 
 def _on(value: str | None) -> bool:
     return bool(value) and value != "0"

@@ -19,6 +19,7 @@ from cluster.config import MetricSpec, OutputSpec, Target, VerifySpec
 from cluster.core.placeholders import names_in
 from cluster.core.types import BuildArtifact, Candidate, DeviceInfo, Measurement, RunOutputs, Status
 from cluster.runners._base import Invocation, ProcessRunner, Runner
+from cluster.runners.sandbox import inside
 from cluster.runners.telemetry import Monitor
 
 PROTOCOL_PREFIX = "@warpfleet"
@@ -97,8 +98,8 @@ def verify_outputs(workdir: Path, stdout: str, verify: VerifySpec, reference: Ru
     """Compare this run's outputs with the reference's; with no reference, only check they exist."""
     wanted = dict(reference.files) if reference else {}
     for spec in verify.outputs:
-        path = workdir / spec.path
-        if not path.is_file():
+        path = inside(workdir, spec.path)  # a link out of the scratch directory is not an output
+        if path is None:
             return f"{spec.path}: not written"
         try:
             got = _load_numbers(path.read_bytes(), spec)

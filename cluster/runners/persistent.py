@@ -20,9 +20,9 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from cluster.runners._base import BINARY_FILE, Invocation, Runner, Staged
-from cluster.runners.host import STDERR_FILE, STDOUT_FILE, HostProcess, package_root, read_result
-from cluster.runners.sandbox import ProcessResult, Sandbox
+from cluster.runners._base import BINARY_FILE, Invocation, Staged
+from cluster.runners.host import STDERR_FILE, STDOUT_FILE, HostRunner, package_root
+from cluster.runners.sandbox import ProcessResult
 
 
 def call_program(request: Mapping[str, Any]) -> int:
@@ -44,14 +44,10 @@ def call_program(request: Mapping[str, Any]) -> int:
         _ctypes.dlclose(library._handle)
 
 
-class PersistentRunner(Runner):
+class PersistentRunner(HostRunner):
     """Runs each candidate's ``run`` command inside one host process kept per worker."""
 
     name = "persistent"
-
-    def __init__(self, sandbox: Sandbox | None = None, scratch_root: Path | None = None, cuda: bool = True) -> None:
-        super().__init__(sandbox, scratch_root)
-        self.host = HostProcess(cuda, sandbox, scratch_root)
 
     def in_host(self, invocation: Invocation) -> bool:
         """Whether the invocation may share the host: the plain run, nothing in front, no variables."""
@@ -67,8 +63,7 @@ class PersistentRunner(Runner):
         request = {"loader": "program", "library": library, "argv": argv,
                    "cwd": str(staged.workdir), "stdout": str(staged.workdir / STDOUT_FILE),
                    "stderr": str(staged.workdir / STDERR_FILE)}
-        reply = self.host.call(request, timeout)
-        return read_result(staged.workdir, reply, spec.limits.for_run())
+        return self.call(staged, request, timeout)
 
     def binary_argv(self, workdir: Path) -> list[str]:
         return [sys.executable, "-m", "cluster.runners.host", "program", str(workdir / BINARY_FILE)]
@@ -79,5 +74,3 @@ class PersistentRunner(Runner):
                                {**invocation.env, "PYTHONPATH": path}, invocation.timeout)
         return super().run_process(staged, with_path)
 
-    def close(self) -> None:
-        self.host.stop()

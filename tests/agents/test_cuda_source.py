@@ -13,7 +13,8 @@ from agents.cuda_source import HostOpKind, Kernel, SourceModel, analyze, read_pa
 
 TARGETS = Path(__file__).resolve().parents[2] / "configs" / "targets"
 HARNESS = Path(__file__).resolve().parents[2] / "cluster" / "runners" / "include" / "warpfleet" / "harness.cuh"
-SUITE = sorted(TARGETS.glob("*/*.cu"))
+# The programs: a kernel target (transpose_kernel) is a bare kernel, with no launch of its own.
+SUITE = sorted(p for p in TARGETS.glob("*/*.cu") if p.parent.name != "transpose_kernel")
 
 
 def suite(name: str, **defines: int) -> SourceModel:

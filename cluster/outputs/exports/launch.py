@@ -24,13 +24,14 @@ from cluster.config.kernel import AXES, KT_BLOCK_NAMES, KernelSpec, evaluate
 from cluster.core.errors import ConfigError
 from cluster.core.types import BestConfig
 from cluster.outputs.exports._base import ExportError, ExportRequest
+from cluster.store.rundir import RunDir
 
 
 def _targets(request: ExportRequest) -> dict[str, Target]:
     from cluster.config import load_run
 
     try:
-        meta = json.loads((request.run_dir / "meta.json").read_text())
+        meta = json.loads((request.run_dir / RunDir.META).read_text())
         return {t.name: t for t in load_run(meta["config_file"]).targets}
     except (OSError, ValueError, KeyError, ConfigError) as exc:
         raise ExportError(f"the run's targets cannot be loaded ({exc}): a launch needs the kernel targets") from None

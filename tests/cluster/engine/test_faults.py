@@ -27,7 +27,7 @@ def _plan(config, tmp_path, **search) -> RunPlan:
     return RunPlan(plan.config.model_copy(update=update), plan.file, plan.targets)
 
 
-def test_a_candidate_that_kills_its_worker_is_quarantined(tmp_path, ray_local):
+def test_a_candidate_that_kills_its_worker_is_quarantined(tmp_path, ray_unsandboxed):  # sandbox: inside, it could not
     plan = _plan(FIXTURES / "poison.yaml", tmp_path)
     run_dir = RunDir.create(plan)
     Sweep(plan, run_dir, log=lambda m: None).run(show_progress=False)

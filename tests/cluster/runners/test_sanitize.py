@@ -12,6 +12,8 @@ from agents.workflow import VerdictStatus
 from cluster.core.types import Status
 from cluster.engine.jobs import JobResult
 from cluster.engine.verify import SANITIZER_FLOOR_S, QueueVerifier, sanitizer_verdicts
+from cluster.runners._base import ProcessRunner
+from cluster.runners.sandbox import Unsandboxed
 from cluster.runners.sanitize import SanitizerResult, sanitize_candidate
 from tests.cluster.runners.test_persistent import built, target_with
 
@@ -31,8 +33,10 @@ def test_a_hanging_sanitizer_is_a_timeout_verdict_within_its_budget(tmp_path, mo
     target = target_with(tmp_path, runner="process")
     candidate, artifact = built(target)
     start = time.monotonic()
+    # Unsandboxed: the fake lives in this test's temporary folder, which a sandbox's private /tmp hides.
+    runner = ProcessRunner(sandbox=Unsandboxed())
     [result] = sanitize_candidate(target, candidate, artifact.binary, ("racecheck",), timeout=300,
-                                  timeouts={"racecheck": 1.0})
+                                  runner=runner, timeouts={"racecheck": 1.0})
     assert time.monotonic() - start < 10
     assert result.outcome == "timeout" and 0.9 < result.seconds < 10
     clean_baseline = {"racecheck": SanitizerResult("racecheck", "clean", seconds=0.2)}

@@ -1,0 +1,122 @@
+"""``warpfleet doctor``: whether the sandbox works on this node, and why not.
+
+Each check is one line: bubblewrap (found? its version), user namespaces, the uid commands run as,
+the process and memory limits (cgroups or rlimits), a trivial command with every flag, what that
+command can see and do, the toolchains inside the sandbox, and the GPU (device nodes, a CUDA query
+inside, whether Nsight Compute may read the counters as a user other than root).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+
+from cluster.config import SandboxSpec
+from cluster.runners.bwrap import GPU_NODES, Bubblewrap, Program, sandbox_uid
+from cluster.runners.cgroups import Cgroups
+from cluster.runners.isolation import ENV_BWRAP, trial
+from cluster.runners.sandbox import SandboxError
+
+# What a sandboxed command must not manage: each line prints a word only if it got through.
+_ESCAPES = r"""
+[ "$(id -u)" = 0 ] && echo root
+touch /warpfleet-doctor 2>/dev/null && echo write-root
+touch "$WF_OUTSIDE" 2>/dev/null && echo write-home
+[ "$(ls /proc | grep -c '^[0-9]')" -gt 6 ] && echo host-processes
+cat /proc/1/environ 2>/dev/null | tr '\0' '\n' | grep -qiE 'key|token|secret|password' && echo secrets
+[ -z "$WF_NETWORK" ] && [ "$(grep -c ':' /proc/net/dev)" -gt 1 ] && echo network
+true
+"""
+
+
+@dataclass(frozen=True)
+class Check:
+    name: str
+    ok: bool | None  # None: worth knowing, not a failure
+    detail: str
+
+    def line(self) -> str:
+        mark = {True: "ok  ", False: "FAIL", None: "note"}[self.ok]
+        return f"{mark} {self.name}: {self.detail}"
+
+
+def diagnose(spec: SandboxSpec, gpu: bool | None = None) -> list[Check]:
+    """Every check, in order; the sandbox works when none failed."""
+    try:
+        program = Program.find(spec.bwrap or os.environ.get(ENV_BWRAP))
+    except SandboxError as exc:
+        return [Check("bwrap", False, str(exc)), _user_namespaces(None)]
+    version = ".".join(map(str, program.version))
+    checks = [Check("bwrap", True, f"{program.path} (bubblewrap {version})")]
+    uid = sandbox_uid()
+    if uid is None:
+        checks += [_user_namespaces(program), Check("uid", True, f"not root: commands run as uid {os.getuid()}, "
+                                                    "yours (credentials under ~ are hidden)")]
+    else:
+        checks.append(Check("uid", True, f"commands run as uid {uid} (this worker's own), through setpriv; "
+                            "as root, bubblewrap needs no user namespace"))
+    gpu = any(Path("/dev").glob("nvidia[0-9]*")) if gpu is None else gpu
+    try:
+        sandbox = Bubblewrap(program, spec, gpu, Cgroups.detect(), uid)
+    except SandboxError as exc:
+        return [*checks, Check("setpriv", False, str(exc))]
+    checks.append(Check("limits", True, sandbox.describe()))
+    result = trial(sandbox, ["true"])
+    checks.append(Check("trial", result.ok, "a command starts with every flag" if result.ok else result.tail()))
+    if not result.ok:
+        return checks
+    setup = f"WF_OUTSIDE={Path.home() / '.warpfleet-doctor'}; WF_NETWORK={'1' if spec.network else ''}"
+    escaped = trial(sandbox, ["sh", "-c", f"{setup}\n{_ESCAPES}"])
+    got = escaped.stdout.split()
+    checks.append(Check("isolation", not got and escaped.ok,
+                        "not root, root read-only, home out of reach, no host process, no secret"
+                        + ("" if spec.network else ", no network")
+                        if not got else f"got through: {', '.join(got)}"))
+    checks += _toolchains(sandbox)
+    if gpu:
+        checks += _gpu(sandbox)
+    return checks
+
+
+def _user_namespaces(program: Program | None) -> Check:
+    """Unprivileged user namespaces (bubblewrap needs them unless it is setuid root)."""
+    if program is not None and os.stat(program.path).st_mode & 0o4000:
+        return Check("user namespaces", True, "bwrap is setuid root: not needed")
+    settings = {"user.max_user_namespaces": "/proc/sys/user/max_user_namespaces",
+                "kernel.unprivileged_userns_clone": "/proc/sys/kernel/unprivileged_userns_clone",
+                "kernel.apparmor_restrict_unprivileged_userns":
+                    "/proc/sys/kernel/apparmor_restrict_unprivileged_userns"}
+    values = {name: Path(path).read_text().strip() for name, path in settings.items() if Path(path).exists()}
+    said = ", ".join(f"{name}={value}" for name, value in values.items()) or "no settings found"
+    blocked = (values.get("user.max_user_namespaces") == "0" or values.get("kernel.unprivileged_userns_clone") == "0"
+               or values.get("kernel.apparmor_restrict_unprivileged_userns") == "1")
+    hint = (" (an AppArmor profile for bwrap, or the sysctl at 0/1, lets bubblewrap make them)" if blocked else "")
+    return Check("user namespaces", not blocked, said + hint)
+
+
+def _toolchains(sandbox: Bubblewrap) -> list[Check]:
+    out = []
+    for tool in ("cc", "nvcc"):
+        if shutil.which(tool) is None:
+            continue
+        result = trial(sandbox, [tool, "--version"])
+        first = (result.stdout.strip().splitlines() or [""])[0]
+        out.append(Check(tool, result.ok, f"runs in the sandbox ({first})" if result.ok else result.tail()))
+    return out
+
+
+def _gpu(sandbox: Bubblewrap) -> list[Check]:
+    nodes = [str(p) for pattern in GPU_NODES for p in Path("/dev").glob(pattern)]
+    out = [Check("GPU nodes", bool(nodes), ", ".join(nodes) or "no /dev/nvidia*")]
+    if shutil.which("nvidia-smi"):
+        result = trial(sandbox, ["nvidia-smi", "-L"], gpu=True)
+        out.append(Check("GPU in the sandbox", result.ok, result.stdout.strip().splitlines()[0] if result.ok
+                         else result.tail()))
+    params = Path("/proc/driver/nvidia/params")
+    if params.exists() and "RmProfilingAdminOnly: 1" in params.read_text():
+        out.append(Check("ncu", None, "the driver lets only root read performance counters "
+                         "(RmProfilingAdminOnly: 1); Nsight Compute profiles fail in the sandbox until the "
+                         "nvidia module gets NVreg_RestrictProfilingToAdminUsers=0"))
+    return out

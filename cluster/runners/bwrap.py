@@ -29,6 +29,7 @@ import re
 import resource
 import shutil
 import subprocess
+import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -93,6 +94,9 @@ class Bubblewrap(Sandbox):
         self.memory_mb = spec.memory_mb or node_memory_bytes() // 2 // MB
         home = home or Path.home()
         self.hidden = tuple(p for p in (*(home / h for h in HIDDEN), *hidden) if p.exists())
+        # The Python that runs warpfleet (a runner's host, a launcher) must run as the command's uid
+        # too: where it lives below a folder that uid cannot pass (/root/.pyenv), it is bound in.
+        self.readable = tuple(p for p in _python_homes() if uid is not None and not _passable(p))
         if gpu:
             _make_uvm_node()
         self.gpu_nodes = tuple(sorted(str(p) for pattern in GPU_NODES for p in Path("/dev").glob(pattern)))
@@ -162,7 +166,7 @@ class Bubblewrap(Sandbox):
         for shared in ("/tmp", "/dev/shm"):  # private, and anyone's to write to, as on the host
             args += ["--perms", "1777", *size, "--tmpfs", shared]
         made: list[Path] = []
-        for place in places:
+        for place, bind in [*((r, "--ro-bind") for r in self.readable), *((p, "--bind") for p in places)]:
             top = next((t for t in tops if place.is_relative_to(t)), None)
             if top is None:
                 top = self._cover(place)
@@ -174,7 +178,7 @@ class Bubblewrap(Sandbox):
                 if folder.is_relative_to(top) and folder != top and folder not in made:
                     made.append(folder)
                     args += ["--dir", str(folder)]
-            args += ["--bind", str(place), str(place)]
+            args += [bind, str(place), str(place)]
         return args
 
     def _cover(self, place: Path) -> Path:
@@ -249,6 +253,23 @@ def _make_uvm_node() -> None:
     if not Path("/dev/nvidia-uvm").exists() and shutil.which("nvidia-modprobe"):
         with contextlib.suppress(OSError, subprocess.SubprocessError):
             subprocess.run(["nvidia-modprobe", "-u", "-c=0"], capture_output=True, timeout=30)
+
+
+def _python_homes() -> list[Path]:
+    """Where this Python's interpreter and packages are (its installation, the virtual environment,
+    the search path's folders), the fewest folders that hold them all."""
+    found = [Path(os.path.realpath(sys.executable)).parents[1], Path(sys.prefix).resolve(),
+             Path(sys.base_prefix).resolve(), *(Path(p).resolve() for p in sys.path if p and Path(p).is_dir())]
+    homes: list[Path] = []
+    for path in sorted(set(found), key=lambda p: len(p.parts)):
+        if not any(path.is_relative_to(h) for h in homes):
+            homes.append(path)
+    return homes
+
+
+def _passable(path: Path) -> bool:
+    """Whether anyone may pass every folder down to ``path``."""
+    return all(folder.stat().st_mode & 0o001 for folder in [*reversed(path.parents), path] if folder.exists())
 
 
 def _hand_over(place: Path, uid: int) -> None:

@@ -174,6 +174,14 @@ def package_root() -> str:
     return str(Path(__file__).resolve().parents[2])
 
 
+def host_python(*args: str) -> list[str]:
+    """The command line of a Python that runs warpfleet's host module inside the sandbox: the
+    sandbox passes no PYTHONPATH of the worker's, so ``env`` sets the one this Python needs (the
+    package and the worker's own search path, read-only inside)."""
+    path = os.pathsep.join(filter(None, [package_root(), os.environ.get("PYTHONPATH", "")]))
+    return ["env", f"PYTHONPATH={path}", sys.executable, *args]
+
+
 class HostProcess:
     """A host process started on first use and again after it died; ``call`` never raises for
     what the candidate did. It runs inside ``sandbox`` with ``workdir`` (where its candidates are
@@ -190,10 +198,9 @@ class HostProcess:
     def _start(self) -> None:
         to_host, from_client = os.pipe()
         to_client, from_host = os.pipe()
-        argv = [sys.executable, "-m", "cluster.runners.host", "serve", str(to_host), str(from_host),
-                *(["--cuda"] if self.cuda else [])]
+        argv = host_python("-m", "cluster.runners.host", "serve", str(to_host), str(from_host),
+                           *(["--cuda"] if self.cuda else []))
         env = scrubbed_env()
-        env["PYTHONPATH"] = os.pathsep.join(filter(None, [package_root(), env.get("PYTHONPATH", "")]))
         try:
             self.prepared = self.sandbox.prepare(argv, self.workdir, env, self.limits, self.cuda,
                                                  writable=(self.workdir,))

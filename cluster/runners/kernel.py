@@ -27,7 +27,7 @@ import numpy as np
 
 from cluster.config.kernel import BenchOptions, LaunchPlan
 from cluster.runners._base import BINARY_FILE, Invocation, Staged
-from cluster.runners.host import STDERR_FILE, STDOUT_FILE, HostRunner, package_root
+from cluster.runners.host import STDERR_FILE, STDOUT_FILE, HostRunner, host_python
 from cluster.runners.kernel_build import KernelBinary
 from cluster.runners.kernel_harness import bench, host_values, profile_options, write_output
 from cluster.runners.sandbox import ProcessResult, run_command
@@ -268,7 +268,7 @@ class KernelRunner(HostRunner):
         return self.call(staged, self.request(staged, invocation), timeout)
 
     def binary_argv(self, workdir: Path) -> list[str]:
-        return [sys.executable, "-m", "cluster.runners.host", "once", str(workdir / REQUEST_FILE)]
+        return host_python("-m", "cluster.runners.host", "once", str(workdir / REQUEST_FILE))
 
     def run_process(self, staged: Staged, invocation: Invocation) -> ProcessResult:
         """The run as ``[wrapper...] python -m cluster.runners.host once request.json`` in the staged
@@ -278,10 +278,10 @@ class KernelRunner(HostRunner):
         (staged.workdir / REQUEST_FILE).write_text(json.dumps(self.request(staged, invocation)))
         spec = staged.target.spec
         timeout = invocation.timeout if invocation.timeout is not None else spec.timeouts.run
-        path = os.pathsep.join(filter(None, [package_root(), os.environ.get("PYTHONPATH", "")]))
-        env = {**os.environ, **invocation.env, "PYTHONPATH": path}
+        env = {**os.environ, **invocation.env}
         return run_command([*invocation.wrapper, *self.binary_argv(staged.workdir)], staged.workdir, timeout,
                            env=env, limits=spec.limits.for_run(), sandbox=self.sandbox)
+
 
 def _on(value: str | None) -> bool:
     return bool(value) and value != "0"

@@ -164,7 +164,7 @@ def measure_candidate(
             monitor or nullcontext():
         for index in range(first_seed, first_seed + runs):
             # The baseline runs seeds 0..runs-1; candidates cycle through the seeds it ran.
-            seed = index if reference is None else index % len(reference.runs)
+            seed = index if reference is None or not reference.runs else index % len(reference.runs)
             result = staged.run(Invocation(seed=seed))
             run_s += result.seconds
             if result.timed_out:

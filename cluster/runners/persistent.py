@@ -15,13 +15,12 @@ import _ctypes
 import contextlib
 import ctypes
 import os
-import sys
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from cluster.runners._base import BINARY_FILE, Invocation, Staged
-from cluster.runners.host import STDERR_FILE, STDOUT_FILE, HostRunner, package_root
+from cluster.runners.host import STDERR_FILE, STDOUT_FILE, HostRunner, host_python
 from cluster.runners.sandbox import ProcessResult
 
 
@@ -66,11 +65,5 @@ class PersistentRunner(HostRunner):
         return self.call(staged, request, timeout)
 
     def binary_argv(self, workdir: Path) -> list[str]:
-        return [sys.executable, "-m", "cluster.runners.host", "program", str(workdir / BINARY_FILE)]
-
-    def run_process(self, staged: Staged, invocation: Invocation) -> ProcessResult:
-        path = os.pathsep.join(filter(None, [package_root(), os.environ.get("PYTHONPATH", "")]))
-        with_path = Invocation(invocation.command, invocation.seed, invocation.wrapper,
-                               {**invocation.env, "PYTHONPATH": path}, invocation.timeout)
-        return super().run_process(staged, with_path)
+        return host_python("-m", "cluster.runners.host", "program", str(workdir / BINARY_FILE))
 

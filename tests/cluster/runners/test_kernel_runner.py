@@ -14,6 +14,7 @@ import pytest
 from cluster.config import load_target
 from cluster.core.registry import RUNNERS
 from cluster.runners._base import Invocation
+from cluster.runners.host import host_python
 from cluster.runners.kernel import REQUEST_FILE, KernelRunner
 from tests.cluster.kernel_targets import write_kernel_target
 
@@ -33,8 +34,9 @@ def test_a_wrapped_run_is_the_host_once_on_a_written_request(target, tmp_path):
         # `echo` stands in for ncu or compute-sanitizer: it prints the command it was put in front of
         result = staged.run(Invocation(seed=7, wrapper=("echo",), env={"WARPFLEET_PROFILE": "1"}))
         request = json.loads((staged.workdir / REQUEST_FILE).read_text())
-    assert result.ok and result.stdout.split() == [sys.executable, "-m", "cluster.runners.host", "once",
-                                                    str(staged.workdir / REQUEST_FILE)]
+    assert result.ok and result.stdout.split()[2:] == [sys.executable, "-m", "cluster.runners.host", "once",
+                                                        str(staged.workdir / REQUEST_FILE)]
+    assert result.stdout.split()[:2] == ["env", f"PYTHONPATH={host_python()[1].split('=', 1)[1]}"]
     assert request["loader"] == "kernel" and request["seed"] == 7 and request["profile"] is True
     assert request["poison"] is False and request["binary"].endswith("candidate.bin")
     assert request["bench"]["min_time_s"] == 0.01  # the target's own bench options

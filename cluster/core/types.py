@@ -10,6 +10,7 @@ exception that would end a sweep.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 import json
 import shlex
@@ -104,15 +105,16 @@ class Candidate:
     trial_number: int | None = None
     runner: str = "process"  # how it is built and run (cluster.runners): process, persistent, kernel
 
-    @property
+    # Cached (the instance is frozen, its fields never change): the driver asks for them per job.
+    @functools.cached_property
     def flag_argv(self) -> list[str]:
         return [arg for _, option in self.flags for arg in shlex.split(option)]
 
-    @property
+    @functools.cached_property
     def defines(self) -> list[str]:
         return [f"-D{name}={value}" for name, value in self.params]
 
-    @property
+    @functools.cached_property
     def key(self) -> str:
         built = [self.source_hash, self.toolchain, self.arch, self.flag_argv, self.defines]
         # A process build keeps the key it always had (a resumed run finds its rows); another

@@ -32,6 +32,7 @@ from cluster.engine.studies import StudyState, create_study, open_storage
 from cluster.engine.workers import start_fleet
 from cluster.runners.isolation import protect_ray_token, ray_env_vars, secrets_withheld  # sandbox
 from cluster.runners.profile import PROFILE_SCHEMA
+from cluster.store.journal import BatchedJournalStorage
 from cluster.store.results import ResultWriter, read_results, read_table, results_schema
 from cluster.store.rundir import RunDir
 from cluster.toolchains import get_toolchain
@@ -91,6 +92,7 @@ class Sweep:
         self.bookkeeping_s = 0.0
         self.schema_targets: list[Target] = list(plan.targets)  # plus agents' variants with params of their own
         self.writer: ResultWriter | None = None
+        self.journal: BatchedJournalStorage | None = None  # the Optuna journal, written in batches
 
     def run(self, address: str | None = None, show_progress: bool = True) -> SweepSummary:
         start = time.monotonic()
@@ -136,7 +138,11 @@ class Sweep:
     # -- the loop --------------------------------------------------------------------------------
     def _loop(self, flows: list[StudyFlow], scheduler: Scheduler, writer: ResultWriter,
               progress: SweepProgress) -> None:
-        self.bookkeeping_s += run_flows(flows, scheduler, writer, progress)
+        try:
+            self.bookkeeping_s += run_flows(flows, scheduler, writer, progress, self.journal)
+        finally:
+            if self.journal is not None:
+                self.journal.flush()
 
     # -- setup -------------------------------------------------------------------------------
     def _cover(self, targets: Iterable[Target]) -> bool:
@@ -165,7 +171,8 @@ class Sweep:
         groups: dict[str, list[int]] = defaultdict(list)
         for i, device in enumerate(devices):
             groups[device.device_type].append(i)
-        storage = open_storage(self.config.search, self.run_dir.path)
+        storage = open_storage(self.config.search, self.run_dir.path, self.config.flush_interval_s)
+        self.journal = storage if isinstance(storage, BatchedJournalStorage) else None
         studies = []
         for target in self.plan.targets:
             toolchain = get_toolchain(target.spec.toolchain)
@@ -188,7 +195,7 @@ class Sweep:
 
 
 def run_flows(flows: Sequence[Flow], scheduler: Scheduler, writer: ResultWriter,
-              progress: SweepProgress | None = None) -> float:
+              progress: SweepProgress | None = None, journal: BatchedJournalStorage | None = None) -> float:
     """The loop of a sweep or an evaluation: each flow submits what its stage needs, the search is
     fed, the scheduler advances, results go to their flows; until every flow is done. Returns the
     driver's own time in it (bookkeeping)."""
@@ -208,6 +215,8 @@ def run_flows(flows: Sequence[Flow], scheduler: Scheduler, writer: ResultWriter,
         for result in finished:
             by_name[result.job.study].on_result(result)
         writer.maybe_flush()
+        if journal is not None:
+            journal.maybe_flush()
         if progress is not None:
             progress.update()
         bookkeeping += time.perf_counter() - t0

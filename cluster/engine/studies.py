@@ -27,6 +27,7 @@ from cluster.core.errors import ConfigError
 from cluster.core.registry import SAMPLERS
 from cluster.core.types import Candidate, DeviceInfo, Phase, RunOutputs, Scalar, Status
 from cluster.runners.measure import Reference
+from cluster.store.journal import BatchedJournalStorage
 from cluster.store.rundir import RunDir, break_stale_lock
 
 T = TypeVar("T")
@@ -89,14 +90,15 @@ def create_study(search: SearchSpec, target: Target, name: str,
     return study
 
 
-def open_storage(search: SearchSpec, run_dir: Path) -> optuna.storages.BaseStorage | str:
+def open_storage(search: SearchSpec, run_dir: Path, flush_interval_s: float = 2.0) -> optuna.storages.BaseStorage | str:
+    """The run's Optuna storage: the RDB that ``search.storage`` names, else the run directory's
+    journal, written in batches every ``flush_interval_s`` (``BatchedJournalStorage.flush``)."""
     if search.storage:
         if search.storage.startswith("sqlite"):  # wait for a lock longer than SQLite's 5 s default
             return optuna.storages.RDBStorage(search.storage, engine_kwargs={"connect_args": {"timeout": 30}})
         return search.storage
     break_stale_lock(run_dir)  # issue 17: a killed driver's lock would stall this resume 30 s
-    backend = optuna.storages.journal.JournalFileBackend(str(run_dir / RunDir.JOURNAL))
-    return optuna.storages.JournalStorage(backend)
+    return BatchedJournalStorage(run_dir / RunDir.JOURNAL, flush_interval_s)
 
 
 @dataclass

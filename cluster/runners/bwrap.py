@@ -256,13 +256,15 @@ def _make_uvm_node() -> None:
 
 
 def _python_homes() -> list[Path]:
-    """Where this Python's interpreter and packages are (its installation, the virtual environment,
-    the search path's folders), the fewest folders that hold them all."""
+    """Where this Python's interpreter and installed packages are (its installation, the virtual
+    environment, the package folders of its search path), the fewest folders that hold them all;
+    never a working directory or /tmp (a command's own places are bound as they are)."""
     found = [Path(os.path.realpath(sys.executable)).parents[1], Path(sys.prefix).resolve(),
-             Path(sys.base_prefix).resolve(), *(Path(p).resolve() for p in sys.path if p and Path(p).is_dir())]
+             Path(sys.base_prefix).resolve(),
+             *(Path(p).resolve() for p in sys.path if p and Path(p).name in ("site-packages", "dist-packages"))]
     homes: list[Path] = []
     for path in sorted(set(found), key=lambda p: len(p.parts)):
-        if not any(path.is_relative_to(h) for h in homes):
+        if path.is_dir() and not path.is_relative_to("/tmp") and not any(path.is_relative_to(h) for h in homes):
             homes.append(path)
     return homes
 

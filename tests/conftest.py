@@ -81,7 +81,7 @@ def ray_unsandboxed() -> Iterator[None]:
     previous = os.environ.get(ENV_POLICY)
     os.environ[ENV_POLICY] = Policy("off").encode()
     try:
-        ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False)
+        ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False)
         yield
     finally:
         ray.shutdown()

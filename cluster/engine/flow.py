@@ -399,6 +399,9 @@ class StudyFlow(Flow):
             "fresh_seeds", VerdictStatus.SKIPPED, f"not run: {result.error or result.artifact.error_tail}"[:300])
         key = job.candidate.key
         ratio = speedup(state.results[key].median, state.baseline_median, state.goal) if key in state.results else None
+        if result.failure is not None:  # it took its worker down on fresh seeds, or every worker was lost
+            verdict = Verdict("fresh_seeds", VerdictStatus.FAILED, f"the re-verification did not complete: "
+                                                                   f"{result.failure.value}: {result.error}"[:300])
         self.reviews.append(verdict.status.value)
         with ResultWriter(self.ctx.run_dir, REVIEW_SCHEMA, subdir=RunDir.REVIEWS) as writer:
             writer.append_record({"run_id": self.ctx.run_id, "study": self.name, "candidate_key": key,

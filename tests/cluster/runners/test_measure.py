@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 
@@ -63,7 +65,7 @@ def test_user_test_command_runs_in_the_candidate_directory(tmp_path, test_cmd, s
         assert len(baseline.outputs) == 1  # no {seed} in the run: one reference serves every run
         assert dict(baseline.outputs[0].files)["out.bin"] == np.array([1, 2, 3, 1000], np.float32).tobytes()
         # A candidate with another N writes another last value: it fails against the baseline.
-        other = Candidate(**{**candidate.__dict__, "params": (("N", 2000),), "phase": Phase.SEARCH})
+        other = dataclasses.replace(candidate, params=(("N", 2000),), phase=Phase.SEARCH)
         result = measure_candidate(target, other, compile_candidate(target, other), device,
                                    Reference(baseline.outputs), runs=1)
         assert result.status is Status.VERIFY_FAILED and "index 3" in result.error_tail

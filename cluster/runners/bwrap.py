@@ -94,9 +94,12 @@ class Bubblewrap(Sandbox):
         self.memory_mb = spec.memory_mb or node_memory_bytes() // 2 // MB
         home = home or Path.home()
         self.hidden = tuple(p for p in (*(home / h for h in HIDDEN), *hidden) if p.exists())
-        # The Python that runs warpfleet (a runner's host, a launcher) must run as the command's uid
-        # too: where it lives below a folder that uid cannot pass (/root/.pyenv), it is bound in.
-        self.readable = tuple(p for p in _python_homes() if uid is not None and not _passable(p))
+        # The Python that runs warpfleet (a runner's host, a launcher) and warpfleet itself (its
+        # harness headers) must be there for the command: where they live below the private /tmp
+        # (a clone in /tmp) or below a folder the command's uid cannot pass (/root/.pyenv,
+        # /root/warpfleet), they are bound in, read-only.
+        self.readable = tuple(p for p in _python_homes()
+                              if p.is_relative_to("/tmp") or (uid is not None and not _passable(p)))
         if gpu:
             _make_uvm_node()
         self.gpu_nodes = tuple(sorted(str(p) for pattern in GPU_NODES for p in Path("/dev").glob(pattern)))
@@ -257,14 +260,15 @@ def _make_uvm_node() -> None:
 
 def _python_homes() -> list[Path]:
     """Where this Python's interpreter and installed packages are (its installation, the virtual
-    environment, the package folders of its search path), the fewest folders that hold them all;
-    never a working directory or /tmp (a command's own places are bound as they are)."""
+    environment, the package folders of its search path) and the folder that holds warpfleet, the
+    fewest folders that hold them all; never a working directory of the search path, nor / or
+    /tmp themselves (a command's own places are bound as they are)."""
     found = [Path(os.path.realpath(sys.executable)).parents[1], Path(sys.prefix).resolve(),
-             Path(sys.base_prefix).resolve(),
+             Path(sys.base_prefix).resolve(), Path(__file__).resolve().parents[2],
              *(Path(p).resolve() for p in sys.path if p and Path(p).name in ("site-packages", "dist-packages"))]
     homes: list[Path] = []
     for path in sorted(set(found), key=lambda p: len(p.parts)):
-        if path.is_dir() and not path.is_relative_to("/tmp") and not any(path.is_relative_to(h) for h in homes):
+        if path.is_dir() and path not in (Path("/"), Path("/tmp")) and not any(path.is_relative_to(h) for h in homes):
             homes.append(path)
     return homes
 

@@ -2,8 +2,9 @@
 
 Each check is one line: bubblewrap (found? its version), user namespaces, the uid commands run as,
 the process and memory limits (cgroups or rlimits), a trivial command with every flag, what that
-command can see and do, the toolchains inside the sandbox, and the GPU (device nodes, a CUDA query
-inside, whether Nsight Compute may read the counters as a user other than root).
+command can see and do, warpfleet's own Python inside it, the toolchains inside the sandbox, and the
+GPU (device nodes, a CUDA query inside, whether Nsight Compute may read the counters as a user other
+than root).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from pathlib import Path
 from cluster.config import SandboxSpec
 from cluster.runners.bwrap import GPU_NODES, Bubblewrap, Program, sandbox_uid
 from cluster.runners.cgroups import Cgroups
+from cluster.runners.host import host_python
 from cluster.runners.isolation import ENV_BWRAP, trial
 from cluster.runners.sandbox import SandboxError
 
@@ -74,6 +76,7 @@ def diagnose(spec: SandboxSpec, gpu: bool | None = None) -> list[Check]:
                         "not root, root read-only, home out of reach, no host process, no secret"
                         + ("" if spec.network else ", no network")
                         if not got else f"got through: {', '.join(got)}"))
+    checks.append(_warpfleet(sandbox))
     checks += _toolchains(sandbox)
     if gpu:
         checks += _gpu(sandbox)
@@ -94,6 +97,27 @@ def _user_namespaces(program: Program | None) -> Check:
                or values.get("kernel.apparmor_restrict_unprivileged_userns") == "1")
     hint = (" (an AppArmor profile for bwrap, or the sysctl at 0/1, lets bubblewrap make them)" if blocked else "")
     return Check("user namespaces", not blocked, said + hint)
+
+
+# What the runners' hosts and launchers need inside: this Python, this warpfleet (not another one
+# its search path might find) and its packages, and the harness headers that builds include by the
+# worker's path, all as the command's uid.
+_WARPFLEET = ("import sys, pathlib, cluster, cluster.runners.host, cluster.runners.profile; "
+              "sys.exit(0 if cluster.__file__ == sys.argv[1] and pathlib.Path(sys.argv[2]).is_file() else 3)")
+
+
+def _warpfleet(sandbox: Bubblewrap) -> Check:
+    import cluster
+    from cluster.runners.build import HARNESS_INCLUDE
+
+    header = HARNESS_INCLUDE / "warpfleet" / "harness.cuh"
+    result = trial(sandbox, host_python("-c", _WARPFLEET, str(cluster.__file__), str(header)))
+    if result.ok:
+        return Check("warpfleet", True, f"its Python, packages and harness headers are readable inside "
+                                        f"({Path(cluster.__file__).parents[1]})")
+    lines = [line for line in result.tail().splitlines() if line.strip()]
+    why = "; ".join(lines[-2:]) if len(lines) > 1 else f"{Path(cluster.__file__).parents[1]} or {header} not seen"
+    return Check("warpfleet", False, f"the runners' Python cannot run it inside: {why}")
 
 
 def _toolchains(sandbox: Bubblewrap) -> list[Check]:

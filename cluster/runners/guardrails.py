@@ -96,8 +96,9 @@ def _fresh(target: Target, artifact: BuildArtifact, runner: Runner | None, *, se
 
 def _differs(target: Target, run: Run, reference: Run) -> str | None:
     """Why ``run``'s outputs do not match ``reference``'s, or None."""
-    if not run.ok:
-        return run.error.splitlines()[0] if run.error else "the run failed"
+    if not run.ok:  # the status and the last thing the run said (the exception, the error)
+        lines = [line.strip() for line in run.error.splitlines() if line.strip()]
+        return "; ".join(dict.fromkeys([lines[0], lines[-1]])) if lines else "the run failed"
     with scratch_dir(None, "guard-cmp-") as workdir:
         write_bundle(run.outputs.files, workdir)
         return verify_outputs(workdir, run.stdout, target.spec.verify, reference.outputs)

@@ -29,13 +29,11 @@ import sys
 import tempfile
 import time
 import traceback
-from collections.abc import Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from cluster.config import Target
 from cluster.core.limits import Limits
 from cluster.runners._base import Runner, Staged
 from cluster.runners.sandbox import (
@@ -280,15 +278,12 @@ class HostRunner(Runner):
         self.scratch_root = self.root  # where stage() makes the candidates' directories
         self.host = HostProcess(cuda, self.sandbox, self.root)
 
-    @contextmanager
-    def stage(self, target: Target, params: Mapping[str, Any], arch: str, binary: bytes | None,
-              prefix: str = "run-") -> Iterator[Staged]:
-        with super().stage(target, params, arch, binary, prefix) as staged:
-            self.sandbox.hand_over(staged.workdir)  # the host, already running, writes there
-            yield staged
-
     def call(self, staged: Staged, request: Mapping[str, Any], timeout: float) -> ProcessResult:
-        """``request`` in the host; the run's result as a process run's."""
+        """``request`` in the host; the run's result as a process run's. What the worker put in the
+        staged directory since the last call (a poisoned output file, a file of the test) becomes the
+        candidate's first, as a process run's directory does when its sandbox is prepared: the host,
+        already running as the sandbox's uid, writes there."""
+        self.sandbox.hand_over(staged.workdir)
         reply = self.host.call(request, timeout)
         return read_result(staged.workdir, reply, staged.target.spec.limits.for_run())
 

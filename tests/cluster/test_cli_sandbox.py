@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 
@@ -68,6 +69,18 @@ def test_doctor_passes_where_the_sandbox_works(tmp_path):
     write_target(tmp_path / "t")
     result = _cli("doctor", "--config", str(config), "--no-gpu", cwd=tmp_path)
     assert result.returncode == 0, result.stdout
-    for name in ("bwrap", "uid", "limits", "trial", "isolation", "cc"):
+    for name in ("bwrap", "uid", "limits", "trial", "isolation", "warpfleet", "cc"):
         assert f"ok   {name}:" in result.stdout
     assert "77 processes" in result.stdout and "the sandbox works here" in result.stdout
+
+
+@pytest.mark.skipif(not _sandbox_works(), reason="no sandbox here")
+def test_a_warpfleet_under_the_private_tmp_is_bound_into_the_sandbox(tmp_path):
+    """A clone in /tmp (the sandbox's /tmp is its own): the runners' hosts must still import this
+    warpfleet, and builds find its harness headers by the worker's path."""
+    copy = tmp_path / "clone"
+    shutil.copytree(REPO / "cluster", copy / "cluster", ignore=shutil.ignore_patterns("__pycache__"))
+    assert copy.is_relative_to("/tmp")
+    result = _cli("doctor", "--no-gpu", cwd=tmp_path, env={"PYTHONPATH": str(copy)})
+    assert f"ok   warpfleet: its Python, packages and harness headers are readable inside ({copy})" \
+        in result.stdout, result.stdout

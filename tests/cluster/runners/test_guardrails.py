@@ -96,6 +96,28 @@ def test_outputs_left_unwritten_are_caught_by_poisoned_outputs(guarded: Target, 
     assert check_cached_results(guarded, baseline, artifact).status is VerdictStatus.PASSED  # not this check's
 
 
+def test_a_run_that_fails_poisoned_says_why(guarded: Target, baseline: BuildArtifact, tmp_path: Path) -> None:
+    """The verdict carries the run's status and its last words, not the status alone: on a GPU a
+    kernel's poisoned run once failed as just 'exit status 1'."""
+    source = (FIXTURES / "guarded" / "work.c").read_text()
+    source = source.replace("int main(", 'static int real_main(int argc, char **argv);\n'
+                                         'int main(int argc, char **argv) {\n'
+                                         '    if (getenv("WARPFLEET_POISON")) {\n'
+                                         '        fputs("out.bin: Permission denied\\n", stderr);\n'
+                                         '        return 1;\n'
+                                         '    }\n'
+                                         '    return real_main(argc, argv);\n'
+                                         '}\n'
+                                         'static int real_main(', 1)
+    (tmp_path / "refuses.c").write_text(source)
+    [path] = guarded.spec.sources
+    refuses = dataclasses.replace(guarded, bundle=variant_bundle(
+        guarded, Variant(((path, source),), "", "refuses.c", guarded.bundle.hash)))
+    verdict = check_poisoned_outputs(guarded, baseline, build(refuses))
+    assert verdict.status is VerdictStatus.FAILED
+    assert "exit status 1" in verdict.detail and "out.bin: Permission denied" in verdict.detail, verdict.detail
+
+
 def test_results_cached_across_runs_are_caught_by_cached_results(guarded: Target, baseline: BuildArtifact) -> None:
     cheat = variant(guarded, "cache_file.c")
     artifact = build(cheat)

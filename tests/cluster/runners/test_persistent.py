@@ -200,3 +200,34 @@ def test_the_host_survives_a_candidate_that_corrupts_the_cuda_context(tmp_path):
         assert host.host.starts == 2
     finally:
         host.close()
+
+
+def test_a_file_the_worker_puts_in_a_staged_directory_is_the_candidates_to_overwrite(tmp_path):
+    """The guardrails poison an output file between runs in one staged directory; a host that is
+    already running, as the sandbox's uid, must still be able to write it (found with the kernel
+    runner on a GPU: its poisoned runs go to the host, and the second one failed)."""
+    from cluster.config.run import SandboxSpec
+    from cluster.runners.isolation import start_bubblewrap
+    from cluster.runners.sandbox import SandboxError
+
+    try:
+        sandbox = start_bubblewrap(SandboxSpec(pids=64, memory_mb=1024))
+    except SandboxError as exc:
+        pytest.skip(f"no sandbox here: {exc}")
+    if sandbox.uid is None:
+        pytest.skip("not root: the sandbox keeps the worker's uid, so every file is the candidate's")
+    target = target_with(tmp_path)
+    _, artifact = built(target)
+    host = PersistentRunner(cuda=False, sandbox=sandbox, scratch_root=tmp_path / "scratch")
+    try:
+        with host.stage(target, {}, "host", artifact.binary) as staged:
+            assert staged.run(Invocation(seed=1)).ok  # the host starts, as the sandbox's uid
+            out = staged.workdir / "out.bin"
+            out.unlink()
+            out.write_bytes(b"\xff" * 12)  # the worker's file now, mode 0644
+            again = staged.run(Invocation(seed=2))
+            assert again.ok, again.tail()
+            assert out.read_bytes()[:4] == b"\x00\x00\x00\x40"  # 2.0f: the seed of the second run
+            assert host.host.starts == 1
+    finally:
+        host.close()

@@ -175,6 +175,15 @@ def validate(config: str, build: bool, arch: str) -> None:
         count = f"{points} configurations" if exact else \
             f"at most {points} configurations (too many to count with the constraints)"
         click.echo(f"{target.name}: {target.spec.toolchain}, space {target.space.name}, {count}")
+    agents = plan.config.agents
+    for target in plan.targets:
+        if (agents.enabled and agents.sanitizer and target.spec.toolchain == "nvcc"
+                and target.spec.kind == "program" and not target.spec.verify.sanitize_run):
+            click.echo(f"note: {target.file}: no verify.sanitize_run: on a GPU, compute-sanitizer "
+                       f"({', '.join(agents.sanitizer)}) runs every variant on the full problem, up to "
+                       f"{agents.sanitizer_timeout_s:g} s per tool; give it a smaller one "
+                       f"(README: Bounded verification)",
+                       err=True)
     if build:
         from cluster.runners.probe import probe_params
 

@@ -21,7 +21,7 @@ from agents._base import AnalysisContext
 from agents.patch import variant_target
 from agents.workflow import Outcome, Steps, Verifier, run_workflow
 from cluster.config import AgentsSpec, ProfileSpec, Target
-from cluster.core.encodings import speedup
+from cluster.core.encodings import optuna_point, speedup
 from cluster.core.registry import EXPERTS
 from cluster.core.types import Status
 from cluster.engine.studies import StudyState, storage_retry
@@ -221,12 +221,11 @@ class AgentStage:
 
     def _enqueue_variant(self, study: StudyState, target: Target, limit: int) -> None:
         """The variant at every point of its own params (the plan's search), with baseline flags."""
-        base_flags = {f"flag:{k}": v for k, v in study.target.space.baseline.items()}
         names = list(target.spec.params)
         points = [dict(zip(names, values, strict=True)) for values in itertools.product(*target.spec.params.values())]
         points = _spread([p for p in points if target.satisfies(p)], limit)
         for point in points:
-            params = {"variant": target.bundle.hash, **base_flags, **{f"param:{k}": v for k, v in point.items()}}
+            params = optuna_point(study.target.space.baseline, point, target.bundle.hash)
             storage_retry(lambda params=params: study.study.enqueue_trial(params, skip_if_exists=True))
 
 
@@ -252,10 +251,7 @@ def _add_register_options(study: StudyState, values: tuple, enqueue: bool, limit
     study.space_size = study.target.space_size() + sum(v.space_size() for v in study.variants.values())
     if not enqueue:
         return
-    base_flags = {f"flag:{k}": v for k, v in space.baseline.items()}
-    base_params = {f"param:{k}": v for k, v in study.target.baseline_params.items()}
     for v in _spread(list(values), limit):
-        params = {**base_flags, **base_params, "flag:maxrregcount": f"-maxrregcount={v}"}
-        if study.variants:
-            params["variant"] = ""
+        flags = {**space.baseline, "maxrregcount": f"-maxrregcount={v}"}
+        params = optuna_point(flags, study.target.baseline_params, "" if study.variants else None)
         storage_retry(lambda params=params: study.study.enqueue_trial(params, skip_if_exists=True))

@@ -23,6 +23,7 @@ import ray
 from sqlalchemy.exc import OperationalError
 
 from cluster.config import SearchSpec, Target
+from cluster.core.encodings import OPTUNA_FLAG, OPTUNA_PARAM, VARIANT, optuna_point
 from cluster.core.errors import ConfigError
 from cluster.core.registry import SAMPLERS
 from cluster.core.types import Candidate, DeviceInfo, Phase, RunOutputs, Scalar, Status
@@ -57,8 +58,7 @@ def enqueue_grid(study: optuna.Study, target: Target, seed: int) -> None:
         for values in itertools.product(*target.spec.params.values()):
             params = dict(zip(param_names, values, strict=True))
             if target.satisfies(params):
-                point = {f"flag:{k}": v for k, v in zip(flag_names, flags, strict=True)}
-                points.append(point | {f"param:{k}": v for k, v in params.items()})
+                points.append(optuna_point(dict(zip(flag_names, flags, strict=True)), params))
     random.Random(seed).shuffle(points)
     for point in points:
         storage_retry(lambda p=point: study.enqueue_trial(p, skip_if_exists=False))
@@ -191,11 +191,11 @@ class StudyState:
         trial = storage_retry(self.study.ask)
         source = self.target
         if self.variants:
-            chosen = storage_retry(lambda: trial.suggest_categorical("variant", ["", *self.variants]))
+            chosen = storage_retry(lambda: trial.suggest_categorical(VARIANT, ["", *self.variants]))
             source = self.variants.get(chosen, self.target)
-        flags = {k: storage_retry(lambda k=k, v=v: trial.suggest_categorical(f"flag:{k}", list(v)))
+        flags = {k: storage_retry(lambda k=k, v=v: trial.suggest_categorical(OPTUNA_FLAG + k, list(v)))
                  for k, v in self.target.space.flags.items()}
-        params = {k: storage_retry(lambda k=k, v=v: trial.suggest_categorical(f"param:{k}", list(v)))
+        params = {k: storage_retry(lambda k=k, v=v: trial.suggest_categorical(OPTUNA_PARAM + k, list(v)))
                   for k, v in source.spec.params.items()}
         if not source.satisfies(params):
             storage_retry(lambda: self.study.tell(trial, state=optuna.trial.TrialState.FAIL))

@@ -221,3 +221,19 @@ def test_two_runs_on_one_device_type_are_labelled_by_run(tmp_path):
     [matrix] = json.loads(_invoke("compare", str(first), str(second), "--format", "json", "--no-compile").stdout)
     labels = [c["label"] for c in matrix["configs"] if not c["baseline"]]
     assert labels == [f"tuned on {H100.device_type} in run", f"tuned on {H100.device_type} in other"]
+
+
+def test_validate_notes_a_cuda_target_without_a_smaller_problem_for_the_sanitizer(tmp_path):
+    write_target(tmp_path / "full", toolchain="nvcc")
+    write_target(tmp_path / "small", toolchain="nvcc", name="small",
+                 verify={"outputs": ["out.bin"], "sanitize_run": ["{binary}", "16"]})
+    config = write_config(tmp_path, ["full/target.yaml", "small/target.yaml"],
+                          agents={"enabled": True, "sanitizer": ["memcheck"], "sanitizer_timeout_s": 90})
+    result = CliRunner().invoke(main, ["validate", str(config)])
+    assert result.exit_code == 0, result.output
+    notes = [line for line in result.output.splitlines() if line.startswith("note:")]
+    assert notes == [f"note: {tmp_path / 'full' / 'target.yaml'}: no verify.sanitize_run: on a GPU, compute-sanitizer "
+                     f"(memcheck) runs every variant on the full problem, up to 90 s per tool; give it a smaller "
+                     f"one (README: Bounded verification)"]
+    quiet = write_config(tmp_path, ["full/target.yaml"], agents={"enabled": True, "sanitizer": []})
+    assert "note:" not in CliRunner().invoke(main, ["validate", str(quiet)]).output

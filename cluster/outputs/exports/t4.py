@@ -30,6 +30,7 @@ from typing import Any
 
 import pandas as pd
 
+from cluster.core.encodings import FLAG_PREFIX, PARAM_PREFIX
 from cluster.core.types import Phase, Status
 from cluster.outputs.exports._base import ExportError, ExportRequest
 
@@ -79,12 +80,12 @@ def _result(row: pd.Series) -> dict[str, Any]:
     configuration: dict[str, Any] = {}
     for column, value in row.items():
         name = str(column)
-        if name.startswith("p_") and _value(value) is not None:
-            configuration[name[2:]] = _value(value)
+        if name.startswith(PARAM_PREFIX) and _value(value) is not None:
+            configuration[name[len(PARAM_PREFIX):]] = _value(value)
     for column, value in row.items():
         name = str(column)
-        if name.startswith("f_") and _value(value) is not None:
-            configuration[f"flag:{name[2:]}"] = str(value)
+        if name.startswith(FLAG_PREFIX) and _value(value) is not None:
+            configuration[f"flag:{name[len(FLAG_PREFIX):]}"] = str(value)  # T4's key for a compiler option
     measurements = []
     for column, name, unit in _MEASUREMENTS:
         value = _value(row.get(column))

@@ -79,7 +79,8 @@ def test_a_warpfleet_under_the_private_tmp_is_bound_into_the_sandbox(tmp_path):
     """A clone in /tmp (the sandbox's /tmp is its own): the runners' hosts must still import this
     warpfleet, and builds find its harness headers by the worker's path."""
     copy = tmp_path / "clone"
-    shutil.copytree(REPO / "cluster", copy / "cluster", ignore=shutil.ignore_patterns("__pycache__"))
+    for package in ("cluster", "agents", "search_spaces"):  # warpfleet's top-level packages
+        shutil.copytree(REPO / package, copy / package, ignore=shutil.ignore_patterns("__pycache__"))
     assert copy.is_relative_to("/tmp")
     result = _cli("doctor", "--no-gpu", cwd=tmp_path, env={"PYTHONPATH": str(copy)})
     assert f"ok   warpfleet: its Python, packages and harness headers are readable inside ({copy})" \

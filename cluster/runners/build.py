@@ -46,7 +46,7 @@ def compile_candidate(target: Target, candidate: Candidate, scratch_root: Path |
     """Build one candidate in its own scratch directory, inside ``sandbox`` (default: the node's,
     ``cluster.runners.isolation.node_sandbox``): failures come back as a status."""
     if target.spec.kind == "kernel":  # one kernel to a cubin, with its launch (kernel_build.py)
-        return compile_kernel(target, candidate, scratch_root)
+        return compile_kernel(target, candidate, scratch_root, sandbox)
     start = time.perf_counter()
     with scratch_dir(scratch_root, f"build-{candidate.key}-") as workdir:
         write_bundle(target.bundle.files, workdir)

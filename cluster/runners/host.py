@@ -45,6 +45,7 @@ from cluster.runners.sandbox import (
     Unsandboxed,
     _read,
     kill_command,
+    owned_suffix,
     scrubbed_env,
 )
 
@@ -57,6 +58,7 @@ BROKEN_CONTEXT_EXIT = 70  # the host's exit status when its CUDA context stopped
 LOADERS = {
     "program": "cluster.runners.persistent:call_program",
     "kernel": "cluster.runners.kernel:call_kernel",
+    "nvrtc": "cluster.runners.kernel_build:call_nvrtc",  # a compile, in a compile host (no CUDA context)
 }
 
 
@@ -274,7 +276,7 @@ class HostRunner(Runner):
         super().__init__(sandbox, scratch_root)
         if scratch_root is not None:
             scratch_root.mkdir(parents=True, exist_ok=True)
-        self.root = Path(tempfile.mkdtemp(prefix=f"host-{self.name}-", dir=scratch_root))
+        self.root = Path(tempfile.mkdtemp(prefix=f"host-{self.name}-", suffix=owned_suffix(), dir=scratch_root))
         self.scratch_root = self.root  # where stage() makes the candidates' directories
         self.host = HostProcess(cuda, self.sandbox, self.root)
 

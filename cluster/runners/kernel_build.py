@@ -1,11 +1,17 @@
-"""The Builder for kernel targets: one kernel to a cubin, with NVRTC (in this process, through
-``cuda.bindings.nvrtc``) or ``nvcc -cubin``, and the launch that goes with it.
+"""The Builder for kernel targets: one kernel to a cubin, with NVRTC (``cuda.bindings.nvrtc``, in a
+compile host of this process's: a Python kept running inside the sandbox) or ``nvcc -cubin`` (a
+command in the sandbox), and the launch that goes with it.
 
     Target (kind: kernel) + Candidate ─► compile_kernel ─► BuildArtifact(binary = KernelBinary bytes)
 
 The candidate's flags (search_spaces/nvcc.yaml: ``-maxrregcount``, fast math, ``-Xptxas`` options)
 are passed to either compiler as they are: NVRTC takes nvcc's spelling of each. ptxas reports its
 resources (``-Xptxas -v``) in the compile log, read by the nvcc toolchain's ``parse_resources``.
+
+The candidate's source is untrusted (an agent's variant): it is compiled inside the node's sandbox,
+like a program's build, so that an ``#include`` of a file outside its folder reads nothing the
+sandbox hides. The compile host (``cluster.runners.host``, its ``nvrtc`` loader) keeps NVRTC's
+speed: one Python start per worker process, not one per compile.
 
 A compile cache keyed by content (the sources, the name expression, every option, the arch and the
 compiler's version) keeps each cubin in ``<scratch root>/warpfleet-kernel-cache/``, so that a repeated
@@ -15,23 +21,30 @@ per candidate (BENCHMARKS.md: about 5x faster than ``nvcc -cubin`` on the compar
 
 from __future__ import annotations
 
+import atexit
 import base64
 import functools
 import hashlib
 import json
 import os
 import re
+import shutil
 import struct
 import subprocess
+import sys
 import tempfile
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
 from cluster.config import Target
 from cluster.config.kernel import LaunchPlan, launch_problem
+from cluster.core.limits import Limits
 from cluster.core.types import BuildArtifact, Candidate, Status
-from cluster.runners.sandbox import run_command, scratch_dir, write_bundle
+from cluster.runners.host import HostProcess
+from cluster.runners.isolation import node_sandbox
+from cluster.runners.sandbox import Sandbox, owned_suffix, run_command, scratch_dir, write_bundle
 from cluster.toolchains import get_toolchain
 
 MAGIC = b"WFKERNEL1\n"
@@ -150,7 +163,94 @@ def compile_nvrtc(source: Path, name: str, options: list[str], include_dir: Path
 _ENTRY = re.compile(r"Compiling entry function '([^']+)'")
 
 
-def compile_nvcc(source: str, name: str, options: list[str], workdir: Path, timeout: float) -> Compiled:
+def call_nvrtc(request: dict) -> int:
+    """In a compile host (the ``nvrtc`` loader): one compile, its cubin and its name to the request's
+    files; a compile error is the exit status 1 and the log on stderr."""
+    try:
+        compiled = compile_nvrtc(Path(request["source"]), request["name"], list(request["options"]),
+                                 Path(request["include_dir"]))
+    except CompileError as exc:
+        sys.stderr.write(str(exc))
+        return 1
+    Path(request["cubin"]).write_bytes(compiled.cubin)
+    Path(request["result"]).write_text(json.dumps({"lowered_name": compiled.lowered_name, "log": compiled.log}))
+    return 0
+
+
+class _CompileHosts:
+    """This process's compile hosts, one per (sandbox, limits): each a Python kept running in the
+    sandbox with a folder of its own (under the first scratch root it was asked for), where each
+    compile gets a directory. One compile at a time per host; a host whose folder was removed is
+    replaced; stopped, and their folders removed, when the process ends."""
+
+    def __init__(self) -> None:
+        self.hosts: dict[tuple, tuple[HostProcess, threading.Lock, Path]] = {}
+        self.lock = threading.Lock()
+        atexit.register(self.close)
+
+    def get(self, sandbox: Sandbox, limits: Limits | None, scratch_root: Path | None
+            ) -> tuple[HostProcess, threading.Lock, Path]:
+        key = (id(sandbox), limits)
+        with self.lock:
+            if key in self.hosts and not self.hosts[key][2].is_dir():
+                self.hosts.pop(key)[0].stop()
+            if key not in self.hosts:
+                if scratch_root is not None:
+                    scratch_root.mkdir(parents=True, exist_ok=True)
+                root = Path(tempfile.mkdtemp(prefix="host-nvrtc-", suffix=owned_suffix(), dir=scratch_root))
+                self.hosts[key] = (HostProcess(False, sandbox, root, limits), threading.Lock(), root)
+            return self.hosts[key]
+
+    def close(self) -> None:
+        with self.lock:
+            for host, _, root in self.hosts.values():
+                host.stop()
+                shutil.rmtree(root, ignore_errors=True)
+            self.hosts.clear()
+
+
+COMPILE_HOSTS = _CompileHosts()
+
+
+def compile_nvrtc_sandboxed(target: Target, name: str, options: list[str], scratch_root: Path | None, key: str,
+                            sandbox: Sandbox) -> Compiled:
+    """``compile_nvrtc`` in this process's compile host for ``sandbox``: the target's files staged
+    in a directory of the host's, the result read back from files."""
+    limits = target.spec.limits.for_build()
+    host, lock, root = COMPILE_HOSTS.get(sandbox, limits, scratch_root)
+    timeout = target.spec.timeouts.build
+    with lock, scratch_dir(root, f"kbuild-{key}-") as workdir:
+        write_bundle(target.bundle.files, workdir)  # the kernel's own #includes resolve here
+        sandbox.hand_over(workdir)  # the host, running as the sandbox's uid, writes there
+        request = {"loader": "nvrtc", "source": str(workdir / target.spec.sources[0]), "name": name,
+                   "options": options, "include_dir": str(workdir), "cubin": str(workdir / "wf_kernel.cubin"),
+                   "result": str(workdir / "wf_kernel.json"), "cwd": str(workdir),
+                   "stdout": str(workdir / ".warpfleet.stdout"), "stderr": str(workdir / ".warpfleet.stderr")}
+        reply = host.call(request, timeout)
+        if reply.timed_out:
+            raise CompileTimeout(f"NVRTC ran past the build timeout ({timeout:g} s)")
+        if reply.error:
+            raise CompileError(reply.error)
+        log = _read_text(workdir / ".warpfleet.stderr")
+        if reply.returncode != 0:
+            if reply.host_died:
+                ended = f"exit status {reply.returncode}" if reply.returncode is not None else "ended"
+                limit = f" (its {reply.limit} limit, {reply.amount})" if reply.limit else ""
+                raise CompileError(f"the compile host died: {ended}{limit}\n{log}".strip())
+            raise CompileError(log or f"NVRTC failed (exit status {reply.returncode})")
+        result = json.loads((workdir / "wf_kernel.json").read_text())
+        return Compiled((workdir / "wf_kernel.cubin").read_bytes(), result["lowered_name"], result["log"])
+
+
+def _read_text(path: Path) -> str:
+    try:
+        return path.read_text(errors="replace")[-64 * 1024:]
+    except OSError:
+        return ""
+
+
+def compile_nvcc(source: str, name: str, options: list[str], workdir: Path, timeout: float,
+                 sandbox: Sandbox | None = None, limits: Limits | None = None) -> Compiled:
     """``nvcc -cubin`` of a unit that includes ``source`` (a path in ``workdir``) and, for a template,
     instantiates the kernel (by taking its address); the kernel is the ptxas report's entry of that name."""
     unit = workdir / "wf_kernel_unit.cu"
@@ -158,7 +258,7 @@ def compile_nvcc(source: str, name: str, options: list[str], workdir: Path, time
     unit.write_text(f'#include "{source}"{instance}')
     cubin = workdir / "wf_kernel.cubin"
     result = run_command(["nvcc", "-cubin", *options, f"-I{workdir}", "-o", str(cubin), str(unit)], workdir,
-                         timeout=timeout)
+                         timeout=timeout, limits=limits, sandbox=sandbox)
     log = result.stderr + result.stdout
     if result.timed_out:
         raise CompileTimeout(result.tail())
@@ -218,8 +318,10 @@ def kernel_options(target: Target, candidate: Candidate, plan: LaunchPlan) -> li
             *plan.defines, *REPORT_OPTIONS]
 
 
-def compile_kernel(target: Target, candidate: Candidate, scratch_root: Path | None = None) -> BuildArtifact:
-    """Build one kernel candidate (cached by content); failures come back as a status."""
+def compile_kernel(target: Target, candidate: Candidate, scratch_root: Path | None = None,
+                   sandbox: Sandbox | None = None) -> BuildArtifact:
+    """Build one kernel candidate (cached by content) inside ``sandbox`` (default: the node's);
+    failures come back as a status."""
     start = time.perf_counter()
     kernel = target.spec.kernel
     assert kernel is not None, "compile_kernel needs a kernel target"
@@ -240,7 +342,8 @@ def compile_kernel(target: Target, candidate: Candidate, scratch_root: Path | No
         folder = cache_dir(scratch_root)
         compiled = cache_get(folder, key)
         if compiled is None:
-            compiled = _compile(target, compiler, plan.kernel, options, scratch_root, candidate.key)
+            compiled = _compile(target, compiler, plan.kernel, options, scratch_root, candidate.key,
+                                sandbox or node_sandbox(gpu=False))
             cache_put(folder, key, compiled)
     except CompileError as exc:
         return failed(Status.COMPILE_TIMEOUT if isinstance(exc, CompileTimeout) else Status.COMPILE_ERROR, str(exc))
@@ -252,9 +355,10 @@ def compile_kernel(target: Target, candidate: Candidate, scratch_root: Path | No
 
 
 def _compile(target: Target, compiler: str, name: str, options: list[str], scratch_root: Path | None,
-             key: str) -> Compiled:
+             key: str, sandbox: Sandbox) -> Compiled:
+    if compiler == "nvrtc":
+        return compile_nvrtc_sandboxed(target, name, options, scratch_root, key, sandbox)
     with scratch_dir(scratch_root, f"kbuild-{key}-") as workdir:
         write_bundle(target.bundle.files, workdir)  # the kernel's own #includes resolve here
-        if compiler == "nvrtc":
-            return compile_nvrtc(workdir / target.spec.sources[0], name, options, workdir)
-        return compile_nvcc(target.spec.sources[0], name, options, workdir, target.spec.timeouts.build)
+        return compile_nvcc(target.spec.sources[0], name, options, workdir, target.spec.timeouts.build, sandbox,
+                            target.spec.limits.for_build())

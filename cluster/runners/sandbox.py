@@ -340,7 +340,7 @@ def scratch_dir(root: Path | None, prefix: str) -> Iterator[Path]:
     ``.wf<pid>@<host>``, its owner's, so that ``clean_stale_scratch`` can tell a dead worker's."""
     if root is not None:
         root.mkdir(parents=True, exist_ok=True)
-    path = Path(tempfile.mkdtemp(prefix=prefix, suffix=f".wf{os.getpid()}@{_HOST}", dir=root))
+    path = Path(tempfile.mkdtemp(prefix=prefix, suffix=owned_suffix(), dir=root))
     try:
         yield path
     finally:
@@ -348,6 +348,11 @@ def scratch_dir(root: Path | None, prefix: str) -> Iterator[Path]:
 
 
 _HOST = re.sub(r"[^A-Za-z0-9_.-]", "_", socket.gethostname())[:64]
+
+
+def owned_suffix() -> str:
+    """The end of a scratch folder's name that says whose it is (``clean_stale_scratch`` reads it)."""
+    return f".wf{os.getpid()}@{_HOST}"
 _OWNED = re.compile(r"\.wf(\d+)@([A-Za-z0-9_.-]+)$")
 
 

@@ -91,7 +91,7 @@ def test_the_cache_compiles_each_content_once(vadd, tmp_path, monkeypatch):
     def no_compiler(*args, **kwargs):
         raise AssertionError("compiled again")
 
-    monkeypatch.setattr(kernel_build, "compile_nvrtc", no_compiler)
+    monkeypatch.setattr(kernel_build, "_compile", no_compiler)
     again = compile_candidate(vadd, _candidate(vadd), tmp_path)
     assert again.status is Status.OK and again.binary == first.binary and again.kernels == first.kernels
     monkeypatch.undo()
@@ -121,3 +121,46 @@ def test_the_binary_round_trips(vadd):
     assert KernelBinary.unpack(binary.pack()) == binary
     with pytest.raises(ValueError, match="not a warpfleet kernel binary"):
         KernelBinary.unpack(b"\x7fELF")
+
+
+def _bwrap():
+    from cluster.config.run import SandboxSpec
+    from cluster.runners.isolation import start_bubblewrap
+    from cluster.runners.sandbox import SandboxError
+
+    try:
+        return start_bubblewrap(SandboxSpec(pids=256, memory_mb=4096))
+    except SandboxError as exc:
+        pytest.skip(f"no sandbox here: {exc}")
+
+
+@pytest.mark.parametrize("compiler", [pytest.param("nvrtc", marks=needs_nvrtc), pytest.param("nvcc", marks=needs_nvcc)])
+def test_a_kernel_that_includes_a_file_outside_its_folder_reads_nothing_the_sandbox_hides(tmp_path, compiler):
+    """An agent's variant is untrusted: its #include of a worker's file (here one in the worker's
+    /tmp, mode 0600) must not bring the file's words into the row, as it does outside the sandbox."""
+    from cluster.runners.sandbox import Unsandboxed
+
+    secret = tmp_path / "secret" / "key.h"
+    secret.parent.mkdir()
+    secret.write_text('#error "SECRET-7f3a"\n')
+    secret.chmod(0o600)
+    path = write_kernel_target(tmp_path / "leak", kernel=vadd_kernel(compiler=compiler))
+    source = path.parent / "vadd.cu"
+    source.write_text(f'#include "{secret}"\n' + source.read_text())
+    target = load_target(path)
+    sandboxed = compile_candidate(target, _candidate(target), tmp_path / "a", sandbox=_bwrap())
+    assert sandboxed.status is Status.COMPILE_ERROR
+    assert "SECRET-7f3a" not in sandboxed.error_tail and "key.h" in sandboxed.error_tail, sandboxed.error_tail
+    bare = compile_candidate(target, _candidate(target), tmp_path / "b", sandbox=Unsandboxed())
+    assert bare.status is Status.COMPILE_ERROR and "SECRET-7f3a" in bare.error_tail  # what the sandbox stops
+
+
+@needs_nvrtc
+def test_nvrtc_compiles_in_one_host_per_sandbox_that_outlives_a_compile(vadd, tmp_path):
+    sandbox = _bwrap()
+    first = compile_candidate(vadd, _candidate(vadd), tmp_path, sandbox=sandbox)
+    second = compile_candidate(vadd, _candidate(vadd, block_size_x=512), tmp_path, sandbox=sandbox)
+    assert first.status is second.status is Status.OK, first.error_tail + second.error_tail
+    [(host, _, root)] = [h for key, h in kernel_build.COMPILE_HOSTS.hosts.items() if key[0] == id(sandbox)]
+    assert host.starts == 1 and host.proc is not None and host.proc.poll() is None
+    assert root.is_dir() and not any(root.iterdir())  # each compile's directory removed

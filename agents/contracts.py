@@ -18,8 +18,9 @@ import re
 from collections.abc import Mapping
 
 from agents import _ts
-from agents.cuda_source import Kernel, SourceModel, analyze, written_params
+from agents.cuda_source import analyze
 from agents.launch_sites import LaunchSite, instance_of, launch_sites
+from agents.source_model import Kernel, SourceModel, written_params
 
 CUDA_SOURCES = (".cu", ".cuh", ".h", ".hpp", ".cpp", ".cc", ".cxx")  # files a kernel or its launch may be in
 _VECTOR_ACCESS = re.compile(r"reinterpret_cast\s*<\s*(?:const\s+)?\w+[24]\s*\*\s*>\s*\(\s*&?\s*\(?\s*([A-Za-z_]\w*)")

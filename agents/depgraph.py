@@ -29,9 +29,9 @@ from collections import Counter
 from dataclasses import dataclass, field
 from enum import StrEnum
 
-from agents.cuda_source import DEFAULT_STREAMS, HostOp, HostOpKind, SourceModel, read_params, written_params
 from agents.hostflow import Site, Step, unfold
 from agents.regions import ANY, base_buffer, overlap, pretty, region, strip_parentheses
+from agents.source_model import DEFAULT_STREAMS, HostOp, HostOpKind, SourceModel, read_params, written_params
 
 __all__ = ["ANY", "CheckResult", "Dependency", "Hazard", "KernelGraph", "Node", "Violation", "base_buffer", "check",
            "extract", "graph_of", "ordering", "overlap", "pretty", "region", "streams_ordered"]

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field, replace
 
 from agents import _ts
 from agents._ts import Node
-from agents.cuda_source import HostOp, HostOpKind, SourceModel
+from agents.source_model import HostOp, HostOpKind, SourceModel
 
 MAX_UNFOLD = 64
 REPRESENTATIVE = 8

@@ -11,9 +11,9 @@ from dataclasses import dataclass
 
 from agents import _ts
 from agents._ts import split_top
-from agents.cuda_source import HostOpKind, Kernel, Launch, SourceModel
 from agents.hostflow import unfold
 from agents.regions import overlap, region
+from agents.source_model import HostOpKind, Kernel, Launch, SourceModel
 
 
 @dataclass(frozen=True)

@@ -13,8 +13,8 @@ import re
 from collections.abc import Collection
 
 from agents import _ts
-from agents.cuda_source import DEFAULT_STREAMS, SourceModel
 from agents.hostflow import ANY_PREFIX
+from agents.source_model import DEFAULT_STREAMS, SourceModel
 
 _CAST_CALL = re.compile(r"^(?:\w+_cast\s*<[^()]*>|\w+::raw_pointer_cast)\s*\(")
 _C_CAST = re.compile(r"^\(\s*(?:const\s+|volatile\s+|struct\s+)*[\w:<>,\s]+?[\s*&]*\)\s*(?=[\w(&*])")

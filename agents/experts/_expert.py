@@ -12,8 +12,9 @@ from dataclasses import dataclass
 from agents import _ts
 from agents._base import Agent, AnalysisContext, Proposal
 from agents._ts import Node
-from agents.cuda_source import Kernel, SourceModel, analyze
+from agents.cuda_source import analyze
 from agents.patch import Edit, Replace, source_files
+from agents.source_model import Kernel, SourceModel
 from agents.workflow.steps import Analyst, Level, Planner, Transformer
 
 

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 
 from agents import _ts
 from agents._ts import Node
-from agents.cuda_source import DEFAULT_STREAMS
+from agents.source_model import DEFAULT_STREAMS
 
 MAX_STREAMS = 8
 POOL_STREAMS = 4

@@ -20,11 +20,11 @@ import re
 
 from agents._base import AnalysisContext, Proposal
 from agents._ts import split_top
-from agents.cuda_source import Kernel, SourceModel
 from agents.experts._expert import Change, Expert, kernel_node, line_edits, source_models
 from agents.experts.registers import ACHIEVED_OCCUPANCY, MIN_REGISTERS, names_kernel
 from agents.launch_sites import LaunchSite, instance_of, launch_sites
 from agents.patch import InsertBefore, Patched, apply, source_files
+from agents.source_model import Kernel, SourceModel
 from agents.workflow.steps import Finding, Level, Plan
 from cluster.core.occupancy import DeviceLimits, limits_for, occupancy, register_steps
 

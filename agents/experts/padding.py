@@ -27,9 +27,10 @@ import re
 from dataclasses import dataclass, replace
 
 from agents._base import AnalysisContext, Proposal
-from agents.cuda_source import SharedAccess, SharedArray, SourceModel, analyze
+from agents.cuda_source import analyze
 from agents.experts._expert import Expert, defines, instance_label, source_models
 from agents.patch import Patched, Replace, apply, readonly_regions, source_files
+from agents.source_model import SharedAccess, SharedArray, SourceModel
 from agents.workflow.steps import Finding, Level, Plan
 
 __all__ = ["BANK_CONFLICTS_METRIC", "ELEMENT_BYTES", "PaddingExpert", "PaddingFinding", "find_padding"]

@@ -13,8 +13,8 @@ import re
 from collections.abc import Callable, Mapping
 
 from agents._base import AnalysisContext, Proposal
-from agents.cuda_source import SourceModel
 from agents.experts._expert import Expert, source_models
+from agents.source_model import SourceModel
 from agents.workflow.steps import Finding, Level, Plan
 from cluster.core.occupancy import DeviceLimits, Occupancy, limits_for, occupancy_of_kernel, register_steps
 from cluster.core.types import KernelResources

@@ -19,10 +19,10 @@ from __future__ import annotations
 from agents import _ts
 from agents._base import AnalysisContext, Proposal
 from agents._ts import Node
-from agents.cuda_source import Kernel, SourceModel, read_params, written_params
 from agents.experts._expert import Change, Expert, kernel_node, line_edits, source_models
 from agents.launch_sites import LaunchSite, launch_sites
 from agents.patch import Patched, apply, source_files
+from agents.source_model import Kernel, SourceModel, read_params, written_params
 from agents.workflow.steps import Finding, Level, Plan
 
 LOAD_REQUESTS = "l1tex__t_requests_pipe_lsu_mem_global_op_ld.sum"

@@ -22,7 +22,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from agents._base import AnalysisContext, Proposal
-from agents.cuda_source import HostOpKind, SourceModel, analyze
+from agents.cuda_source import analyze
 from agents.depgraph import CheckResult, KernelGraph, check, extract
 from agents.experts._expert import Expert, defines, line_edits
 from agents.experts._streams import POOL_STREAMS, Plan, Region, plan_streams
@@ -30,6 +30,7 @@ from agents.experts.streamify_regions import analyse as analyse_regions
 from agents.experts.streamify_regions import pool_problem, task_edges
 from agents.experts.streamify_rewrite import Rewrite
 from agents.patch import Refused, apply, source_files
+from agents.source_model import HostOpKind, SourceModel
 from agents.workflow import steps as wf
 
 Sabotage = Callable[[Plan], Plan]  # for tests: a deliberately wrong plan the check must reject

@@ -18,10 +18,10 @@ from dataclasses import dataclass
 
 from agents import _ts
 from agents._ts import Node
-from agents.cuda_source import HostOpKind, SourceModel
 from agents.depgraph import ANY, KernelGraph, graph_of
 from agents.experts._streams import DEFAULT_STREAMS, POOL_STREAMS, Region, Task, stream_parameter
 from agents.hostflow import Step, may_exit, unfold
+from agents.source_model import HostOpKind, SourceModel
 
 # Calls into code the analysis does not see that work on the GPU (their own streams, buffers).
 _LIBRARIES = re.compile(r"^(?:cuda|cu[A-Z]|cublas|cufft|cusparse|cusolver|curand|cudnn|nccl|nvshmem|thrust|cub)")

@@ -15,9 +15,9 @@ from __future__ import annotations
 from dataclasses import replace
 
 from agents._base import AnalysisContext, Proposal
-from agents.cuda_source import Kernel, Loop, SourceModel
 from agents.experts._expert import Expert, source_models
 from agents.patch import Edit, InsertBefore, MarkerError, Patched, Replace, apply, readonly_regions, source_files
+from agents.source_model import Kernel, Loop, SourceModel
 from agents.workflow.steps import Finding, Level, Plan
 
 MACRO = "WF_UNROLL_N"

@@ -22,11 +22,11 @@ import re
 from agents import _ts
 from agents._base import AnalysisContext, Proposal
 from agents._ts import Node
-from agents.cuda_source import Kernel
 from agents.experts._expert import Change, Expert, kernel_node, line_edits, source_models
 from agents.experts.vectorize_rewrite import Candidate, rewrite
 from agents.hostflow import assigned, may_exit
 from agents.patch import Patched, apply, readonly_regions, source_files
+from agents.source_model import Kernel
 from agents.workflow.steps import Finding, Level, Plan
 
 VECTORS = {"float": "float4", "int": "int4", "unsigned int": "uint4", "unsigned": "uint4", "double": "double2"}

@@ -18,9 +18,10 @@ from typing import TYPE_CHECKING
 
 from agents._base import AnalysisContext, Proposal
 from agents.contracts import CUDA_SOURCES, violations
-from agents.cuda_source import HostOpKind, analyze
+from agents.cuda_source import analyze
 from agents.depgraph import check, extract
 from agents.patch import MarkerError, readonly_regions, source_files, variant_target
+from agents.source_model import HostOpKind
 from agents.workflow.steps import Plan, Verdict, Verification, Verifier
 from agents.workflow.steps import VerdictStatus as V
 from cluster.config import Target

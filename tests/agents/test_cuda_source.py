@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 
 from agents import _ts
-from agents.cuda_source import HostOpKind, Kernel, SourceModel, analyze, read_params, written_params
+from agents.cuda_source import analyze
+from agents.source_model import HostOpKind, Kernel, SourceModel, read_params, written_params
 
 TARGETS = Path(__file__).resolve().parents[2] / "configs" / "targets"
 HARNESS = Path(__file__).resolve().parents[2] / "cluster" / "runners" / "include" / "warpfleet" / "harness.cuh"

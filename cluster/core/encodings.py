@@ -2,7 +2,10 @@
 names, its identity across archs, and what "better" means for either goal.
 
     flag  NAME  ─► column f_NAME  ─► Optuna param flag:NAME
-    param NAME  ─► column p_NAME  ─► Optuna param param:NAME
+    param NAME  ─► column p_NAME  ─► Optuna param param:NAME, a categorical of its values; of more
+                                     than INDEXED_ABOVE values, param#:NAME, an int: the value's
+                                     index in the list (the journal stores each trial's
+                                     distribution, and a categorical's holds every value)
     an agent's variant            ─► Optuna param variant (its source hash; "" is the target's own)
 """
 
@@ -18,6 +21,8 @@ FLAG_PREFIX = "f_"
 PARAM_PREFIX = "p_"
 OPTUNA_FLAG = "flag:"
 OPTUNA_PARAM = "param:"
+OPTUNA_PARAM_INDEX = "param#:"
+INDEXED_ABOVE = 64  # values, past which a param is searched by its index
 VARIANT = "variant"
 
 # A candidate this many times better than its baseline is run again on fresh seeds before it is
@@ -51,11 +56,35 @@ def settings(row: Mapping[str, Any], prefix: str) -> dict[str, Any]:
     return out
 
 
-def optuna_point(flags: Mapping[str, str], params: Mapping[str, Any], variant: str | None = None) -> dict[str, Any]:
-    """A point as Optuna's ``enqueue_trial`` takes it; ``variant`` None: the study has no variants."""
+def indexed(values: Sequence[Any]) -> bool:
+    """Whether a param of these values is searched by its index (``OPTUNA_PARAM_INDEX``)."""
+    return len(values) > INDEXED_ABOVE
+
+
+class Positions(tuple):
+    """A param's values whose ``index`` is a lookup, for code that encodes many points (a grid)."""
+
+    def __new__(cls, values: Sequence[Any]) -> Positions:
+        made = super().__new__(cls, values)
+        made.at = {repr(v): i for i, v in enumerate(values)}
+        return made
+
+    def index(self, value: Any, *_: Any) -> int:
+        return self.at[repr(value)]
+
+
+def optuna_point(flags: Mapping[str, str], params: Mapping[str, Any], space: Mapping[str, Sequence[Any]],
+                 variant: str | None = None) -> dict[str, Any]:
+    """A point as Optuna's ``enqueue_trial`` takes it: ``space`` is the params' value lists (the
+    target's or the variant's that the point builds); ``variant`` None: the study has no variants."""
     point: dict[str, Any] = {} if variant is None else {VARIANT: variant}
     point.update({OPTUNA_FLAG + k: v for k, v in flags.items()})
-    point.update({OPTUNA_PARAM + k: v for k, v in params.items()})
+    for name, value in params.items():
+        values = space[name]
+        if indexed(values):
+            point[OPTUNA_PARAM_INDEX + name] = values.index(value)
+        else:
+            point[OPTUNA_PARAM + name] = value
     return point
 
 

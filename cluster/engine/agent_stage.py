@@ -225,7 +225,7 @@ class AgentStage:
         points = [dict(zip(names, values, strict=True)) for values in itertools.product(*target.spec.params.values())]
         points = _spread([p for p in points if target.satisfies(p)], limit)
         for point in points:
-            params = optuna_point(study.target.space.baseline, point, target.bundle.hash)
+            params = optuna_point(study.target.space.baseline, point, target.spec.params, target.bundle.hash)
             storage_retry(lambda params=params: study.study.enqueue_trial(params, skip_if_exists=True))
 
 
@@ -253,5 +253,6 @@ def _add_register_options(study: StudyState, values: tuple, enqueue: bool, limit
         return
     for v in _spread(list(values), limit):
         flags = {**space.baseline, "maxrregcount": f"-maxrregcount={v}"}
-        params = optuna_point(flags, study.target.baseline_params, "" if study.variants else None)
+        params = optuna_point(flags, study.target.baseline_params, study.target.spec.params,
+                              "" if study.variants else None)
         storage_retry(lambda params=params: study.study.enqueue_trial(params, skip_if_exists=True))

@@ -23,7 +23,15 @@ import ray
 from sqlalchemy.exc import OperationalError
 
 from cluster.config import SearchSpec, Target
-from cluster.core.encodings import OPTUNA_FLAG, OPTUNA_PARAM, VARIANT, optuna_point
+from cluster.core.encodings import (
+    OPTUNA_FLAG,
+    OPTUNA_PARAM,
+    OPTUNA_PARAM_INDEX,
+    VARIANT,
+    Positions,
+    indexed,
+    optuna_point,
+)
 from cluster.core.errors import ConfigError
 from cluster.core.registry import SAMPLERS
 from cluster.core.types import Candidate, DeviceInfo, Phase, RunOutputs, Scalar, Status
@@ -53,12 +61,13 @@ def enqueue_grid(study: optuna.Study, target: Target, seed: int) -> None:
         raise ConfigError(target.file, "search.sampler",
                           f"grid over {target.space_size()} points (more than {GRID_LIMIT}); use tpe or random")
     flag_names, param_names = list(target.space.flags), list(target.spec.params)
+    space = {name: Positions(values) for name, values in target.spec.params.items()}
     points = []
     for flags in itertools.product(*target.space.flags.values()):
         for values in itertools.product(*target.spec.params.values()):
             params = dict(zip(param_names, values, strict=True))
             if target.satisfies(params):
-                points.append(optuna_point(dict(zip(flag_names, flags, strict=True)), params))
+                points.append(optuna_point(dict(zip(flag_names, flags, strict=True)), params, space))
     random.Random(seed).shuffle(points)
     for point in points:
         storage_retry(lambda p=point: study.enqueue_trial(p, skip_if_exists=False))
@@ -195,8 +204,7 @@ class StudyState:
             source = self.variants.get(chosen, self.target)
         flags = {k: storage_retry(lambda k=k, v=v: trial.suggest_categorical(OPTUNA_FLAG + k, list(v)))
                  for k, v in self.target.space.flags.items()}
-        params = {k: storage_retry(lambda k=k, v=v: trial.suggest_categorical(OPTUNA_PARAM + k, list(v)))
-                  for k, v in source.spec.params.items()}
+        params = {k: _suggest_param(trial, k, v) for k, v in source.spec.params.items()}
         if not source.satisfies(params):
             storage_retry(lambda: self.study.tell(trial, state=optuna.trial.TrialState.FAIL))
             self.rejections += 1
@@ -280,6 +288,13 @@ class StudyState:
                     self.study.enqueue_trial(trial.params, skip_if_exists=False)
             elif trial.state is optuna.trial.TrialState.COMPLETE and key and key not in self.results:
                 self.study.enqueue_trial(trial.params, skip_if_exists=False)  # its row was never flushed
+
+
+def _suggest_param(trial: optuna.trial.Trial, name: str, values: list[Scalar]) -> Scalar:
+    """A param's value for ``trial``: a categorical of its values, or its index in a long list."""
+    if indexed(values):
+        return values[storage_retry(lambda: trial.suggest_int(OPTUNA_PARAM_INDEX + name, 0, len(values) - 1))]
+    return storage_retry(lambda: trial.suggest_categorical(OPTUNA_PARAM + name, list(values)))
 
 
 def _native(value: Any) -> Scalar:

@@ -74,3 +74,51 @@ def test_storage_retry_waits_out_a_locked_database():
     with pytest.raises(optuna.exceptions.StorageInternalError):
         storage_retry(lambda: (_ for _ in ()).throw(optuna.exceptions.StorageInternalError("down")),
                       attempts=2, first_wait_s=0.01)
+
+
+def test_a_param_of_many_values_keeps_the_journal_small(tmp_path):
+    """A categorical's distribution, every value in it, went to the journal with each trial: a
+    param of 10^4 values made every trial's record over 50 KB. Searched by index, it is an int."""
+    from cluster.core.encodings import OPTUNA_PARAM_INDEX
+    from cluster.store.journal import BatchedJournalStorage
+
+    values = list(range(10_000))
+    target = load_target(write_target(tmp_path, params={"N": values}))
+    storage = BatchedJournalStorage(tmp_path / "journal.log", flush_interval_s=0)
+    study = optuna.create_study(storage=storage, sampler=make_sampler(SearchSpec(sampler="tpe", seed=1)))
+    state = StudyState(target, None, DeviceInfo("cpu", "host", "host"), [0], study, "host", "time",
+                       space_size=target.space_size())
+    seen = []
+    for _ in range(30):
+        asked = state.ask()
+        if asked is None:
+            continue
+        trial, candidate = asked
+        n = dict(candidate.params)["N"]
+        assert n in values and trial.params[OPTUNA_PARAM_INDEX + "N"] == values.index(n)
+        seen.append(n)
+        state.record(candidate, Evaluated(Status.OK, 1.0 + abs(n - 5000) / 1000))
+    storage.flush()
+    assert len(set(seen)) >= 25  # the values are reached, not one index over and over
+    assert (tmp_path / "journal.log").stat().st_size < 30 * 2_000  # under 2 KB a trial; was over 50 KB
+    distributions = {type(d).__name__ for t in study.trials for d in t.distributions.values()}
+    assert "CategoricalDistribution" in distributions and "IntDistribution" in distributions  # flags, N
+
+
+def test_a_grid_over_a_param_of_many_values_reaches_every_value(tmp_path):
+    from cluster.engine.studies import enqueue_grid
+
+    values = [f"v{i}" for i in range(100)]
+    path = write_target(tmp_path, params={"N": values}, space="space.yaml")
+    (tmp_path / "space.yaml").write_text("name: one\ntoolchain: cc\nflags: {opt_level: ['-O1', '-O2']}\n")
+    target = load_target(path)
+    study = optuna.create_study(sampler=make_sampler(SearchSpec(sampler="grid", seed=2)))
+    enqueue_grid(study, target, seed=2)
+    state = StudyState(target, None, DeviceInfo("cpu", "host", "host"), [0], study, "host", "time",
+                       space_size=target.space_size())
+    seen = set()
+    for _ in range(200):
+        _, candidate = state.ask()
+        seen.add((dict(candidate.flags)["opt_level"], dict(candidate.params)["N"]))
+        state.record(candidate, Evaluated(Status.OK, 1.0))
+    assert seen == {(o, v) for o in ("-O1", "-O2") for v in values}

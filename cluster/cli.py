@@ -78,6 +78,7 @@ def sweep(config: str, address: str | None, resume: str | None, trials: int | No
     budget = {k: v for k, v in {"trials": trials, "time_budget_s": time_budget}.items() if v is not None}
     existing = RunDir.open(resume) if resume else None
     if existing is not None:  # the budget given on the first command line holds unless given again
+        existing.check_resumable(plan)
         budget = {**existing.read_meta().get(COMMAND_LINE, {}), **budget}
         check_tables(existing.path)  # a damaged part is one line now, before Ray and workers start
     plan = _override(plan, budget, output_dir)
@@ -267,6 +268,8 @@ def optimize(target: str, experts: str, trials: int, sanitizer: str, address: st
         raise ConfigError(output_dir, "--output-dir", f"cannot be written ({exc.strerror or exc})") from None
     plan = load_run(config_path)
     existing = RunDir.open(resume) if resume else None
+    if existing is not None:
+        existing.check_resumable(plan)
     policy = _isolate(plan, unsandboxed)
     _join_ray(plan, address)
     run_dir = existing or RunDir.create(plan)

@@ -2,7 +2,8 @@
 ``RunDir`` owns every path in it; nothing else spells a name of the layout.
 
     runs/<name>-<UTC time>/
-        meta.json          run id, when, which config, the targets' source hashes, the budget given
+        meta.json          run id, when, which config, the targets' source and spec hashes, the
+                           budget given (a resume checks them: RunDir.check_resumable)
         config.yaml        a copy of the run config as it was given
         optuna.journal     the Optuna studies (unless search.storage names an RDB)
         results/           the Parquet dataset, one part file per flush
@@ -24,6 +25,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import hashlib
 import json
 import os
 import shutil
@@ -31,6 +33,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
+
+import yaml
 
 from cluster.config import RunPlan
 from cluster.core.errors import ConfigError
@@ -79,6 +83,7 @@ class RunDir:
                 "created_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
                 "config_file": str(Path(plan.file).resolve()),
                 "targets": {t.name: t.bundle.hash for t in plan.targets},
+                "target_specs": {t.name: spec_hash(t) for t in plan.targets},
                 **(meta or {}),
             })
         except OSError as exc:
@@ -145,6 +150,32 @@ class RunDir:
         return self.path / self.REPORT
 
     # -- meta.json ----------------------------------------------------------------------------
+    def check_resumable(self, plan: RunPlan) -> None:
+        """A resume continues the run as it was made: a one-line error naming what changed since
+        in the config (its budget, where runs go and which cluster runs it aside), a target's
+        sources or its spec. Otherwise rows and Optuna trials of the old would mix with the new
+        (a changed target's study re-ran whole, with a second baseline)."""
+        try:
+            then = yaml.safe_load(self.config.read_text())
+            now = yaml.safe_load(Path(plan.file).read_text())
+        except (OSError, yaml.YAMLError) as exc:
+            raise ConfigError(self.config, "", f"cannot be read to compare with {plan.file} ({exc})") from None
+        changed = _first_difference(then, now, ())
+        if changed is not None:
+            where, old, new = changed
+            raise ConfigError(self.config, where, f"changed since the run ({_short(old)} -> {_short(new)}) in "
+                              f"{plan.file}; a resume continues the run as it was made: restore it, or start a "
+                              f"new run")
+        meta = self.read_meta()
+        for target in plan.targets:
+            for key, now_hash, what in (("targets", target.bundle.hash, "sources"),
+                                        ("target_specs", spec_hash(target), "spec")):
+                was = meta.get(key, {}).get(target.name)
+                if was is not None and was != now_hash:
+                    raise ConfigError(self.meta, f"{key}.{target.name}", f"the {what} of target {target.name} "
+                                      f"changed since the run ({was} -> {now_hash}; {target.file}): its rows and "
+                                      f"Optuna study belong to the old; restore them, or start a new run")
+
     def read_meta(self) -> dict[str, Any]:
         try:
             data = json.loads(self.meta.read_text())
@@ -162,6 +193,35 @@ class RunDir:
         meta = self.read_meta() | fields
         self.write_meta(meta)
         return meta
+
+
+# Config fields a resume may change: the budget (a resume may extend it), where new runs go, and
+# which cluster runs the rest.
+RESUMABLE_CHANGES = frozenset({("search", "trials"), ("search", "time_budget_s"), ("output_dir",),
+                               ("cluster", "address")})
+
+
+def spec_hash(target: Any) -> str:
+    """A target spec's identity (its YAML as validated: run command, params, verification...)."""
+    return hashlib.sha256(target.spec.model_dump_json().encode()).hexdigest()[:16]
+
+
+def _first_difference(then: Any, now: Any, path: tuple[str, ...]) -> tuple[str, Any, Any] | None:
+    """The first (dotted field, old, new) where two parsed configs differ, outside RESUMABLE_CHANGES."""
+    if path in RESUMABLE_CHANGES:
+        return None
+    if isinstance(then, dict) and isinstance(now, dict):
+        for key in sorted(set(then) | set(now), key=str):
+            found = _first_difference(then.get(key), now.get(key), (*path, str(key)))
+            if found is not None:
+                return found
+        return None
+    return None if then == now else (".".join(path) or "(the whole file)", then, now)
+
+
+def _short(value: Any) -> str:
+    text = "absent" if value is None else repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
 
 
 def _make_unique(root: Path, name: str) -> Path:

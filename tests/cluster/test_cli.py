@@ -111,6 +111,43 @@ def test_a_resume_keeps_the_budget_given_on_the_first_command_line(tmp_path):
 
 
 @pytest.mark.usefixtures("ray_local")
+def test_a_resume_refuses_a_run_whose_sources_spec_or_config_changed(tmp_path):
+    """Seen: after a target's source changed, --resume re-ran its whole study (a second baseline,
+    24 rows for 12 planned) while meta.json kept the old hash."""
+    target = write_target(tmp_path / "t")
+    config = write_config(tmp_path, ["t/target.yaml"], search={"trials": 2, "sampler": "random"},
+                          measure={"final_top_k": 0})
+    assert _invoke("sweep", str(config), "--no-progress").exit_code == 0
+    run = _run_of(tmp_path / "runs")
+    rows = len(read_results(run))
+    source = tmp_path / "t" / "tiny.c"
+    original = source.read_text()
+
+    def refused(field: str, file: Path, *says: str) -> None:
+        result = _invoke("sweep", str(config), "--resume", str(run), "--no-progress")
+        assert result.exit_code == 2, result.output
+        [line] = [line for line in result.output.splitlines() if line.strip()]
+        assert line.startswith(f"error: {file}: {field}: "), line
+        assert all(s in line for s in says), line
+        assert len(read_results(run)) == rows  # nothing ran
+
+    source.write_text(original + "\n/* edited */\n")
+    refused("targets.tiny", run / "meta.json", "the sources of target tiny changed since the run", str(target))
+    source.write_text(original)
+    spec = yaml.safe_load(target.read_text())
+    target.write_text(yaml.safe_dump({**spec, "run": ["{binary}", "--other"]}))
+    refused("target_specs.tiny", run / "meta.json", "the spec of target tiny changed")
+    target.write_text(yaml.safe_dump(spec))
+    settings = yaml.safe_load(config.read_text())
+    config.write_text(yaml.safe_dump({**settings, "search": {"trials": 3, "sampler": "tpe"}}))
+    refused("search.sampler", run / "config.yaml", "changed since the run ('random' -> 'tpe')")
+    config.write_text(yaml.safe_dump({**settings, "search": {"trials": 3, "sampler": "random"}}))
+    resumed = _invoke("sweep", str(config), "--resume", str(run), "--no-progress")  # a larger budget is fine
+    assert resumed.exit_code == 0, resumed.output
+    assert (read_results(run)["phase"] == "search").sum() == 3
+
+
+@pytest.mark.usefixtures("ray_local")
 def test_ctrl_c_says_how_to_resume(tmp_path, monkeypatch):
     from cluster.engine import driver
 

@@ -258,13 +258,18 @@ def _make_uvm_node() -> None:
             subprocess.run(["nvidia-modprobe", "-u", "-c=0"], capture_output=True, timeout=30)
 
 
+PACKAGES = ("cluster", "agents", "search_spaces")  # warpfleet's top-level packages (pyproject.toml)
+
+
 def _python_homes() -> list[Path]:
     """Where this Python's interpreter and installed packages are (its installation, the virtual
-    environment, the package folders of its search path) and the folder that holds warpfleet, the
-    fewest folders that hold them all; never a working directory of the search path, nor / or
-    /tmp themselves (a command's own places are bound as they are)."""
+    environment, the package folders of its search path) and warpfleet's own packages (not the
+    checkout around them, which may hold a user's files), the fewest folders that hold them all;
+    never a working directory of the search path, nor / or /tmp themselves (a command's own places
+    are bound as they are)."""
+    source = Path(__file__).resolve().parents[2]  # a checkout's root, or site-packages
     found = [Path(os.path.realpath(sys.executable)).parents[1], Path(sys.prefix).resolve(),
-             Path(sys.base_prefix).resolve(), Path(__file__).resolve().parents[2],
+             Path(sys.base_prefix).resolve(), *(source / package for package in PACKAGES),
              *(Path(p).resolve() for p in sys.path if p and Path(p).name in ("site-packages", "dist-packages"))]
     homes: list[Path] = []
     for path in sorted(set(found), key=lambda p: len(p.parts)):

@@ -85,3 +85,21 @@ def test_a_warpfleet_under_the_private_tmp_is_bound_into_the_sandbox(tmp_path):
     result = _cli("doctor", "--no-gpu", cwd=tmp_path, env={"PYTHONPATH": str(copy)})
     assert f"ok   warpfleet: its Python, packages and harness headers are readable inside ({copy})" \
         in result.stdout, result.stdout
+
+
+@pytest.mark.skipif(not _sandbox_works(), reason="no sandbox here")
+def test_of_a_checkout_under_tmp_only_warpfleets_packages_are_bound_not_the_users_files(tmp_path):
+    copy = tmp_path / "clone"
+    for package in ("cluster", "agents", "search_spaces"):
+        shutil.copytree(REPO / package, copy / package, ignore=shutil.ignore_patterns("__pycache__"))
+    (copy / "secret.env").write_text("TOKEN=abc\n")
+    probe = ("import sys; from pathlib import Path; from cluster.config import SandboxSpec; "
+             "from cluster.runners.isolation import start_bubblewrap; from cluster.runners.sandbox import run_command; "
+             "sandbox = start_bubblewrap(SandboxSpec(pids=32, memory_mb=512)); work = Path(sys.argv[1]); "
+             "work.mkdir(); r = run_command(['sh', '-c', sys.argv[2]], work, 20, sandbox=sandbox); "
+             "print(r.stdout.strip())")
+    script = f"test -f {copy}/cluster/__init__.py && echo package; cat {copy}/secret.env 2>/dev/null || echo hidden"
+    result = subprocess.run([sys.executable, "-c", probe, str(tmp_path / "work"), script], capture_output=True,
+                            text=True, env={**os.environ, "PYTHONPATH": str(copy)}, timeout=120,
+                            cwd=tmp_path)  # not the repository's root, whose packages -c would import first
+    assert result.stdout.split() == ["package", "hidden"], result.stdout + result.stderr

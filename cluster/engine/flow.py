@@ -395,13 +395,16 @@ class StudyFlow(Flow):
         from agents.workflow.steps import Verdict, VerdictStatus
 
         job, state = result.job, self.state
-        verdict = result.value if isinstance(result.value, Verdict) else Verdict(
-            "fresh_seeds", VerdictStatus.SKIPPED, f"not run: {result.error or result.artifact.error_tail}"[:300])
-        key = job.candidate.key
-        ratio = speedup(state.results[key].median, state.baseline_median, state.goal) if key in state.results else None
         if result.failure is not None:  # it took its worker down on fresh seeds, or every worker was lost
             verdict = Verdict("fresh_seeds", VerdictStatus.FAILED, f"the re-verification did not complete: "
                                                                    f"{result.failure.value}: {result.error}"[:300])
+        elif isinstance(result.value, Verdict):
+            verdict = result.value
+        else:  # its build failed
+            verdict = Verdict("fresh_seeds", VerdictStatus.SKIPPED,
+                              f"not run: {result.error or result.artifact.error_tail}"[:300])
+        key = job.candidate.key
+        ratio = speedup(state.results[key].median, state.baseline_median, state.goal) if key in state.results else None
         self.reviews.append(verdict.status.value)
         with ResultWriter(self.ctx.run_dir, REVIEW_SCHEMA, subdir=RunDir.REVIEWS) as writer:
             writer.append_record({"run_id": self.ctx.run_id, "study": self.name, "candidate_key": key,

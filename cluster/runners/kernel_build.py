@@ -42,7 +42,7 @@ from cluster.config import Target
 from cluster.config.kernel import LaunchPlan, launch_problem
 from cluster.core.limits import Limits
 from cluster.core.types import BuildArtifact, Candidate, Status
-from cluster.runners.host import HostProcess
+from cluster.runners.host import STDERR_FILE, STDOUT_FILE, HostProcess, read_result
 from cluster.runners.isolation import node_sandbox
 from cluster.runners.sandbox import Sandbox, owned_suffix, run_command, scratch_dir, write_bundle
 from cluster.toolchains import get_toolchain
@@ -225,28 +225,14 @@ def compile_nvrtc_sandboxed(target: Target, name: str, options: list[str], scrat
         request = {"loader": "nvrtc", "source": str(workdir / target.spec.sources[0]), "name": name,
                    "options": options, "include_dir": str(workdir), "cubin": str(workdir / "wf_kernel.cubin"),
                    "result": str(workdir / "wf_kernel.json"), "cwd": str(workdir),
-                   "stdout": str(workdir / ".warpfleet.stdout"), "stderr": str(workdir / ".warpfleet.stderr")}
-        reply = host.call(request, timeout)
-        if reply.timed_out:
-            raise CompileTimeout(f"NVRTC ran past the build timeout ({timeout:g} s)")
-        if reply.error:
-            raise CompileError(reply.error)
-        log = _read_text(workdir / ".warpfleet.stderr")
-        if reply.returncode != 0:
-            if reply.host_died:
-                ended = f"exit status {reply.returncode}" if reply.returncode is not None else "ended"
-                limit = f" (its {reply.limit} limit, {reply.amount})" if reply.limit else ""
-                raise CompileError(f"the compile host died: {ended}{limit}\n{log}".strip())
-            raise CompileError(log or f"NVRTC failed (exit status {reply.returncode})")
-        result = json.loads((workdir / "wf_kernel.json").read_text())
-        return Compiled((workdir / "wf_kernel.cubin").read_bytes(), result["lowered_name"], result["log"])
-
-
-def _read_text(path: Path) -> str:
-    try:
-        return path.read_text(errors="replace")[-64 * 1024:]
-    except OSError:
-        return ""
+                   "stdout": str(workdir / STDOUT_FILE), "stderr": str(workdir / STDERR_FILE)}
+        result = read_result(workdir, host.call(request, timeout), limits)  # as a runner's host reads a run
+        if result.timed_out:
+            raise CompileTimeout(result.tail())
+        if not result.ok:
+            raise CompileError(result.tail())
+        compiled = json.loads((workdir / "wf_kernel.json").read_text())
+        return Compiled((workdir / "wf_kernel.cubin").read_bytes(), compiled["lowered_name"], compiled["log"])
 
 
 def compile_nvcc(source: str, name: str, options: list[str], workdir: Path, timeout: float,

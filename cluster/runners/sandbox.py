@@ -350,10 +350,12 @@ def scratch_dir(root: Path | None, prefix: str) -> Iterator[Path]:
 _HOST = re.sub(r"[^A-Za-z0-9_.-]", "_", socket.gethostname())[:64]
 
 
+_OWNED = re.compile(r"\.wf(\d+)@([A-Za-z0-9_.-]+)$")
+
+
 def owned_suffix() -> str:
     """The end of a scratch folder's name that says whose it is (``clean_stale_scratch`` reads it)."""
     return f".wf{os.getpid()}@{_HOST}"
-_OWNED = re.compile(r"\.wf(\d+)@([A-Za-z0-9_.-]+)$")
 
 
 def clean_stale_scratch(root: Path | None) -> int:

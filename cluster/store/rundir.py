@@ -36,7 +36,7 @@ from typing import Any, ClassVar
 
 import yaml
 
-from cluster.config import RunPlan
+from cluster.config import RunPlan, Target
 from cluster.core.errors import ConfigError
 
 _MAX_SUFFIX = 1000  # run directories of one name started in one second
@@ -201,7 +201,7 @@ RESUMABLE_CHANGES = frozenset({("search", "trials"), ("search", "time_budget_s")
                                ("cluster", "address")})
 
 
-def spec_hash(target: Any) -> str:
+def spec_hash(target: Target) -> str:
     """A target spec's identity (its YAML as validated: run command, params, verification...)."""
     return hashlib.sha256(target.spec.model_dump_json().encode()).hexdigest()[:16]
 

@@ -42,12 +42,12 @@ def log(message: str) -> None:
     print(f"[{time.strftime('%H:%M:%S')}] {message}", flush=True)
 
 
-def agent_sweep(targets: list[str], trials: int, out: Path) -> Path:
+def agent_sweep(targets: list[str], trials: int, out: Path, search_s: float | None = None) -> Path:
     plan = load_run(SUITE)
     chosen = tuple(t for t in plan.targets if not targets or t.name in targets)
     config = plan.config.model_copy(update={
         "output_dir": str(out / "runs"), "name": "suite-agents",
-        "search": plan.config.search.model_copy(update={"trials": trials}),
+        "search": plan.config.search.model_copy(update={"trials": trials, **budget(search_s)}),
         "measure": plan.config.measure.model_copy(update={"final_top_k": 2, "final_runs": 3}),
         "agents": plan.config.agents.model_copy(update={"enabled": True, "sanitizer_timeout_s": 90}),
     })
@@ -56,6 +56,12 @@ def agent_sweep(targets: list[str], trials: int, out: Path) -> Path:
     log(f"sweep with agents: {[t.name for t in chosen]}, {trials} trials each -> {run_dir.path}")
     Sweep(plan, run_dir, log=log).run(show_progress=False)
     return run_dir.path
+
+
+def budget(search_s: float | None) -> dict:
+    """The search's time budget (search.time_budget_s), where one is given: the search stops there and
+    the finals run, so that a GPU lease of fixed length holds the whole command."""
+    return {"time_budget_s": search_s} if search_s else {}
 
 
 def hand_speedups(targets: list[str], repeats: int) -> dict[str, dict]:
@@ -124,6 +130,7 @@ def main() -> None:
     parser.add_argument("--trials", type=int, default=6)
     parser.add_argument("--targets", default="", help="comma-separated suite targets (default: all)")
     parser.add_argument("--hand-repeats", type=int, default=3)
+    parser.add_argument("--search-s", type=float, help="the search's time budget (default: the trials alone)")
     parser.add_argument("--from-run", type=Path, help="no GPU work: the table of this stored run, with the "
                         "hand-optimized figures of --hand (an agents.json written before)")
     parser.add_argument("--hand", type=Path, help="with --from-run: the agents.json holding the hand figures")
@@ -137,7 +144,7 @@ def main() -> None:
         return
     targets = [t for t in args.targets.split(",") if t]
     started = time.time()
-    run = agent_sweep(targets, args.trials, args.out)
+    run = agent_sweep(targets, args.trials, args.out, args.search_s)
     import ray
 
     ray.shutdown()  # the GPU to the hand-optimized measurements alone

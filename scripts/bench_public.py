@@ -26,7 +26,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(REPO), str(REPO / "scripts")]
 
-from bench_agents import log, table  # noqa: E402
+from bench_agents import budget, log, table  # noqa: E402
 from bench_suite import noise  # noqa: E402
 
 from cluster.config import RunPlan, load_run, load_target  # noqa: E402
@@ -81,12 +81,13 @@ def smoke(out: Path) -> None:
     log(f"{len(records) - len(failed)} of {len(records)} ran and verified" + (f"; failed: {failed}" if failed else ""))
 
 
-def public_sweep(targets: list[str], trials: int, agents: bool, out: Path) -> Path:
+def public_sweep(targets: list[str], trials: int, agents: bool, out: Path,
+                 search_s: float | None = None) -> Path:
     plan = load_run(PUBLIC)
     chosen = tuple(t for t in plan.targets if not targets or t.name in targets)
     config = plan.config.model_copy(update={
         "output_dir": str(out / "runs"), "name": "public-agents" if agents else "public",
-        "search": plan.config.search.model_copy(update={"trials": trials}),
+        "search": plan.config.search.model_copy(update={"trials": trials, **budget(search_s)}),
         "agents": plan.config.agents.model_copy(update={"enabled": agents, "sanitizer_timeout_s": 300}),
     })
     plan = RunPlan(config, plan.file, chosen)
@@ -124,6 +125,7 @@ def main() -> None:
     parser.add_argument("--targets", default="", help="comma-separated public targets (default: all)")
     parser.add_argument("--no-agents", action="store_true", help="flags and params only")
     parser.add_argument("--hand-repeats", type=int, default=3)
+    parser.add_argument("--search-s", type=float, help="the search's time budget (default: the trials alone)")
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     if args.smoke:
@@ -131,7 +133,7 @@ def main() -> None:
         return
     started = time.time()
     targets = [t for t in args.targets.split(",") if t]
-    run = public_sweep(targets, args.trials, not args.no_agents, args.out)
+    run = public_sweep(targets, args.trials, not args.no_agents, args.out, args.search_s)
     import ray
 
     ray.shutdown()  # the GPU to the hand-optimized measurements alone

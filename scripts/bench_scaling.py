@@ -1,14 +1,21 @@
-"""Scaling on the GPUs of one host (issue 9): the same sweep on 1, 2, 4 (, 8) GPUs, each in a fresh
-process that sees only the first N cards (CUDA_VISIBLE_DEVICES) and starts its own local Ray.
+"""Scaling on the GPUs of one host (issues 9 and 13): the same sweep on 1, 2, 4 (, 8) GPUs, each in a
+fresh process that sees only the first N cards (CUDA_VISIBLE_DEVICES) and starts its own local Ray.
 
-    python scripts/bench_scaling.py CONFIG --counts 1,2,4 --trials 8 --out DIR [--cpu]
+    python scripts/bench_scaling.py CONFIG --counts 4,2,1 --trials 30 --out DIR
+        [--search-s 1:200,2:110,4:70] [--child-timeout-s 1:300,...] [--cpu]
 
-Per count: wall time, search candidates per minute, scaling efficiency against one GPU
-((rate_N / rate_1) / N), the time until the run's final winner was first measured, whether that
-winner is the one-GPU run's, each measuring worker's busy fraction (the time it spent running
-candidates over the wall time), and the compile slots the driver used. ``--cpu`` scales CPU
-measuring workers instead (for trying it on a machine without a GPU). DIR/scaling.json holds
-every figure, DIR/scaling.md the table.
+Per count: wall time, search candidates per minute (over the sweep's wall time, and over the search
+alone: from the first search candidate's start to the last one's end), scaling efficiency against
+the smallest count ((rate_N / rate_1) / N), the time to the first search candidate, the time until
+each target's final winner was first measured, whether the winners are the smallest count's, each
+measuring worker's busy fraction (its rows' run and verify time over the time from the first job's
+start to the last job's end: "after Ray is up"), and per row the medians of the steps the rows
+record (queued for a worker, run, verify, compile, a row's time on its worker). ``--search-s``
+gives each count a search time budget (the config's ``search.time_budget_s``: the search stops
+there, then the finals run), so that a slow count cannot outrun the command; ``--child-timeout-s``
+kills a count's process past it, and its figures are then taken from the rows it had written.
+``--cpu`` scales CPU measuring workers instead (for trying it on a machine without a GPU).
+DIR/scaling.json holds every figure, DIR/scaling.md the table, DIR/count-N.log each sweep's log.
 """
 
 from __future__ import annotations
@@ -16,6 +23,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -25,19 +33,26 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 
-def child(config: str, count: int, trials: int, out: Path, cpu: bool) -> dict:
-    """One sweep with ``count`` measuring workers; runs in its own process."""
-    import pandas as pd
+def per_count(text: str) -> dict[int, float]:
+    """``"1:200,2:110"`` -> {1: 200.0, 2: 110.0}."""
+    out = {}
+    for item in text.split(","):
+        if item.strip():
+            count, value = item.split(":")
+            out[int(count)] = float(value)
+    return out
 
+
+def child(config: str, count: int, trials: int, out: Path, cpu: bool, search_s: float | None) -> dict:
+    """One sweep with ``count`` measuring workers; runs in its own process."""
     from cluster.config import RunPlan, load_run
     from cluster.engine.driver import Sweep
-    from cluster.outputs.select import select_best
-    from cluster.store.results import read_results
     from cluster.store.rundir import RunDir
 
     plan = load_run(config)
+    search = {"trials": trials, **({"time_budget_s": search_s} if search_s else {})}
     update = {"output_dir": str(out / f"runs-{count}"),
-              "search": plan.config.search.model_copy(update={"trials": trials}),
+              "search": plan.config.search.model_copy(update=search),
               "measure": plan.config.measure.model_copy(update={"final_top_k": 1, "final_runs": 2}),
               "profile": plan.config.profile.model_copy(update={"candidates": "none"})}
     if cpu:
@@ -45,44 +60,143 @@ def child(config: str, count: int, trials: int, out: Path, cpu: bool) -> dict:
     plan = RunPlan(plan.config.model_copy(update=update), plan.file, plan.targets)
     run_dir = RunDir.create(plan)
     started = time.time()
-    summary = Sweep(plan, run_dir, log=lambda m: None).run(show_progress=False)
+    (out / f"count-{count}.started.json").write_text(json.dumps({"run_dir": str(run_dir.path), "started": started}))
+    log_file = (out / f"count-{count}.log").open("a")
+
+    def log(message: str) -> None:
+        log_file.write(f"[{time.strftime('%H:%M:%S')}] {message}\n")
+        log_file.flush()
+
+    try:
+        summary = Sweep(plan, run_dir, log=log).run(show_progress=False)
+    except Exception as exc:
+        log(f"the sweep failed: {type(exc).__name__}: {exc}")
+        raise
     wall = time.time() - started
     import ray
 
     compile_slots = plan.config.cluster.compile_workers or int(ray.cluster_resources().get("CPU", 1))
-    rows = read_results(run_dir.path)
+    return figures(run_dir.path, count, started, wall, compile_slots, rows_written=summary.evaluated)
+
+
+def figures(run_dir: Path, count: int, started: float, wall: float, compile_slots: int | None,
+            rows_written: int | None = None, finished: bool = True) -> dict:
+    """Every figure of one count, from its run directory's rows (also for a count that was killed)."""
+    import pandas as pd
+
+    from cluster.outputs.select import select_best
+    from cluster.store.results import read_results
+
+    rows = read_results(run_dir)
+    stamp = {c: pd.to_datetime(rows[c], utc=True).map(lambda t: t.timestamp() if not pd.isna(t) else None)
+             for c in ("started_at", "finished_at")}
+    rows = rows.assign(t_start=stamp["started_at"], t_end=stamp["finished_at"])
     search = rows[rows["phase"] == "search"]
+    timed = rows[rows["t_start"].notna() & rows["t_end"].notna()]
     busy = {}
-    for worker, group in rows[rows["worker_id"].notna()].groupby("worker_id"):
-        busy[str(worker)] = float(group["run_s"].fillna(0).sum() + group["verify_s"].fillna(0).sum()) / wall
+    if len(timed):
+        first, last = timed["t_start"].min(), timed["t_end"].max()
+        for worker, group in timed[timed["worker_id"].notna()].groupby("worker_id"):
+            work = float(group["run_s"].fillna(0).sum() + group["verify_s"].fillna(0).sum())
+            busy[str(worker)] = work / max(last - first, 1e-9)
+    searched = search[search["t_start"].notna() & search["t_end"].notna()]
+    search_span = float(searched["t_end"].max() - searched["t_start"].min()) if len(searched) else None
     winners = {}
-    for best in select_best(rows):
-        mine = rows[(rows["candidate_key"] == best.candidate_key) & rows["finished_at"].notna()]
-        first = pd.Timestamp(mine["finished_at"].min()).timestamp() if len(mine) else None
+    for best in select_best(rows) if finished else []:
+        mine = rows[(rows["candidate_key"] == best.candidate_key) & rows["t_end"].notna()]
+        first_seen = mine["t_end"].min() if len(mine) else None
         winners[best.target] = {"key": best.candidate_key, "speedup": best.speedup, "median": best.median,
                                 "config": " ".join([*best.flag_argv, *best.defines]),
-                                "found_after_s": first - started if first else None}
-    return {"count": count, "wall_s": wall, "search_candidates": len(search),
-            "rate_per_min": 60 * len(search) / wall, "busy": busy, "compile_slots": compile_slots,
-            "winners": winners, "statuses": rows["status"].value_counts().to_dict(), "run_dir": str(run_dir.path),
-            "rows": summary.evaluated}
+                                "found_after_s": first_seen - started if first_seen else None}
+
+    def median(series: pd.Series) -> float | None:
+        series = series.dropna()
+        return float(series.median()) if len(series) else None
+
+    steps = {"queue_s": median(search["queue_s"]), "run_s": median(search["run_s"]),
+             "verify_s": median(search["verify_s"]), "compile_s": median(search["compile_s"]),
+             "row_on_worker_s": median(searched["t_end"] - searched["t_start"])}
+    return {"count": count, "wall_s": wall, "finished": finished, "search_candidates": len(search),
+            "rate_per_min": 60 * len(search) / wall,
+            "search_rate_per_min": 60 * len(searched) / search_span if search_span else None,
+            "first_search_after_s": float(searched["t_end"].min() - started) if len(searched) else None,
+            "busy": busy, "steps_median": steps, "compile_slots": compile_slots, "winners": winners,
+            "statuses": rows["status"].value_counts().to_dict(), "run_dir": str(run_dir),
+            "rows": rows_written if rows_written is not None else len(rows)}
 
 
 def table(results: list[dict]) -> str:
-    one = results[0]
-    lines = ["| GPUs | wall (s) | candidates/min | efficiency vs 1 | same winners as 1 | winner found after (s, "
-             "median over targets) | busy per worker | compile slots |", "|---|---|---|---|---|---|---|---|"]
-    for r in results:
-        efficiency = (r["rate_per_min"] / one["rate_per_min"]) / (r["count"] / one["count"])
-        same = sum(r["winners"].get(t, {}).get("key") == w["key"] for t, w in one["winners"].items())
+    base = min(results, key=lambda r: r["count"])
+    lines = ["| GPUs | wall (s) | search candidates | candidates/min (wall) | candidates/min (search) | "
+             "efficiency vs " + str(base["count"]) + " (wall, search) | same winners | first search candidate (s) | "
+             "winner found after (s, median) | busy per worker | per row: queued, run, verify, on worker (s) |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
+    for r in sorted(results, key=lambda r: r["count"]):
+        scale = r["count"] / base["count"]
+        eff = (r["rate_per_min"] / base["rate_per_min"]) / scale if base["rate_per_min"] else None
+        search_eff = ((r["search_rate_per_min"] / base["search_rate_per_min"]) / scale
+                      if r["search_rate_per_min"] and base["search_rate_per_min"] else None)
+        same = sum(r["winners"].get(t, {}).get("key") == w["key"] for t, w in base["winners"].items())
         found = sorted(w["found_after_s"] for w in r["winners"].values() if w["found_after_s"] is not None)
-        median = found[len(found) // 2] if found else None
         busy = ", ".join(f"{v:.0%}" for _, v in sorted(r["busy"].items()))
-        lines.append(f"| {r['count']} | {r['wall_s']:.0f} | {r['rate_per_min']:.1f} | {efficiency:.0%} | "
-                     f"{same}/{len(one['winners'])} | {median:.0f} | {busy} | {r['compile_slots']} |"
-                     if median is not None else f"| {r['count']} | {r['wall_s']:.0f} | {r['rate_per_min']:.1f} | "
-                     f"{efficiency:.0%} | {same}/{len(one['winners'])} | - | {busy} | {r['compile_slots']} |")
+        steps = r["steps_median"]
+        cells = [str(r["count"]) + ("" if r["finished"] else " (killed)"), f"{r['wall_s']:.0f}",
+                 str(r["search_candidates"]), f"{r['rate_per_min']:.1f}", _num(r["search_rate_per_min"], "{:.1f}"),
+                 f"{_num(eff, '{:.0%}')}, {_num(search_eff, '{:.0%}')}", f"{same}/{len(base['winners'])}",
+                 _num(r["first_search_after_s"], "{:.0f}"), _num(found[len(found) // 2] if found else None, "{:.0f}"),
+                 busy, ", ".join(_num(steps[k], "{:.2f}") for k in ("queue_s", "run_s", "verify_s",
+                                                                    "row_on_worker_s"))]
+        lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
+
+
+def _num(value: float | None, spec: str) -> str:
+    return "-" if value is None else spec.format(value)
+
+
+def run_count(args: argparse.Namespace, count: int) -> dict | None:
+    env = dict(os.environ)
+    if not args.cpu:
+        env["CUDA_VISIBLE_DEVICES"] = ",".join(str(i) for i in range(count))
+    env.pop("RAY_ADDRESS", None)
+    print(f"[{time.strftime('%H:%M:%S')}] {count} workers", flush=True)
+    search_s = per_count(args.search_s).get(count)
+    argv = [sys.executable, __file__, args.config, "--child", str(count), "--trials", str(args.trials),
+            "--out", str(args.out), *(["--cpu"] if args.cpu else []),
+            *(["--search-s", f"{count}:{search_s}"] if search_s else [])]
+    timeout = per_count(args.child_timeout_s).get(count)
+    proc = subprocess.Popen(argv, env=env, start_new_session=True)
+    killed = False
+    try:
+        proc.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        killed = True
+        print(f"  {count} workers: past {timeout:.0f} s, stopped; figures from the rows written", flush=True)
+        os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    path = args.out / f"count-{count}.json"
+    if proc.returncode == 0 and path.exists():
+        return json.loads(path.read_text())
+    started_file = args.out / f"count-{count}.started.json"
+    if not killed or not started_file.exists():
+        print(f"  {count} workers: failed (exit {proc.returncode}; its log: {args.out}/count-{count}.log)", flush=True)
+        return None
+    info = json.loads(started_file.read_text())
+    try:
+        result = figures(Path(info["run_dir"]), count, info["started"], time.time() - info["started"], None,
+                         finished=False)
+    except Exception as exc:  # no rows yet, or unreadable: the count is lost, the others stand
+        print(f"  {count} workers: no figures ({type(exc).__name__}: {exc})", flush=True)
+        return None
+    if not result["search_candidates"]:
+        print(f"  {count} workers: stopped before its first search candidate", flush=True)
+        return None
+    path.write_text(json.dumps(result, indent=1, default=str))
+    return result
 
 
 def main() -> None:
@@ -91,33 +205,28 @@ def main() -> None:
     parser.add_argument("--counts", default="1,2,4")
     parser.add_argument("--trials", type=int, default=8)
     parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--search-s", default="", help="search time budget per count, e.g. 1:200,2:110,4:70")
+    parser.add_argument("--child-timeout-s", default="", help="kill a count's process past this, e.g. 1:300")
     parser.add_argument("--cpu", action="store_true", help="scale CPU measuring workers (no GPU needed)")
     parser.add_argument("--child", type=int, help=argparse.SUPPRESS)
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     if args.child is not None:
-        result = child(args.config, args.child, args.trials, args.out, args.cpu)
+        result = child(args.config, args.child, args.trials, args.out, args.cpu,
+                       per_count(args.search_s).get(args.child))
         (args.out / f"count-{args.child}.json").write_text(json.dumps(result, indent=1, default=str))
         return
     results = []
     for count in [int(c) for c in args.counts.split(",") if c]:
-        env = dict(os.environ)
-        if not args.cpu:
-            env["CUDA_VISIBLE_DEVICES"] = ",".join(str(i) for i in range(count))
-        env.pop("RAY_ADDRESS", None)
-        print(f"[{time.strftime('%H:%M:%S')}] {count} workers", flush=True)
-        done = subprocess.run([sys.executable, __file__, args.config, "--child", str(count), "--trials",
-                               str(args.trials), "--out", str(args.out), *(["--cpu"] if args.cpu else [])],
-                              env=env, check=False)
-        path = args.out / f"count-{count}.json"
-        if done.returncode != 0 or not path.exists():
-            print(f"{count} workers: failed (exit {done.returncode})", flush=True)
-            break
-        results.append(json.loads(path.read_text()))
-        print(f"  {results[-1]['wall_s']:.0f} s, {results[-1]['rate_per_min']:.1f} candidates/min", flush=True)
+        result = run_count(args, count)
+        if result is None:
+            continue
+        results.append(result)
+        print(f"  {result['wall_s']:.0f} s, {result['search_candidates']} search candidates, "
+              f"{result['rate_per_min']:.1f}/min", flush=True)
+        (args.out / "scaling.json").write_text(json.dumps(results, indent=1, default=str))  # after every count
     if results:
         text = table(results)
-        (args.out / "scaling.json").write_text(json.dumps(results, indent=1, default=str))
         (args.out / "scaling.md").write_text(text)
         print(text)
 

@@ -14,7 +14,11 @@ What Kernel Tuner 1.5.0 does, as read in its source and checked here:
   its call (``parallel_mode_repaired``); the runs record how many workers each call really used.
 - Each configuration is compiled (NVRTC, through CuPy) and measured in the process or actor that owns
   the GPU: compile and measurement take turns. ``CUPY_CACHE_IN_MEMORY=1`` keeps CuPy's on-disk kernel
-  cache out of it, so every run compiles cold, as warpfleet does.
+  cache out of it, and CuPy's memo of every module it compiled in this process (``_get_raw_module`` is
+  memoized per device) is cleared before each run (``cupy.clear_memo``), so every run compiles cold,
+  as warpfleet's does (its compile cache is emptied before each of its runs: lanes.py). Until
+  2026-11-26 the memo was kept: a run after the first of a kernel found the modules that earlier
+  runs had compiled, and its configurations per minute counted compiles it never made.
 - A configuration whose output fails ``verify`` raises and ends the tuning run (recorded as an error).
 - The sequential runner counts a configuration served from its cache (one the strategy asked for
   again) against ``max_fevals``: the genetic algorithm, which revisits configurations, evaluates
@@ -95,6 +99,7 @@ class KernelTunerRuns:
         options = {**options, "max_fevals": max_evals, "time_limit": time_limit_s}
         random.seed(seed)
         np.random.seed(seed)
+        forget_compiled()
         parallel = gpus > 1
         t0 = time.time()
         try:
@@ -107,6 +112,14 @@ class KernelTunerRuns:
                              workers_requested=gpus), strategy
         wall = time.time() - t0
         return trace(space, results, env, t0, wall, gpus), strategy
+
+
+def forget_compiled() -> None:
+    """Cold compiles for the next run: CuPy keeps every RawModule it compiled (per device, in
+    memory) for the life of the process, and Kernel Tuner's CuPy backend makes one per configuration."""
+    import cupy
+
+    cupy.clear_memo()
 
 
 @contextlib.contextmanager

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import sys
 import time
@@ -61,6 +62,16 @@ class LaneSpec:
     gpus: int
     blocks: list[dict[str, Any]]
     settings: dict[str, Any]
+
+
+def forget_compiled_kernels() -> None:
+    """Cold compiles for the next warpfleet run, as Kernel Tuner's get (kt_run.forget_compiled): the
+    kernel targets' compile cache (keyed by content, kept under the scratch root the workers share
+    with this process) would otherwise serve every configuration an earlier run compiled."""
+    from cluster.config.env import scratch_root
+    from cluster.runners.kernel_build import cache_dir
+
+    shutil.rmtree(cache_dir(scratch_root()), ignore_errors=True)
 
 
 class Lane:
@@ -195,6 +206,7 @@ class Lane:
             target = write_wf_kernel_target(space, self.work / "kernel-targets" / space.name, s.wf_min_time)
         else:
             target = write_wf_target(space, self.work / "targets" / space.name, s.wf_harness_args)
+        forget_compiled_kernels()
         if s.dry_run:
             return rehearsal.wf_run(space, target, block.strategy, block.seed, s.max_evals, block.gpus)
         self._ray(block.gpus)

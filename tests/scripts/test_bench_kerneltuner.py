@@ -274,6 +274,23 @@ def test_lane_skips_the_blocks_it_cannot_finish_by_its_deadline(tmp_path: Path) 
     assert (tmp_path / "logs" / "late.log").is_file()
 
 
+def test_each_warpfleet_run_compiles_cold(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The kernel targets' compile cache is emptied before each warpfleet run of a lane, as CuPy's memo
+    is before each Kernel Tuner run: neither tool's configurations per minute count compiles an
+    earlier run made."""
+    from cluster.runners.kernel_build import cache_dir
+
+    monkeypatch.setenv("WARPFLEET_SCRATCH", str(tmp_path / "scratch"))
+    cached = cache_dir(tmp_path / "scratch") / "an-entry.json"
+    cached.parent.mkdir(parents=True)
+    cached.write_text("{}")
+    spec = LaneSpec("cold", str(tmp_path / "out"), str(tmp_path / "work"), time.time() + 600, 1, [],
+                    {"dry_run": True, "wf_kind": "kernel", "max_evals": 4})
+    result = Lane(spec)._warpfleet(Block("run", "reduction", "warpfleet", "random", 0), KERNEL_SPACES["reduction"])
+    assert not result.error and result.unique_evaluations >= 1
+    assert not cached.parent.exists()
+
+
 def test_plan_puts_whole_seeds_first_then_the_repeats() -> None:
     sys.path.insert(0, str(SCRIPT.parent))
     import bench_kerneltuner as bench
@@ -584,7 +601,12 @@ import types
 import numpy as np
 
 LAUNCHES = []
+MEMO_CLEARED = []  # one entry per cupy.clear_memo(): a run that forgets the modules compiled before it
 int32 = np.int32
+
+
+def clear_memo():
+    MEMO_CLEARED.append(len(LAUNCHES))
 
 
 class ndarray(np.ndarray):  # device arrays
@@ -703,11 +725,14 @@ def test_kernel_tuners_cupy_path_on_a_stand_in_for_cupy(space: KernelSpace, tmp_
     constant memory, the trace with Kernel Tuner's timestamps), with CuPy replaced: every launch has
     the geometry of the space definition for the configuration Kernel Tuner compiled."""
     pytest.importorskip("kernel_tuner")
-    launches = _use_fake_cupy(tmp_path, monkeypatch).LAUNCHES
+    cupy = _use_fake_cupy(tmp_path, monkeypatch)
+    launches = cupy.LAUNCHES
     from scripts.kt_compare.kt_run import KernelTunerRuns
 
     runs = KernelTunerRuns()
-    for kind in ("best", "random"):
+    runs.prepare(space)  # the answer, once per kernel: not part of a run
+    for number, kind in enumerate(("best", "random")):
+        before = len(launches)
         result, strategy = runs.run(space, kind, "genetic_algorithm", seed=2, max_evals=6, time_limit_s=60.0, gpus=1)
         assert not result.error, result.error
         assert strategy == ("genetic_algorithm" if kind == "best" else "random_sample")
@@ -716,7 +741,8 @@ def test_kernel_tuners_cupy_path_on_a_stand_in_for_cupy(space: KernelSpace, tmp_
         assert all(t is not None and 0 <= t <= result.wall_s + 1 for t in times) and times == sorted(times)
         assert result.winner_key in {e.key for e in result.evaluations} and result.winner_tool_ms == 0.25
         assert (result.workers_requested, result.workers_used) == (1, 1)
-    assert launches
+        assert cupy.MEMO_CLEARED[number] == before  # compiles cold: the memo forgotten before the run's first
+    assert launches and len(cupy.MEMO_CLEARED) == 2
     for defines, grid, block in launches:
         config = {name: int(defines[name]) for name in space.names}
         assert space.satisfies(config)

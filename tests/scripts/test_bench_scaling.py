@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 from tests.conftest import REPO
 
@@ -20,5 +21,16 @@ def test_one_worker_count_end_to_end(tmp_path):
     assert result["rate_per_min"] == 60 * 3 / result["wall_s"]
     assert list(result["winners"]) == ["stencil_c"] and result["winners"]["stencil_c"]["found_after_s"] >= 0
     assert len(result["busy"]) == 1 and 0 < next(iter(result["busy"].values())) < 1
+    assert 0 < result["first_search_after_s"] < result["wall_s"] and result["search_rate_per_min"] > 0
+    steps = result["steps_median"]
+    assert steps["run_s"] > 0 and steps["row_on_worker_s"] >= steps["run_s"]
+    assert (tmp_path / "count-1.log").read_text().strip()  # the sweep's own log, line by line
     row = (tmp_path / "scaling.md").read_text().splitlines()[2]
-    assert row.startswith("| 1 |") and "| 100% | 1/1 |" in row
+    assert row.startswith("| 1 | ") and "| 100%, 100% | 1/1 |" in row
+    # A count that was stopped is read from the rows it wrote: the same figures, no winner picked.
+    sys.path.insert(0, str(REPO / "scripts"))
+    import bench_scaling
+
+    killed = bench_scaling.figures(Path(result["run_dir"]), 1, 0.0, 100.0, None, finished=False)
+    assert killed["search_candidates"] == 3 and killed["winners"] == {} and not killed["finished"]
+    assert bench_scaling.per_count("1:200, 4:70") == {1: 200.0, 4: 70.0}

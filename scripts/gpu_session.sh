@@ -1,0 +1,102 @@
+#!/usr/bin/env bash
+# The GPU measurements of issues 13-16, in the calls a lease of fixed length allows. From the
+# repository root, on a GPU machine whose Python has warpfleet's dependencies (or with them unpacked
+# by WF_SITE_TAR, a tar.xz of site-packages, and bubblewrap by WF_BWRAP_DEB, a Debian package):
+#
+#   scripts/gpu_session.sh single OUT    one GPU: doctor, the GPU tests (the attacks with CUDA targets, the
+#                                        kernel runner's cheat checks, the persistent runner), the sandbox's
+#                                        cost with a CUDA program, the suite with the agents on (bench_agents.py)
+#   scripts/gpu_session.sh public OUT    one GPU: the public suite with the agents on (bench_public.py), then
+#                                        the agents' GPU tests (Streamify, vectorize, the sanitizer)
+#   scripts/gpu_session.sh scaling OUT   every GPU of the host: a suite sweep of flags and params on 4, 2
+#                                        and 1 GPUs (bench_scaling.py), then the driver on a simulated fleet
+#                                        of 64 workers on this host's cores (bench_sim.py)
+#   scripts/gpu_session.sh kernels OUT   every GPU: Kernel Tuner against warpfleet's kernel targets on 1 and
+#                                        4 (or 2) GPUs (bench_kerneltuner.py), the kernel runner's fixed cost
+#
+# Each step runs under its own time limit (STEP_SCALE multiplies them), its output in OUT/logs/STEP.log
+# and a line in OUT/steps.tsv (step, exit status, seconds); a step that fails or runs out of time does
+# not stop the next. At the end OUT/logs and the small results are packed into OUT/<session>.tar.gz
+# (a device lease returns few files).
+set -uo pipefail
+cd "$(dirname "$0")/.."
+session=${1:?single, public, scaling or kernels}
+OUT=$(mkdir -p "${2:?OUT}" && cd "$2" && pwd)
+mkdir -p "$OUT/logs"
+scale=${STEP_SCALE:-1}
+T0=$(date +%s)
+
+if [ -n "${WF_SITE_TAR:-}" ] && [ ! -d /opt/wfsite/ray ]; then
+  mkdir -p /opt/wfsite && tar -xJf "$WF_SITE_TAR" -C /opt/wfsite
+fi
+if [ -n "${WF_SITE_TAR:-}" ]; then export PYTHONPATH="/opt/wfsite:$PWD"; else export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"; fi
+if [ -n "${WF_BWRAP_DEB:-}" ] && ! command -v bwrap >/dev/null; then
+  [ -x /opt/bw/usr/bin/bwrap ] || dpkg -x "$WF_BWRAP_DEB" /opt/bw
+  export PATH="/opt/bw/usr/bin:$PATH"
+fi
+export PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0
+PY=${PYTHON:-python3}
+ngpu=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU' || true)
+
+step() {  # step NAME SECONDS COMMAND...
+  local name=$1 limit=$2; shift 2
+  limit=$(awk -v l="$limit" -v s="$scale" 'BEGIN { printf "%d", l * s }')
+  local start; start=$(date +%s)
+  echo "[$(date +%T)] $name (at most ${limit} s): $*" | tee -a "$OUT/steps.log"
+  timeout -k 15 "$limit" "$@" >"$OUT/logs/$name.log" 2>&1
+  local rc=$?
+  local took=$(( $(date +%s) - start ))
+  printf '%s\t%s\t%s\n' "$name" "$rc" "$took" >>"$OUT/steps.tsv"
+  echo "[$(date +%T)] $name: exit $rc in ${took} s; last lines:" | tee -a "$OUT/steps.log"
+  tail -n 4 "$OUT/logs/$name.log" | cut -c1-300 | tee -a "$OUT/steps.log"
+}
+
+machine() {
+  { date -u +%FT%TZ; nvidia-smi --query-gpu=index,name,memory.total,driver_version --format=csv;
+    nproc; "$PY" --version; nvcc --version | tail -1; } >"$OUT/logs/machine.txt" 2>&1
+}
+
+pack() {  # pack NAME PATH... : one tar of the logs and the named results (run directories without their outputs)
+  local name=$1; shift
+  tar -czf "$OUT/$name.tar.gz" --exclude='references' --exclude='*.bin' --exclude='variant_sources' \
+    -C "$OUT" logs steps.tsv steps.log "$@" 2>/dev/null
+  echo "packed $OUT/$name.tar.gz ($(du -h "$OUT/$name.tar.gz" | cut -f1)) after $(( $(date +%s) - T0 )) s"
+}
+
+case "$session" in
+  single)
+    machine
+    step doctor 60 "$PY" -m cluster.cli doctor --gpu
+    step gpu_tests 200 "$PY" -m pytest -q -p no:cacheprovider -m gpu tests/cluster/engine/test_attacks.py \
+      tests/cluster/runners/test_kernel_gpu.py tests/cluster/runners/test_persistent.py
+    step sandbox 75 "$PY" scripts/bench_sandbox.py --repeat 40 --cuda --json "$OUT/bench_sandbox.json"
+    left=$(( 545 - ( $(date +%s) - T0 ) ))
+    step agents $(( left > 90 ? left : 90 )) "$PY" scripts/bench_agents.py --out "$OUT/agents" --trials 8 \
+      --hand-repeats 2 --search-s $(( left > 250 ? left - 190 : 60 ))
+    pack single bench_sandbox.json agents ;;
+  public)
+    machine
+    step public 360 "$PY" scripts/bench_public.py --out "$OUT/public" --trials 8 --hand-repeats 2 --search-s 110
+    left=$(( 465 - ( $(date +%s) - T0 ) ))
+    step gpu_tests_agents $(( left > 30 ? left : 30 )) "$PY" -m pytest -q -p no:cacheprovider -m gpu \
+      tests/agents/test_streamify_gpu.py tests/agents/test_vectorize.py tests/cluster/engine/test_gpu_agents.py
+    pack public public ;;
+  scaling)
+    machine
+    counts=4,2,1; [ "$ngpu" -ge 4 ] || counts=2,1
+    step scaling 450 "$PY" scripts/bench_scaling.py configs/suite.yaml --counts "$counts" --trials 30 \
+      --out "$OUT/scaling" --search-s 4:50,2:80,1:140 --child-timeout-s 4:100,2:140,1:200
+    step sim 50 "$PY" scripts/bench_sim.py --workers 64 --run-s 1.0 --candidates-per-worker 15 --sampler random \
+      --out "$OUT/sim"
+    pack scaling scaling/scaling.json scaling/scaling.md scaling/count-4.log scaling/count-2.log \
+      scaling/count-1.log scaling/runs-4 scaling/runs-2 scaling/runs-1 sim ;;
+  kernels)
+    machine
+    gpus=4; [ "$ngpu" -ge 4 ] || gpus=2
+    step kt_compare 340 "$PY" scripts/bench_kerneltuner.py --out "$OUT/kt" --gpus "$gpus" --wf-kind kernel \
+      --budget-s 320 --seeds 2 --repeats 3 --max-evals 40 --wf-compile-workers 8
+    step kernel_fixed 40 "$PY" scripts/bench_runners.py configs/kernels.yaml --repeats 5 --out "$OUT/kernel_fixed"
+    pack kernels kt/report.md kt/summary.parquet kt/meta.json kt/raw kt/logs kernel_fixed ;;
+  *)
+    sed -n 2,20p "$0"; exit 2 ;;
+esac

@@ -3,6 +3,7 @@ measurements (tests/cluster/outputs/fake_runs.py) for what a CPU cannot make."""
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 import subprocess
@@ -53,6 +54,9 @@ def _signed_target(folder: Path, **fields) -> Path:
 
 
 def _invoke(*args: str):
+    # An earlier sweep's measuring actors live on until the cycle collector frees their handles, and
+    # on the tests' 2-CPU Ray they leave this sweep no CPU to compile on: a resume waited ~15 s.
+    gc.collect()
     return CliRunner().invoke(main, list(args))
 
 

@@ -47,6 +47,10 @@ class _OneLineErrors(click.Group):
             sys.exit(130)
 
 
+ACCEPT_CHANGES_HELP = ("With --resume: a target whose sources or spec changed since the run gets a new study "
+                       "(its old rows stay, no longer counted), and targets added to the config get theirs.")
+
+
 @click.group(cls=_OneLineErrors)
 @click.version_option(package_name="warpfleet")
 def main() -> None:
@@ -57,6 +61,7 @@ def main() -> None:
 @click.argument("config", type=click.Path(dir_okay=False))
 @click.option("--address", help="Ray cluster to join (auto, HOST:PORT, ray://...); default: a local instance.")
 @click.option("--resume", "resume", type=click.Path(file_okay=False), help="Continue this run directory.")
+@click.option("--accept-changes", is_flag=True, help=ACCEPT_CHANGES_HELP)
 @click.option("--trials", type=click.IntRange(min=1, max=MAX_TRIALS),
               help="Evaluated candidates per study (overrides the config; a resume keeps it).")
 @click.option("--time-budget", type=click.FloatRange(min=0, min_open=True),
@@ -66,7 +71,7 @@ def main() -> None:
 @click.option("--unsandboxed", is_flag=True,
               help="Run candidates without the sandbox where it cannot start (recorded in meta.json).")
 @_one_line_errors
-def sweep(config: str, address: str | None, resume: str | None, trials: int | None,
+def sweep(config: str, address: str | None, resume: str | None, accept_changes: bool, trials: int | None,
           time_budget: float | None, output_dir: str | None, progress: bool | None, unsandboxed: bool) -> None:
     """Sweep the targets of CONFIG, then print the best configurations."""
     from cluster.engine.driver import Sweep
@@ -74,11 +79,13 @@ def sweep(config: str, address: str | None, resume: str | None, trials: int | No
     from cluster.store.check import check_tables
     from cluster.store.rundir import RunDir
 
+    _accept_needs_resume(accept_changes, resume)
     plan = load_run(config)
     budget = {k: v for k, v in {"trials": trials, "time_budget_s": time_budget}.items() if v is not None}
     existing = RunDir.open(resume) if resume else None
+    changed: list[str] = []
     if existing is not None:  # the budget given on the first command line holds unless given again
-        existing.check_resumable(plan)
+        changed = existing.check_resumable(plan, accept_changes)
         budget = {**existing.read_meta().get(COMMAND_LINE, {}), **budget}
         check_tables(existing.path)  # a damaged part is one line now, before Ray and workers start
     plan = _override(plan, budget, output_dir)
@@ -87,6 +94,8 @@ def sweep(config: str, address: str | None, resume: str | None, trials: int | No
     run_dir = existing or RunDir.create(plan, meta={COMMAND_LINE: budget})
     if existing is not None and budget:
         run_dir.update_meta(**{COMMAND_LINE: budget})
+    if accept_changes:
+        _start_new_studies(run_dir, plan, changed)
     _record_sandbox(run_dir, policy)
     click.echo(f"run directory: {run_dir.path}", err=True)
     show_progress = sys.stderr.isatty() if progress is None else progress
@@ -100,6 +109,18 @@ def sweep(config: str, address: str | None, resume: str | None, trials: int | No
 
 
 COMMAND_LINE = "command_line"  # meta.json: the budget given on the command line, for a resume
+
+
+def _accept_needs_resume(accept_changes: bool, resume: str | None) -> None:
+    if accept_changes and not resume:
+        raise click.UsageError("--accept-changes is for --resume RUN only", click.get_current_context())
+
+
+def _start_new_studies(run_dir: Any, plan: RunPlan, changed: list[str]) -> None:
+    """What --accept-changes accepted, written to meta.json once nothing else can refuse the resume."""
+    for name, generation in run_dir.start_new_studies(plan, changed).items():
+        click.echo(f"target {name} changed since the run: a new study (generation {generation}); the rows "
+                   f"of the old stay in the run, left out of it", err=True)
 
 
 def _override(plan: RunPlan, budget: dict[str, Any], output_dir: str | None) -> RunPlan:
@@ -239,12 +260,13 @@ def check(run: str, dry_run: bool) -> None:
 @click.option("--address", help="Ray cluster to join; default: a local instance.")
 @click.option("--output-dir", type=click.Path(file_okay=False), default="runs", show_default=True)
 @click.option("--resume", "resume", type=click.Path(file_okay=False), help="Continue this run directory.")
+@click.option("--accept-changes", is_flag=True, help=ACCEPT_CHANGES_HELP)
 @click.option("--progress/--no-progress", default=None, help="Progress bars (default: when stderr is a terminal).")
 @click.option("--unsandboxed", is_flag=True,
               help="Run candidates without the sandbox where it cannot start (recorded in meta.json).")
 @_one_line_errors
 def optimize(target: str, experts: str, trials: int, sanitizer: str, address: str | None, output_dir: str,
-             resume: str | None, progress: bool | None, unsandboxed: bool) -> None:
+             resume: str | None, accept_changes: bool, progress: bool | None, unsandboxed: bool) -> None:
     """Run the optimization workflow on TARGET: analysis, plan, patch, verify, then a search over the
     verified variants and the compiler flags; writes report.md in the run directory and prints it."""
     import yaml
@@ -254,6 +276,7 @@ def optimize(target: str, experts: str, trials: int, sanitizer: str, address: st
     from cluster.outputs.optimize_report import write_report
     from cluster.store.rundir import RunDir, write_atomic
 
+    _accept_needs_resume(accept_changes, resume)
     spec = load_target(target)
     config = {"name": f"optimize-{spec.name}", "output_dir": str(Path(output_dir).resolve()),
               "targets": [str(Path(target).resolve())], "search": {"trials": trials},
@@ -268,11 +291,12 @@ def optimize(target: str, experts: str, trials: int, sanitizer: str, address: st
         raise ConfigError(output_dir, "--output-dir", f"cannot be written ({exc.strerror or exc})") from None
     plan = load_run(config_path)
     existing = RunDir.open(resume) if resume else None
-    if existing is not None:
-        existing.check_resumable(plan)
+    changed = existing.check_resumable(plan, accept_changes) if existing is not None else []
     policy = _isolate(plan, unsandboxed)
     _join_ray(plan, address)
     run_dir = existing or RunDir.create(plan)
+    if accept_changes:
+        _start_new_studies(run_dir, plan, changed)
     _record_sandbox(run_dir, policy)
     click.echo(f"run directory: {run_dir.path}", err=True)
     show_progress = sys.stderr.isatty() if progress is None else progress

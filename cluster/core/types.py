@@ -86,6 +86,21 @@ class DeviceInfo:
         return f"{self.name} ({self.arch})"
 
 
+def study_name(target: str, device_type: str, generation: int = 1) -> str:
+    """A study's name (its Optuna study's, its rows' ``study``): ``target@device type``, with ``#N``
+    after it from the second generation on (a resume with --accept-changes: the target changed)."""
+    return f"{target}@{device_type}" + (f"#{generation}" if generation > 1 else "")
+
+
+def study_of(name: str) -> tuple[str, int]:
+    """The target and generation that ``study_name`` wrote into ``name`` (a device type ends in ``)``,
+    and a target name holds no ``@``, so neither can be taken for the other)."""
+    head, hash_sign, tail = name.rpartition("#")
+    if hash_sign and "@" in head and tail.isdigit():
+        return head.split("@", 1)[0], int(tail)
+    return name.split("@", 1)[0], 1
+
+
 @dataclass(frozen=True)
 class Candidate:
     """One configuration of one target for one device type.
@@ -104,6 +119,7 @@ class Candidate:
     phase: Phase = Phase.SEARCH
     trial_number: int | None = None
     runner: str = "process"  # how it is built and run (cluster.runners): process, persistent, kernel
+    generation: int = 1  # of its study: a resume that accepted a changed target starts the next one
 
     # Cached (the instance is frozen, its fields never change): the driver asks for them per job.
     @functools.cached_property
@@ -119,11 +135,14 @@ class Candidate:
         built = [self.source_hash, self.toolchain, self.arch, self.flag_argv, self.defines]
         # A process build keeps the key it always had (a resumed run finds its rows); another
         # runner builds another binary from the same configuration.
-        return _digest(built if self.runner == "process" else [*built, self.runner])
+        key = built if self.runner == "process" else [*built, self.runner]
+        # A new study generation (its target's spec changed, maybe not its sources) never meets the
+        # old one's rows, references, reviews or profiles, which are all found by key.
+        return _digest(key if self.generation == 1 else [*key, f"generation {self.generation}"])
 
     @property
     def study(self) -> str:
-        return f"{self.target}@{self.device_type}"
+        return study_name(self.target, self.device_type, self.generation)
 
     def with_phase(self, phase: Phase, trial_number: int | None = None) -> Candidate:
         return dataclasses.replace(self, phase=phase, trial_number=trial_number)

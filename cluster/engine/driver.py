@@ -22,7 +22,7 @@ import ray
 from agents.workflow import Steps
 from cluster.config import RunPlan, Target
 from cluster.config.env import token_auth_wanted
-from cluster.core.types import BuildArtifact, DeviceInfo, Measurement
+from cluster.core.types import BuildArtifact, DeviceInfo, Measurement, study_name
 from cluster.engine.agent_stage import AgentStage
 from cluster.engine.flow import REVIEW_SCHEMA, Flow, Stage, StudyFlow, SweepContext
 from cluster.engine.jobs import Job, JobKind
@@ -173,6 +173,7 @@ class Sweep:
             groups[device.device_type].append(i)
         storage = open_storage(self.config.search, self.run_dir.path, self.config.flush_interval_s)
         self.journal = storage if isinstance(storage, BatchedJournalStorage) else None
+        generations = self.run_dir.generations()
         studies = []
         for target in self.plan.targets:
             toolchain = get_toolchain(target.spec.toolchain)
@@ -183,9 +184,12 @@ class Sweep:
                 continue
             for device_type, indices in matching:
                 device = devices[indices[0]]
-                study = create_study(self.config.search, target, f"{target.name}@{device_type}", storage)
+                generation = generations.get(target.name, 1)
+                study = create_study(self.config.search, target, study_name(target.name, device_type, generation),
+                                     storage)
                 studies.append(StudyState(target, target_ref, device, indices, study, toolchain.arch_for(device),
-                                          self.config.search.objective, space_size=target.space_size()))
+                                          self.config.search.objective, generation=generation,
+                                          space_size=target.space_size()))
         for reason in self.skipped:
             self.log(f"skipped {reason}")
         return studies, workers, devices

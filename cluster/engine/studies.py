@@ -34,7 +34,7 @@ from cluster.core.encodings import (
 )
 from cluster.core.errors import ConfigError
 from cluster.core.registry import SAMPLERS
-from cluster.core.types import Candidate, DeviceInfo, Phase, RunOutputs, Scalar, Status
+from cluster.core.types import Candidate, DeviceInfo, Phase, RunOutputs, Scalar, Status, study_name
 from cluster.runners.measure import Reference
 from cluster.store.journal import BatchedJournalStorage
 from cluster.store.rundir import RunDir, break_stale_lock
@@ -137,6 +137,7 @@ class StudyState:
     study: optuna.Study
     arch: str
     objective: str = "time"
+    generation: int = 1  # the target's study generation (RunDir.start_new_studies)
     reference: ray.ObjectRef | None = None
     baseline_median: float | None = None
     disabled: str = ""  # why the study stopped (its baseline failed)
@@ -156,7 +157,7 @@ class StudyState:
 
     @property
     def name(self) -> str:
-        return f"{self.target.name}@{self.device.device_type}"
+        return study_name(self.target.name, self.device.device_type, self.generation)
 
     @property
     def goal(self) -> str:
@@ -178,7 +179,7 @@ class StudyState:
             target=self.target.name, toolchain=self.target.spec.toolchain,
             device_type=self.device.device_type, arch=self.arch, source_hash=(source or self.target).bundle.hash,
             flags=tuple(flags.items()), params=tuple(params.items()), phase=phase, trial_number=trial_number,
-            runner=self.target.runner,
+            runner=self.target.runner, generation=self.generation,
         )
 
     def source_of(self, candidate: Candidate) -> tuple[Target, ray.ObjectRef]:

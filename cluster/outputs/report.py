@@ -29,7 +29,7 @@ from cluster.outputs.compare import Matrix, Run, add_resources, build_matrices, 
 from cluster.outputs.compare_text import resources_text, share_text
 from cluster.outputs.exports.bundle import slug
 from cluster.outputs.select import select_best
-from cluster.store.rundir import RunDir
+from cluster.store.rundir import RunDir, is_current_study, read_generations
 
 MIN_TRIALS = 5  # fewer completed trials than this: no parameter importance for the study
 
@@ -148,7 +148,10 @@ def importances(runs: Sequence[Run]) -> tuple[dict[str, dict[str, float]], list[
         storage = _storage(run)
         if storage is None:
             continue
+        generations = read_generations(run.path)
         for summary in optuna.get_all_study_summaries(storage, include_best_trial=False):
+            if not is_current_study(summary.study_name, generations):
+                continue  # superseded by a resume with --accept-changes
             label = summary.study_name.replace("@", " on ", 1) + (f" [{run.run_id}]" if len(sweeps) > 1 else "")
             study = optuna.load_study(study_name=summary.study_name, storage=storage)
             complete = [t for t in study.trials if t.state is optuna.trial.TrialState.COMPLETE]

@@ -8,6 +8,9 @@ the whole run::
     pyarrow.dataset.dataset(run_dir / "results", format="parquet")
     duckdb: SELECT * FROM read_parquet('<run_dir>/results/*.parquet')
 
+(the rows of studies that a resume with ``--accept-changes`` superseded included: their
+``generation`` is below their target's in meta.json; ``read_results`` leaves them out).
+
 A flush writes a temporary file whose name starts with ``.`` and does not end in ``.parquet``,
 fsyncs it, then renames it into place; readers never see a half-written part. A flush that cannot
 start a thread (a machine out of processes: pyarrow's "Failed to launch worker thread") waits and
@@ -22,7 +25,11 @@ schema_version         int32                 ``SCHEMA_VERSION`` of the writer
 run_id                 string                the run this row belongs to
 phase                  string                baseline, search or final (``Phase``)
 target                 string                target name
-study                  string                ``<target>@<device_type>``: one Optuna study
+study                  string                ``<target>@<device_type>``: one Optuna study (``#N`` after
+                                             it from its target's generation 2 on)
+generation             int64, null           the target's study generation: 1, then one more for each
+                                             resume that accepted a change of the target
+                                             (``--accept-changes``); null in rows of schema 1: 1
 device_type            string                ``<gpu name> (<arch>)``; workers of one type share a study
 arch                   string                what it was built for: ``sm_90``, ``host``
 toolchain              string                nvcc, cc, ...
@@ -92,7 +99,7 @@ import re
 import secrets
 import shlex
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, fields
 from datetime import UTC, datetime
 from pathlib import Path
@@ -109,9 +116,9 @@ from cluster.config import Target
 from cluster.core.encodings import speedup
 from cluster.core.errors import ConfigError
 from cluster.core.types import BuildArtifact, Candidate, Measurement, Phase, Scalar, Status
-from cluster.store.rundir import RunDir
+from cluster.store.rundir import RunDir, read_generations
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2  # 2: the generation column
 RESULTS_DIR = RunDir.RESULTS
 _PART = re.compile(r"^part-(\d{6})-[0-9a-f]{8}\.parquet$")
 _TEMP_PREFIX = ".part-"  # readers skip names starting with "." and not ending in .parquet
@@ -119,7 +126,7 @@ _TEMP_SUFFIX = ".tmp"
 
 _LEADING: tuple[tuple[str, pa.DataType], ...] = (
     ("schema_version", pa.int32()), ("run_id", pa.string()), ("phase", pa.string()),
-    ("target", pa.string()), ("study", pa.string()), ("device_type", pa.string()),
+    ("target", pa.string()), ("study", pa.string()), ("generation", pa.int64()), ("device_type", pa.string()),
     ("arch", pa.string()), ("toolchain", pa.string()), ("trial_number", pa.int64()),
     ("candidate_key", pa.string()), ("source_hash", pa.string()), ("binary_hash", pa.string()),
     ("flags", pa.string()), ("defines", pa.string()),
@@ -154,6 +161,7 @@ class ResultRow:
     phase: str
     target: str
     study: str
+    generation: int
     device_type: str
     arch: str
     toolchain: str
@@ -229,7 +237,8 @@ def make_row(run_id: str, candidate: Candidate, artifact: BuildArtifact, measure
     tele = measurement.telemetry if measurement else None
     return ResultRow(
         run_id=run_id, phase=Phase(candidate.phase).value, target=candidate.target, study=candidate.study,
-        device_type=candidate.device_type, arch=candidate.arch, toolchain=candidate.toolchain,
+        generation=candidate.generation, device_type=candidate.device_type, arch=candidate.arch,
+        toolchain=candidate.toolchain,
         trial_number=candidate.trial_number, candidate_key=candidate.key,
         source_hash=candidate.source_hash, binary_hash=artifact.binary_hash,
         flags=shlex.join(candidate.flag_argv), defines=shlex.join(candidate.defines),
@@ -509,14 +518,26 @@ def _to_table(dataset: ds.Dataset, **scan: Any) -> pa.Table:
         raise
 
 
-def read_results(run_dir: Path, schema: pa.Schema | None = None) -> pd.DataFrame:
-    """Every row of the run, part by part. With no parts, an empty frame with the columns of
-    ``schema`` (default: the fixed columns, without ``f_``/``p_``). A damaged part is a
-    ConfigError naming it."""
+def read_results(run_dir: Path, schema: pa.Schema | None = None, superseded: bool = False) -> pd.DataFrame:
+    """Every row of the run, part by part, but those of superseded studies (a target's generations
+    before its current one, meta.json ``generations``) unless ``superseded``. With no parts, an
+    empty frame with the columns of ``schema`` (default: the fixed columns, without
+    ``f_``/``p_``). A damaged part is a ConfigError naming it."""
     dataset = _dataset(run_dir)
     table = (schema or _base_schema()).empty_table() if dataset is None else _to_table(dataset)
     # Nullable integers: an int param that another target lacks must stay 16, not become 16.0.
-    return table.to_pandas(types_mapper=_NULLABLE.get)
+    rows = table.to_pandas(types_mapper=_NULLABLE.get)
+    return rows if superseded else current_rows(rows, read_generations(run_dir))
+
+
+def current_rows(rows: pd.DataFrame, generations: Mapping[str, int]) -> pd.DataFrame:
+    """The rows of each target's current study generation (``generations``: above 1 only)."""
+    if not generations or rows.empty:
+        return rows
+    # Rows of schema 1 (no column) and their nulls beside later parts: the first generation.
+    generation = rows["generation"].fillna(1).astype(int) if "generation" in rows else pd.Series(1, index=rows.index)
+    wanted = rows["target"].map(lambda target: generations.get(str(target), 1))
+    return rows[generation == wanted]
 
 
 _NULLABLE = {pa.int32(): pd.Int32Dtype(), pa.int64(): pd.Int64Dtype()}

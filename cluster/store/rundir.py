@@ -3,7 +3,8 @@
 
     runs/<name>-<UTC time>/
         meta.json          run id, when, which config, the targets' source and spec hashes, the
-                           budget given (a resume checks them: RunDir.check_resumable)
+                           budget given (a resume checks them: RunDir.check_resumable), and
+                           the targets whose study a resume replaced (generations, superseded)
         config.yaml        a copy of the run config as it was given
         optuna.journal     the Optuna studies (unless search.storage names an RDB)
         results/           the Parquet dataset, one part file per flush
@@ -38,6 +39,7 @@ import yaml
 
 from cluster.config import RunPlan, Target
 from cluster.core.errors import ConfigError
+from cluster.core.types import study_of
 
 _MAX_SUFFIX = 1000  # run directories of one name started in one second
 
@@ -150,31 +152,80 @@ class RunDir:
         return self.path / self.REPORT
 
     # -- meta.json ----------------------------------------------------------------------------
-    def check_resumable(self, plan: RunPlan) -> None:
+    def check_resumable(self, plan: RunPlan, accept_changes: bool = False) -> list[str]:
         """A resume continues the run as it was made: a one-line error naming what changed since
         in the config (its budget, where runs go and which cluster runs it aside), a target's
         sources or its spec. Otherwise rows and Optuna trials of the old would mix with the new
-        (a changed target's study re-ran whole, with a second baseline)."""
+        (a changed target's study re-ran whole, with a second baseline).
+
+        With ``accept_changes`` (``--accept-changes``) a target whose sources or spec changed is
+        no error, nor a change of the config's list of targets: returned are the names of the
+        changed targets, each to get a new study (``start_new_studies``). Any other change of the
+        config still is one."""
         try:
             then = yaml.safe_load(self.config.read_text())
             now = yaml.safe_load(Path(plan.file).read_text())
         except (OSError, yaml.YAMLError) as exc:
             raise ConfigError(self.config, "", f"cannot be read to compare with {plan.file} ({exc})") from None
-        changed = _first_difference(then, now, ())
+        changed = _first_difference(then, now, (), TARGET_LIST if accept_changes else frozenset())
         if changed is not None:
             where, old, new = changed
+            if accept_changes:
+                advice = "--accept-changes covers changed targets only: restore it, or start a new run"
+            elif (where,) in TARGET_LIST:
+                advice = ("restore it, start a new run, or resume with --accept-changes to sweep the "
+                          "targets listed now")
+            else:
+                advice = "a resume continues the run as it was made: restore it, or start a new run"
             raise ConfigError(self.config, where, f"changed since the run ({_short(old)} -> {_short(new)}) in "
-                              f"{plan.file}; a resume continues the run as it was made: restore it, or start a "
-                              f"new run")
+                              f"{plan.file}; {advice}")
+        changed_targets = []
+        for target, key, was, now_hash in self._target_changes(plan):
+            if not accept_changes:
+                what = "sources" if key == "targets" else "spec"
+                raise ConfigError(self.meta, f"{key}.{target.name}", f"the {what} of target {target.name} "
+                                  f"changed since the run ({was} -> {now_hash}; {target.file}): its rows and "
+                                  f"Optuna study belong to the old; restore them, start a new run, or resume "
+                                  f"with --accept-changes to start a new study for it")
+            changed_targets.append(target.name)
+        return list(dict.fromkeys(changed_targets))
+
+    def _target_changes(self, plan: RunPlan) -> list[tuple[Target, str, str, str]]:
+        """(target, meta.json key, hash then, hash now) of each target that changed since the run."""
         meta = self.read_meta()
+        changes = []
         for target in plan.targets:
-            for key, now_hash, what in (("targets", target.bundle.hash, "sources"),
-                                        ("target_specs", spec_hash(target), "spec")):
+            for key, now_hash in (("targets", target.bundle.hash), ("target_specs", spec_hash(target))):
                 was = meta.get(key, {}).get(target.name)
                 if was is not None and was != now_hash:
-                    raise ConfigError(self.meta, f"{key}.{target.name}", f"the {what} of target {target.name} "
-                                      f"changed since the run ({was} -> {now_hash}; {target.file}): its rows and "
-                                      f"Optuna study belong to the old; restore them, or start a new run")
+                    changes.append((target, key, was, now_hash))
+        return changes
+
+    def start_new_studies(self, plan: RunPlan, changed: list[str]) -> dict[str, int]:
+        """The ``changed`` targets (``check_resumable(plan, accept_changes=True)``) each start their
+        study's next generation; returns their new generations. Their rows, Optuna trials and the
+        rest stay in the run but count no more (``read_results`` leaves them out); meta.json takes
+        the targets' hashes of now (those of targets added to the config too), and keeps the
+        replaced ones under ``superseded``."""
+        meta = self.read_meta()
+        generations = {str(k): int(v) for k, v in meta.get("generations", {}).items()}
+        superseded = list(meta.get("superseded", []))
+        replaced_at = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+        for name in changed:
+            generation = generations.get(name, 1)
+            superseded.append({"target": name, "generation": generation,
+                               "sources": meta.get("targets", {}).get(name),
+                               "spec": meta.get("target_specs", {}).get(name), "replaced_at": replaced_at})
+            generations[name] = generation + 1
+        self.update_meta(targets={**meta.get("targets", {}), **{t.name: t.bundle.hash for t in plan.targets}},
+                         target_specs={**meta.get("target_specs", {}),
+                                       **{t.name: spec_hash(t) for t in plan.targets}},
+                         generations=generations, superseded=superseded)
+        return {name: generations[name] for name in changed}
+
+    def generations(self) -> dict[str, int]:
+        """Each target's study generation, where above 1 (``start_new_studies``)."""
+        return read_generations(self.path)
 
     def read_meta(self) -> dict[str, Any]:
         try:
@@ -201,18 +252,40 @@ RESUMABLE_CHANGES = frozenset({("search", "trials"), ("search", "time_budget_s")
                                ("cluster", "address")})
 
 
+# What --accept-changes lets a resume change in the config besides RESUMABLE_CHANGES: which targets.
+TARGET_LIST = frozenset({("targets",)})
+
+
+def read_generations(run_dir: Path) -> dict[str, int]:
+    """The study generation of each target of the run in ``run_dir`` whose first study was
+    superseded (meta.json ``generations``); {} where there is none, or no meta.json to say."""
+    try:
+        data = json.loads((Path(run_dir) / RunDir.META).read_text())
+        return {str(name): int(n) for name, n in data.get("generations", {}).items()}
+    except (OSError, ValueError, TypeError, AttributeError):
+        return {}
+
+
+def is_current_study(study: str, generations: dict[str, int]) -> bool:
+    """Whether ``study`` (a name of ``cluster.core.types.study_name``) is its target's current one."""
+    target, generation = study_of(study)
+    return generation == generations.get(target, 1)
+
+
 def spec_hash(target: Target) -> str:
     """A target spec's identity (its YAML as validated: run command, params, verification...)."""
     return hashlib.sha256(target.spec.model_dump_json().encode()).hexdigest()[:16]
 
 
-def _first_difference(then: Any, now: Any, path: tuple[str, ...]) -> tuple[str, Any, Any] | None:
-    """The first (dotted field, old, new) where two parsed configs differ, outside RESUMABLE_CHANGES."""
-    if path in RESUMABLE_CHANGES:
+def _first_difference(then: Any, now: Any, path: tuple[str, ...],
+                      also: frozenset[tuple[str, ...]] = frozenset()) -> tuple[str, Any, Any] | None:
+    """The first (dotted field, old, new) where two parsed configs differ, outside RESUMABLE_CHANGES
+    and ``also``."""
+    if path in RESUMABLE_CHANGES or path in also:
         return None
     if isinstance(then, dict) and isinstance(now, dict):
         for key in sorted(set(then) | set(now), key=str):
-            found = _first_difference(then.get(key), now.get(key), (*path, str(key)))
+            found = _first_difference(then.get(key), now.get(key), (*path, str(key)), also)
             if found is not None:
                 return found
         return None

@@ -15,8 +15,9 @@ import yaml
 from click.testing import CliRunner
 
 from cluster.cli import main
-from cluster.config import load_target
+from cluster.config import load_run, load_target
 from cluster.core.types import Phase, Status
+from cluster.outputs.select import select_best
 from cluster.store.results import read_results
 from cluster.store.rundir import RunDir
 from tests.cluster.outputs.fake_runs import Row, gpu, write_run
@@ -149,6 +150,71 @@ def test_a_resume_refuses_a_run_whose_sources_spec_or_config_changed(tmp_path):
     resumed = _invoke("sweep", str(config), "--resume", str(run), "--no-progress")  # a larger budget is fine
     assert resumed.exit_code == 0, resumed.output
     assert (read_results(run)["phase"] == "search").sum() == 3
+
+
+@pytest.mark.usefixtures("ray_local")
+def test_accept_changes_starts_a_new_study_for_the_changed_target_only(tmp_path):
+    """Issue 16: `--resume --accept-changes` of a run whose target a changed since: a's study starts
+    again (generation 2) beside its old rows, which stay on disk but count no more; b goes on as it was."""
+    write_target(tmp_path / "a", name="a")
+    write_target(tmp_path / "b", name="b")
+    config = write_config(tmp_path, ["a/target.yaml", "b/target.yaml"], search={"trials": 2, "sampler": "random"},
+                          measure={"final_top_k": 1, "final_runs": 1})
+    assert _invoke("sweep", str(config), "--no-progress").exit_code == 0
+    run = _run_of(tmp_path / "runs")
+    before = read_results(run)
+    old_hash = RunDir.open(run).read_meta()["targets"]["a"]
+    source = tmp_path / "a" / "tiny.c"
+    source.write_text(source.read_text() + "\n/* edited */\n")
+
+    refused = _invoke("sweep", str(config), "--resume", str(run), "--no-progress")
+    [line] = refused.output.strip().splitlines()
+    assert refused.exit_code == 2 and line.startswith(f"error: {run / 'meta.json'}: targets.a: the sources of "
+                                                      "target a changed since the run"), refused.output
+    assert "--accept-changes to start a new study for it" in line
+    resumed = _invoke("sweep", str(config), "--resume", str(run), "--accept-changes", "--no-progress")
+    assert resumed.exit_code == 0, resumed.output
+    assert "target a changed since the run: a new study (generation 2)" in resumed.output
+
+    everything = read_results(run, superseded=True)
+    old, new = everything[everything["generation"].fillna(1) == 1], everything[everything["generation"] == 2]
+    assert old.drop(columns="generation").equals(before.drop(columns="generation"))  # every old row, as it was
+    assert set(new["target"]) == {"a"} and (new["phase"] == Phase.BASELINE.value).sum() == 1
+    assert (new["phase"] == Phase.SEARCH.value).sum() == 2 and new["study"].str.endswith("#2").all()
+    assert set(new["source_hash"]) == {load_target(tmp_path / "a" / "target.yaml").bundle.hash} != {old_hash}
+    assert not set(new["candidate_key"]) & set(old["candidate_key"])
+    current = read_results(run)  # what show, export and the selection read
+    assert len(current) == len(everything) - (before["target"] == "a").sum()
+    assert current[current["target"] == "b"].equals(before[before["target"] == "b"])  # b: nothing re-run
+    best = {b.target: b.candidate_key for b in select_best(current)}
+    assert best["a"] in set(new["candidate_key"])
+    assert best["b"] == {b.target: b.candidate_key for b in select_best(before)}["b"]
+    [record] = json.loads(_invoke("export", str(run), "--format", "json", "--target", "a").stdout)
+    assert record["source_hash"] == new["source_hash"].iloc[0]
+
+    meta = RunDir.open(run).read_meta()
+    assert meta["generations"] == {"a": 2} and meta["targets"]["a"] == new["source_hash"].iloc[0]
+    assert [(s["target"], s["generation"], s["sources"]) for s in meta["superseded"]] == [("a", 1, old_hash)]
+    assert RunDir.open(run).check_resumable(load_run(config)) == []  # the next resume needs no flag
+    settings = yaml.safe_load(config.read_text())
+    config.write_text(yaml.safe_dump({**settings, "measure": {**settings["measure"], "runs": 2}}))
+    refused = _invoke("sweep", str(config), "--resume", str(run), "--accept-changes", "--no-progress")
+    [line] = refused.output.strip().splitlines()
+    assert refused.exit_code == 2 and line.startswith(f"error: {run / 'config.yaml'}: measure.runs: changed since")
+    assert "--accept-changes covers changed targets only" in line
+    assert len(read_results(run, superseded=True)) == len(everything)
+
+
+@pytest.mark.parametrize("command", ["sweep", "optimize"])
+def test_accept_changes_without_resume_is_a_usage_error(tmp_path, command):
+    target = write_target(tmp_path / "t")
+    config = write_config(tmp_path, ["t/target.yaml"])
+    given = str(config) if command == "sweep" else str(target)
+    result = _invoke(command, given, "--accept-changes", "--output-dir", str(tmp_path / "runs"), "--no-progress")
+    [line] = result.output.strip().splitlines()
+    assert result.exit_code == 2 and line.startswith("error: ") and line.endswith(
+        f" {command}: --accept-changes is for --resume RUN only"), result.output
+    assert not (tmp_path / "runs").exists()
 
 
 @pytest.mark.usefixtures("ray_local")

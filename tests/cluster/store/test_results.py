@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 from datetime import UTC, datetime
@@ -356,3 +357,27 @@ def test_the_writer_waits_out_a_machine_that_cannot_start_threads(tmp_path, targ
     with pytest.raises(OSError, match="No space"):
         writer.flush()
     assert writer.pending == 1 and not list(tmp_path.glob("results/.*"))
+
+
+def test_rows_of_a_superseded_study_are_left_out_but_kept_and_old_parts_read_as_generation_one(tmp_path, targets):
+    """--accept-changes (issue 16): a target's new study generation replaces the old one's rows in
+    what read_results gives (show, export, a resume), while every row stays in the dataset."""
+    saxpy, stencil = targets
+    schema = results_schema(targets)
+    with ResultWriter(tmp_path, schema) as writer:
+        writer.append(_row(saxpy, {"BLOCK": 64, "MODE": "fast"}))
+    [part] = (tmp_path / "results").glob("*.parquet")  # made a part of schema 1, without the column
+    pq.write_table(pq.read_table(part).drop_columns(["generation"]), part)
+    with ResultWriter(tmp_path, schema) as writer:
+        writer.append(_row(stencil, {"BLOCK": 2, "UNROLL": 1}))
+        second = dataclasses.replace(_candidate(saxpy, {"BLOCK": 128, "MODE": "safe"}), generation=2)
+        writer.append(make_row("run1", second, *_ok(second, (1.0,)), baseline_median=4.0, goal="minimize"))
+    assert sorted(read_results(tmp_path)["p_BLOCK"]) == [2.0, 64.0, 128.0]  # no meta.json: all of them
+
+    (tmp_path / "meta.json").write_text(json.dumps({"run_id": "run1", "generations": {"saxpy": 2}}))
+    current = read_results(tmp_path)
+    assert sorted(zip(current["target"], current["p_BLOCK"], strict=True)) == [("saxpy", 128.0), ("stencil", 2.0)]
+    assert current.loc[current["target"] == "saxpy", "study"].tolist() == [f"saxpy@{GPU.device_type}#2"]
+    everything = read_results(tmp_path, superseded=True)
+    assert len(everything) == 3 and everything["generation"].isna().sum() == 1
+    assert second.key != _candidate(saxpy, {"BLOCK": 128, "MODE": "safe"}).key  # nor its references, reviews...

@@ -14,13 +14,14 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+import yaml
 from click.testing import CliRunner
 
 from cluster.cli import main
 from cluster.config import load_run
 from cluster.core.errors import ConfigError
 from cluster.store import rundir as rundir_module
-from cluster.store.rundir import RunDir, break_stale_lock
+from cluster.store.rundir import RunDir, break_stale_lock, spec_hash
 from tests.conftest import REPO, write_config, write_target
 
 
@@ -148,6 +149,55 @@ def test_meta_and_config_are_replaced_whole(tmp_path, monkeypatch):
     with pytest.raises(OSError):
         run.update_meta(command_line={"trials": 3})
     assert run.meta.read_text() == before and [p.name for p in run.path.iterdir() if p.name.startswith(".")] == []
+
+
+def _refused(run: RunDir, plan, field: str, *says: str, accept: bool = False) -> str:
+    with pytest.raises(ConfigError) as raised:
+        run.check_resumable(plan, accept_changes=accept)
+    line = str(raised.value)
+    assert "\n" not in line and f": {field}: " in line and all(s in line for s in says), line
+    return line
+
+
+def test_accepted_changes_start_a_target_s_next_study_and_the_next_resume_needs_no_flag(tmp_path):
+    """Issue 16: a changed target's sources or spec, refused by a resume, are accepted with
+    --accept-changes: each acceptance is one more generation of its study, the hashes it replaced
+    kept in meta.json, and a later change is found against the new ones."""
+    plan = _plan(tmp_path)
+    run = RunDir.create(plan)
+    first = run.read_meta()
+    assert run.generations() == {} and run.check_resumable(plan) == []
+    (tmp_path / "t" / "tiny.c").write_text("int main(void) { return 0; }\n")
+    plan = load_run(plan.file)
+    _refused(run, plan, "targets.tiny", "the sources of target tiny changed", "resume with --accept-changes")
+    assert run.check_resumable(plan, accept_changes=True) == ["tiny"]
+    assert run.read_meta() == first  # checking writes nothing
+    assert run.start_new_studies(plan, ["tiny"]) == {"tiny": 2}
+    assert run.generations() == {"tiny": 2} and run.check_resumable(plan) == []
+    spec = yaml.safe_load((tmp_path / "t" / "target.yaml").read_text())
+    (tmp_path / "t" / "target.yaml").write_text(yaml.safe_dump({**spec, "run": ["{binary}", "-v"]}))
+    plan = load_run(plan.file)
+    _refused(run, plan, "target_specs.tiny", "the spec of target tiny changed")
+    run.start_new_studies(plan, run.check_resumable(plan, accept_changes=True))
+    meta = run.read_meta()
+    assert meta["generations"] == {"tiny": 3} and meta["target_specs"]["tiny"] == spec_hash(plan.targets[0])
+    assert [(s["generation"], s["sources"], s["spec"]) for s in meta["superseded"]] == [
+        (1, first["targets"]["tiny"], first["target_specs"]["tiny"]),
+        (2, meta["targets"]["tiny"], first["target_specs"]["tiny"])]
+
+
+def test_accept_changes_takes_a_changed_list_of_targets_but_no_other_config_change(tmp_path):
+    plan = _plan(tmp_path, measure={"runs": 1})
+    run = RunDir.create(plan)
+    write_target(tmp_path / "u", name="other")
+    plan = load_run(write_config(tmp_path, ["t/target.yaml", "u/target.yaml"], measure={"runs": 1}))
+    _refused(run, plan, "targets", "resume with --accept-changes to sweep the targets listed now")
+    assert run.check_resumable(plan, accept_changes=True) == []  # a new target: its first study
+    run.start_new_studies(plan, [])
+    assert set(run.read_meta()["targets"]) == {"tiny", "other"} and run.generations() == {}
+    plan = load_run(write_config(tmp_path, ["u/target.yaml"], measure={"runs": 2}))  # tiny removed, runs
+    _refused(run, plan, "measure.runs", "changed since the run (1 -> 2)",
+             "--accept-changes covers changed targets only", accept=True)
 
 
 def test_open_names_what_is_not_a_run_directory(tmp_path):

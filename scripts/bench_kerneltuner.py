@@ -173,9 +173,13 @@ def run_all(args: argparse.Namespace, settings: dict, kernels: list[str], t0: fl
     kt = run_blocks("kernel_tuner", kernels, args.seeds, args.repeats)
     one_gpu_end = t0 + budget * (0.62 if args.gpus >= 2 else 0.9)
     if concurrent:
-        wait_lanes([(start_lane(args, "gpu0-warpfleet", devices[:1], wf, one_gpu_end, settings), one_gpu_end),
-                    (start_lane(args, "gpu1-reference-kerneltuner", devices[1:2], reference + kt, one_gpu_end,
-                                {**settings, "ray_cpus": 2}), one_gpu_end)])
+        lanes = [(start_lane(args, "gpu0-warpfleet", devices[:1], wf, one_gpu_end, settings), one_gpu_end),
+                 (start_lane(args, "gpu1-reference-kerneltuner", devices[1:2], reference + kt, one_gpu_end,
+                             {**settings, "ray_cpus": 2}), one_gpu_end)]
+        if args.gpus >= 4:  # the other two cards meanwhile: warpfleet on two GPUs, for its 1, 2, 4 curve
+            lanes.append((start_lane(args, "2gpu-warpfleet", devices[2:4], two_gpu_blocks("warpfleet", kernels, True),
+                                     one_gpu_end, {**settings, "ray_cpus": 2 * settings["ray_cpus"]}), one_gpu_end))
+        wait_lanes(lanes)
     else:
         wait_lanes([(start_lane(args, "gpu0-all", devices[:1], reference + interleave(kt, wf), one_gpu_end,
                                 settings), one_gpu_end)])

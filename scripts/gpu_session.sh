@@ -11,6 +11,8 @@
 #   scripts/gpu_session.sh scaling OUT   every GPU of the host: a suite sweep of flags and params on 4, 2
 #                                        and 1 GPUs (bench_scaling.py), then the driver on a simulated fleet
 #                                        of 64 workers on this host's cores (bench_sim.py)
+#   scripts/gpu_session.sh agents OUT    four GPUs: the attacks with CUDA targets, then the suite with the
+#                                        agents on (GPUs 0-1) and the public suite (GPUs 2-3) at once
 #   scripts/gpu_session.sh kernels OUT   every GPU: Kernel Tuner against warpfleet's kernel targets on 1 and
 #                                        4 (or 2) GPUs (bench_kerneltuner.py), the kernel runner's fixed cost
 #
@@ -20,7 +22,7 @@
 # (a device lease returns few files).
 set -uo pipefail
 cd "$(dirname "$0")/.."
-session=${1:?single, public, scaling or kernels}
+session=${1:?single, public, scaling, kernels or agents}
 OUT=$(mkdir -p "${2:?OUT}" && cd "$2" && pwd)
 mkdir -p "$OUT/logs"
 scale=${STEP_SCALE:-1}
@@ -84,19 +86,30 @@ case "$session" in
   scaling)
     machine
     counts=4,2,1; [ "$ngpu" -ge 4 ] || counts=2,1
-    step scaling 450 "$PY" scripts/bench_scaling.py configs/suite.yaml --counts "$counts" --trials 30 \
-      --out "$OUT/scaling" --search-s 4:50,2:80,1:140 --child-timeout-s 4:100,2:140,1:200
-    step sim 50 "$PY" scripts/bench_sim.py --workers 64 --run-s 1.0 --candidates-per-worker 15 --sampler random \
-      --out "$OUT/sim"
+    step scaling 370 "$PY" scripts/bench_scaling.py configs/suite.yaml --counts "$counts" --trials 30 \
+      --out "$OUT/scaling" --search-s 4:45,2:70,1:115 --child-timeout-s 4:85,2:115,1:165
+    if [ $(( $(date +%s) - T0 )) -lt 330 ]; then
+      step sim 45 "$PY" scripts/bench_sim.py --workers 64 --run-s 1.0 --candidates-per-worker 12 --sampler random \
+        --out "$OUT/sim"
+    fi
     pack scaling scaling/scaling.json scaling/scaling.md scaling/count-4.log scaling/count-2.log \
       scaling/count-1.log scaling/runs-4 scaling/runs-2 scaling/runs-1 sim ;;
   kernels)
     machine
     gpus=4; [ "$ngpu" -ge 4 ] || gpus=2
-    step kt_compare 340 "$PY" scripts/bench_kerneltuner.py --out "$OUT/kt" --gpus "$gpus" --wf-kind kernel \
-      --budget-s 320 --seeds 2 --repeats 3 --max-evals 40 --wf-compile-workers 8
+    step kt_compare 305 "$PY" scripts/bench_kerneltuner.py --out "$OUT/kt" --gpus "$gpus" --wf-kind kernel \
+      --budget-s 290 --seeds 2 --repeats 3 --max-evals 40 --wf-compile-workers 8
     step kernel_fixed 40 "$PY" scripts/bench_runners.py configs/kernels.yaml --repeats 5 --out "$OUT/kernel_fixed"
     pack kernels kt/report.md kt/summary.parquet kt/meta.json kt/raw kt/logs kernel_fixed ;;
+  agents)  # four GPUs: the suite with the agents on (GPUs 0-1) and the public suite (GPUs 2-3) at once
+    machine
+    step attacks 90 "$PY" -m pytest -q -p no:cacheprovider -m gpu tests/cluster/engine/test_attacks.py
+    CUDA_VISIBLE_DEVICES=0,1 step agents 400 "$PY" scripts/bench_agents.py --out "$OUT/agents" --trials 8 \
+      --hand-repeats 2 --search-s 60 &
+    CUDA_VISIBLE_DEVICES=2,3 step public 400 "$PY" scripts/bench_public.py --out "$OUT/public" --trials 8 \
+      --hand-repeats 2 --search-s 60 &
+    wait
+    pack agents agents public ;;
   *)
-    sed -n 2,20p "$0"; exit 2 ;;
+    sed -n 2,22p "$0"; exit 2 ;;
 esac

@@ -95,6 +95,12 @@ def needs(tool: str) -> pytest.MarkDecorator:
     return pytest.mark.skipif(shutil.which(tool) is None, reason=f"{tool} not on PATH")
 
 
+def repo_pythonpath(*first: str) -> str:
+    """PYTHONPATH for a warpfleet subprocess: ``first``, this checkout, then the caller's own
+    PYTHONPATH (where the dependencies may live: a GPU machine's unpacked site-packages)."""
+    return os.pathsep.join([*first, str(REPO), *filter(None, [os.environ.get("PYTHONPATH")])])
+
+
 def gpu_present() -> bool:
     """An NVIDIA GPU answers NVML and nvcc is on PATH: the GPU tests can run."""
     try:

@@ -29,7 +29,7 @@ from cluster.engine.jobs import Job, JobKind
 from cluster.engine.progress import SweepProgress
 from cluster.engine.scheduler import Scheduler
 from cluster.engine.studies import StudyState, create_study, open_storage
-from cluster.engine.workers import start_fleet
+from cluster.engine.workers import start_fleet, stop_fleet
 from cluster.runners.isolation import protect_ray_token, ray_env_vars, secrets_withheld  # sandbox
 from cluster.runners.profile import PROFILE_SCHEMA
 from cluster.store.journal import BatchedJournalStorage
@@ -98,6 +98,13 @@ class Sweep:
         start = time.monotonic()
         init_ray(address or self.config.cluster.address)
         states, workers, devices = self._start()
+        try:
+            return self._run(start, states, workers, devices, show_progress)
+        finally:
+            stop_fleet(workers)
+
+    def _run(self, start: float, states: list[StudyState], workers: list[ray.actor.ActorHandle],
+             devices: list[DeviceInfo], show_progress: bool) -> SweepSummary:
         flows_by_name: dict[str, StudyFlow] = {}
 
         def reuse(job: Job, artifact: BuildArtifact) -> Measurement | None:

@@ -33,7 +33,7 @@ from cluster.engine.driver import init_ray, run_flows
 from cluster.engine.flow import Flow, Stage
 from cluster.engine.jobs import Build, Job, JobKind, JobResult
 from cluster.engine.scheduler import Scheduler
-from cluster.engine.workers import start_fleet
+from cluster.engine.workers import start_fleet, stop_fleet
 from cluster.outputs.select import select_best
 from cluster.runners.measure import Reference
 from cluster.store.results import ResultWriter, make_row, read_results, results_schema
@@ -183,6 +183,13 @@ class Evaluation:
         targets = [t for t in self.plan.targets if any(o.target == t.name for o in self.origins)]
         kinds = {get_toolchain(t.spec.toolchain).device_kind for t in targets}
         workers, devices, left_out = start_fleet(config.cluster, kinds, self.plan.file)
+        try:
+            return self._run(config, targets, workers, devices, left_out)
+        finally:
+            stop_fleet(workers)
+
+    def _run(self, config: RunConfig, targets: list[Target], workers: list[ray.actor.ActorHandle],
+             devices: list[DeviceInfo], left_out: list[str]) -> EvaluationSummary:
         self.skipped += left_out
         groups: dict[str, list[int]] = defaultdict(list)
         for i, device in enumerate(devices):

@@ -3,9 +3,9 @@
     Job(kind, study, builds) ─► compile (CPU tasks, a build cache) ─► ready queue of its device
         type, by (priority, submission order) ─► a free worker of that type ─► JobResult
 
-A baseline comes first (every other job of its study waits for its outputs), the agents' checks
-next (a study's search waits for them), then the finals and reviews that close a study, the
-search, and last the profiles.
+A baseline comes first (every other job of its study waits for its outputs); then the agents'
+checks, the search, the finals and reviews of every study in the order they came; last the
+winners' profiles.
 """
 
 from __future__ import annotations
@@ -35,8 +35,14 @@ class JobKind(StrEnum):
     EVALUATE = "evaluate"  # measure: a configuration tuned elsewhere
 
 
-PRIORITY = {JobKind.BASELINE: 0, JobKind.VERIFY: 1, JobKind.SANITIZE: 1, JobKind.GUARD: 1, JobKind.FINAL: 2,
-            JobKind.REVIEW: 2, JobKind.EVALUATE: 2, JobKind.SEARCH: 3, JobKind.PROFILE: 4}
+# Baselines first (every study waits for its own); then every study's work in the order it came
+# (verification, search, finals, reviews): a study's search does not wait behind the agents' checks of
+# another. With the search last (as until 2026-11-26), one GPU with the agents on measured no search
+# candidate for 6 minutes of a 7-target sweep, while a study whose agent stage was done waited behind
+# the others' sanitizer runs. The winners' Nsight Compute profiles last (the analysts' baseline
+# profile is submitted at 1).
+PRIORITY = {JobKind.BASELINE: 0, JobKind.VERIFY: 1, JobKind.SANITIZE: 1, JobKind.GUARD: 1, JobKind.FINAL: 1,
+            JobKind.REVIEW: 1, JobKind.EVALUATE: 1, JobKind.SEARCH: 1, JobKind.PROFILE: 2}
 # The worker method that does each kind (cluster.engine.workers.MeasureWorker).
 METHOD = {JobKind.SANITIZE: "sanitize", JobKind.GUARD: "guard", JobKind.REVIEW: "reverify",
           JobKind.PROFILE: "profile"}

@@ -137,7 +137,8 @@ def summary(data: Data) -> pd.DataFrame:
         row["repeat_winners_within_1pct"] = bool(known) and len(known) == len(set(winners)) and \
             max(known) <= WITHIN * min(known)
         if gpus > 1:
-            row["scaling"] = _scaling(runs, kernel, tool, variant)
+            row["scaling"] = _scaling(runs, kernel, tool, variant, int(gpus))
+            row["efficiency"] = row["scaling"] / int(gpus)
         rows.append(row)
     return pd.DataFrame(rows)
 
@@ -150,14 +151,14 @@ def _shared_seeds(runs: pd.DataFrame, kernel: str, gpus: int, strategy: str) -> 
     return set.intersection(*per_tool) if len(per_tool) == 2 else set()
 
 
-def _scaling(runs: pd.DataFrame, kernel: str, tool: str, variant: str) -> float:
-    """Median over the strategies run on both of (configurations per minute on two GPUs / on one),
-    the same seed 0 run."""
+def _scaling(runs: pd.DataFrame, kernel: str, tool: str, variant: str, gpus: int = 2) -> float:
+    """Median over the strategies run on both of (configurations per minute on ``gpus`` GPUs / on
+    one), the same seed 0 run."""
     ratios = []
     for strategy in ("best", "random"):
         pick = runs[(runs["kernel"] == kernel) & (runs["tool"] == tool) & (runs["strategy"] == strategy)
                     & (runs["seed"] == 0) & (runs["repeat"] == 0)]
-        two = pick[(pick["gpus"] == 2) & (pick["variant"] == variant)]["evals_per_min"].dropna()
+        two = pick[(pick["gpus"] == gpus) & (pick["variant"] == variant)]["evals_per_min"].dropna()
         one = pick[(pick["gpus"] == 1) & (pick["variant"] == "")]["evals_per_min"].dropna()
         if len(two) and len(one) and float(one.iloc[0]) > 0:
             ratios.append(float(two.iloc[0]) / float(one.iloc[0]))

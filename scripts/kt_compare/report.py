@@ -93,16 +93,18 @@ def one_gpu_table(summary: pd.DataFrame) -> list[str]:
     return lines
 
 
-def two_gpu_table(summary: pd.DataFrame) -> list[str]:
-    lines = ["| kernel | tool | workers used / GPUs | configs / min | vs 1 GPU | to within 1%, best (seed 0) | "
-             "to within 1%, random (seed 0) |", "|---|---|---|---|---|---|---|"]
-    for r in summary[summary["gpus"] == 2].to_dict("records"):
+def two_gpu_table(summary: pd.DataFrame, gpus: int = 2) -> list[str]:
+    lines = ["| kernel | tool | workers used / GPUs | configs / min | vs 1 GPU | efficiency | "
+             "to within 1%, best (seed 0) | to within 1%, random (seed 0) |", "|---|---|---|---|---|---|---|---|"]
+    for r in summary[summary["gpus"] == gpus].to_dict("records"):
         if not r.get("runs"):
-            lines.append(f"| {r['kernel']} | {tool_label(r['tool'], r['variant'])} | {failed(r)} | | | | |")
+            lines.append(f"| {r['kernel']} | {tool_label(r['tool'], r['variant'])} | {failed(r)} | | | | | |")
             continue
+        efficiency = r.get("efficiency")
         lines.append(
             f"| {r['kernel']} | {tool_label(r['tool'], r['variant'])} | {r['workers_used']} / {r['gpus']} | "
             f"{number(r.get('evals_per_min'))} | {number(r.get('scaling'), '{:.2f}', 'x')} | "
+            f"{number(100 * efficiency if efficiency is not None else None, '{:.0f}', '%')} | "
             f"{target(r, 'best')} | {target(r, 'random')} |")
     return lines
 
@@ -113,8 +115,9 @@ def markdown(meta: dict[str, Any], best: pd.DataFrame, summary: pd.DataFrame, bl
     parts += ["### The spaces and their exhaustive optimum (independent timer)", "", *spaces_table(best), ""]
     if len(summary):
         parts += ["### One GPU", "", *one_gpu_table(summary), ""]
-        if (summary["gpus"] == 2).any():
-            parts += ["### Two GPUs", "", *two_gpu_table(summary), ""]
+        for gpus, title in ((2, "Two GPUs"), (4, "Four GPUs")):
+            if (summary["gpus"] == gpus).any():
+                parts += [f"### {title}", "", *two_gpu_table(summary, gpus), ""]
     if len(blocks):
         counts = blocks.groupby("status").size().to_dict()
         parts += ["Blocks: " + ", ".join(f"{n} {status}" for status, n in sorted(counts.items())) + "."]

@@ -21,7 +21,7 @@ from cluster.outputs.select import select_best
 from cluster.store.results import read_results
 from cluster.store.rundir import RunDir
 from tests.cluster.outputs.fake_runs import Row, gpu, write_run
-from tests.conftest import REPO, write_config, write_target
+from tests.conftest import REPO, repo_pythonpath, write_config, write_target
 
 SAXPY = load_target(REPO / "configs" / "targets" / "saxpy" / "target.yaml")
 H100 = gpu("NVIDIA H100 80GB HBM3", "9.0", "H100")
@@ -235,7 +235,7 @@ def test_ctrl_c_says_how_to_resume(tmp_path, monkeypatch):
 
 def _cli_subprocess(args: list[str], tmp_path: Path) -> subprocess.CompletedProcess:
     env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
-    env |= {"PYTHONPATH": str(REPO), "RAY_TMPDIR": str(tmp_path / "ray")}  # no "current cluster" of others'
+    env |= {"PYTHONPATH": repo_pythonpath(), "RAY_TMPDIR": str(tmp_path / "ray")}  # no "current cluster" of others'
     return subprocess.run([sys.executable, "-m", "cluster.cli", *args], cwd=REPO, env=env, capture_output=True,
                           text=True, timeout=120)
 

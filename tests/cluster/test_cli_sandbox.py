@@ -14,14 +14,14 @@ import pytest
 from cluster.config import SandboxSpec
 from cluster.runners.isolation import start_bubblewrap
 from cluster.runners.sandbox import SandboxError
-from tests.conftest import REPO, write_config, write_target
+from tests.conftest import REPO, repo_pythonpath, write_config, write_target
 
 NO_BWRAP = {"WARPFLEET_BWRAP": "/nonexistent/bwrap"}
 
 
 def _cli(*args: str, cwd, env: dict[str, str] | None = None, timeout: float = 300) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "cluster.cli", *args], cwd=cwd, capture_output=True, text=True,
-                          env={**os.environ, "PYTHONPATH": str(REPO), **(env or {})}, timeout=timeout)
+                          env={**os.environ, "PYTHONPATH": repo_pythonpath(), **(env or {})}, timeout=timeout)
 
 
 def _sandbox_works() -> bool:

@@ -40,7 +40,7 @@ from scripts.kt_compare.spaces import (
     kt_tune_params,
     write_wf_target,
 )
-from tests.conftest import REPO, needs, write_target
+from tests.conftest import REPO, needs, repo_pythonpath, write_target
 
 SPACES = list(KERNEL_SPACES.values())
 SCRIPT = REPO / "scripts" / "bench_kerneltuner.py"
@@ -773,7 +773,7 @@ def test_kernel_tuners_parallel_runner_on_two_stand_in_gpus(tmp_path: Path) -> N
     one actor and fails at the first result; repaired, it uses both GPUs."""
     pytest.importorskip("kernel_tuner")
     pytest.importorskip("ray")
-    env = {**__import__("os").environ, "PYTHONPATH": f"{_fake_cupy(tmp_path)}:{REPO}", "RAY_ADDRESS": ""}
+    env = {**__import__("os").environ, "PYTHONPATH": repo_pythonpath(str(_fake_cupy(tmp_path))), "RAY_ADDRESS": ""}
     done = subprocess.run([sys.executable, "-c", PARALLEL_RUN], capture_output=True, text=True, cwd=REPO, env=env,
                           timeout=240)
     lines = [line for line in done.stdout.splitlines() if line.startswith("RESULT ")]

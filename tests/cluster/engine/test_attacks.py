@@ -27,7 +27,7 @@ import yaml
 from cluster.config import SandboxSpec
 from cluster.runners.isolation import start_bubblewrap
 from cluster.runners.sandbox import SandboxError
-from tests.conftest import REPO, gpu_present
+from tests.conftest import REPO, gpu_present, repo_pythonpath
 
 ATTACKS = REPO / "tests" / "fixtures" / "attacks"
 SECRETS = {"OPENAI_API_KEY": "sk-warpfleet-attack-test-0123456789", "AWS_SECRET_ACCESS_KEY": "warpfleet/attack/test/42"}
@@ -112,7 +112,7 @@ def _sweep(attacked: Attacked) -> None:
         "search": {"sampler": "grid", "trials": 2}, "measure": {"final_top_k": 0},
         "profile": {"candidates": "none"}, "sandbox": SANDBOX[toolchain]}, sort_keys=False))
     (work / "scratch").mkdir()
-    env = {**os.environ, **SECRETS, "PYTHONPATH": str(REPO), "WARPFLEET_SCRATCH": str(work / "scratch")}
+    env = {**os.environ, **SECRETS, "PYTHONPATH": repo_pythonpath(), "WARPFLEET_SCRATCH": str(work / "scratch")}
     result = subprocess.run([sys.executable, "-m", "cluster.cli", "sweep", str(config), "--no-progress"],
                             cwd=work, env=env, capture_output=True, text=True, timeout=900)
     attacked.log = result.stdout + result.stderr

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import pytest
@@ -56,6 +57,25 @@ def test_cpu_demo_end_to_end(tmp_path):
     assert n == len(rows)
     best = select_best(rows)
     assert len(best) == 1 and best[0].target == "stencil_c" and best[0].speedup > 0
+
+
+def test_a_finished_sweep_frees_its_workers_for_the_next(tmp_path):
+    """The measuring actors go with the sweep that started them: their CPUs are free as it returns
+    (before, handles in a reference cycle held them until the garbage collector ran, and a second
+    sweep in the same process waited ~15 s for compile slots)."""
+    import gc
+
+    import ray
+
+    gc.disable()  # the collector must not be what frees them
+    try:
+        sweep(FIXTURES / "demo_cpu.yaml", tmp_path, trials=2)
+        deadline = time.monotonic() + 5
+        while ray.available_resources().get("CPU", 0) < ray.cluster_resources()["CPU"] and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert ray.available_resources().get("CPU", 0) == ray.cluster_resources()["CPU"]
+    finally:
+        gc.enable()
 
 
 def test_failures_are_rows_and_the_sweep_goes_on(tmp_path):

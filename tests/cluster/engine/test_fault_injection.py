@@ -19,7 +19,7 @@ from click.testing import CliRunner
 from cluster.cli import main
 from cluster.store.results import read_results
 from cluster.store.rundir import RunDir
-from tests.conftest import REPO, write_config, write_target
+from tests.conftest import repo_pythonpath, write_config, write_target
 
 TRIALS = 12
 KILLS = 5
@@ -50,7 +50,7 @@ class _Driver:
 
     def __init__(self, args: list[str], cwd: Path) -> None:
         env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
-        env |= {"PYTHONPATH": str(REPO), "WARPFLEET_SCRATCH": "scratch"}  # relative: made absolute (issue 17)
+        env |= {"PYTHONPATH": repo_pythonpath(), "WARPFLEET_SCRATCH": "scratch"}  # relative: made absolute (issue 17)
         self.proc = subprocess.Popen([sys.executable, "-m", "cluster.cli", *args], cwd=cwd, env=env,
                                      start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
                                      text=True)

@@ -113,8 +113,10 @@ def test_the_lookahead_covers_what_the_workers_finish_during_one_compile():
     assert scheduler.lookahead(device("B").device_type) == 0  # no worker of that type
 
 
-def test_a_baseline_goes_before_the_agents_checks_before_the_closing_jobs_before_the_search():
-    order = sorted(JobKind, key=lambda kind: PRIORITY[kind])
-    assert order.index(JobKind.BASELINE) < order.index(JobKind.VERIFY) < order.index(JobKind.FINAL) \
-        < order.index(JobKind.SEARCH) < order.index(JobKind.PROFILE)
-    assert PRIORITY[JobKind.SANITIZE] == PRIORITY[JobKind.GUARD] == PRIORITY[JobKind.VERIFY]
+def test_baselines_go_first_then_every_studys_work_in_turn_and_the_winners_profiles_last():
+    """A study's search is not queued behind another study's verification: after the baselines, the
+    agents' checks, searches, finals and reviews go in the order they came (submission order)."""
+    assert PRIORITY[JobKind.BASELINE] < PRIORITY[JobKind.SEARCH] < PRIORITY[JobKind.PROFILE]
+    in_turn = (JobKind.VERIFY, JobKind.SANITIZE, JobKind.GUARD, JobKind.SEARCH, JobKind.FINAL, JobKind.REVIEW,
+               JobKind.EVALUATE)
+    assert {PRIORITY[kind] for kind in in_turn} == {PRIORITY[JobKind.SEARCH]}

@@ -7,7 +7,7 @@ import os
 import subprocess
 import sys
 
-from tests.conftest import REPO, write_config, write_target
+from tests.conftest import REPO, repo_pythonpath, write_config, write_target
 
 ENV_DUMP_C = r"""
 #include <stdio.h>
@@ -38,7 +38,7 @@ def test_no_secret_in_any_file_a_sweep_writes(tmp_path):
     (target.parent / "tiny.c").write_text(ENV_DUMP_C)
     config = write_config(tmp_path, ["t/target.yaml"], search={"sampler": "grid", "trials": 2},
                           measure={"final_top_k": 1, "final_runs": 1})
-    env = {**os.environ, **SECRETS, "PYTHONPATH": str(REPO)}
+    env = {**os.environ, **SECRETS, "PYTHONPATH": repo_pythonpath()}
     result = subprocess.run([sys.executable, "-m", "cluster.cli", "sweep", str(config), "--no-progress"],
                             cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr[-3000:]

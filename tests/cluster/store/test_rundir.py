@@ -22,7 +22,7 @@ from cluster.config import load_run
 from cluster.core.errors import ConfigError
 from cluster.store import rundir as rundir_module
 from cluster.store.rundir import RunDir, break_stale_lock, spec_hash
-from tests.conftest import REPO, write_config, write_target
+from tests.conftest import REPO, repo_pythonpath, write_config, write_target
 
 
 def _plan(tmp_path: Path, **fields):
@@ -221,7 +221,7 @@ time.sleep(60)
 def test_a_dead_drivers_journal_lock_is_broken_and_a_live_ones_is_not(tmp_path):
     lock = tmp_path / f"{RunDir.JOURNAL}.lock"
     holder = subprocess.Popen([sys.executable, "-c", HOLD, str(tmp_path)], cwd=REPO, stdout=subprocess.PIPE,
-                              env={**os.environ, "PYTHONPATH": str(REPO)})
+                              env={**os.environ, "PYTHONPATH": repo_pythonpath()})
     try:
         assert holder.stdout.readline().strip() == b"holding"
         os.symlink(tmp_path / RunDir.JOURNAL, lock)  # as JournalFileSymlinkLock takes it

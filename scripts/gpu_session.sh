@@ -9,12 +9,16 @@
 #   scripts/gpu_session.sh public OUT    one GPU: the public suite with the agents on (bench_public.py), then
 #                                        the agents' GPU tests (Streamify, vectorize, the sanitizer)
 #   scripts/gpu_session.sh scaling OUT   every GPU of the host: a suite sweep of flags and params on 4, 2
-#                                        and 1 GPUs (bench_scaling.py), then the driver on a simulated fleet
-#                                        of 64 workers on this host's cores (bench_sim.py)
-#   scripts/gpu_session.sh agents OUT    four GPUs: the attacks with CUDA targets, then the suite with the
-#                                        agents on (GPUs 0-1) and the public suite (GPUs 2-3) at once
-#   scripts/gpu_session.sh kernels OUT   every GPU: Kernel Tuner against warpfleet's kernel targets on 1 and
-#                                        4 (or 2) GPUs (bench_kerneltuner.py), the kernel runner's fixed cost
+#                                        and 1 GPUs (bench_scaling.py); a count takes up to 9 minutes with
+#                                        SEARCH_S=420 (about 200 candidates): COUNTS=1, 2, 4 a call each
+#   scripts/gpu_session.sh sim OUT       the driver on a simulated fleet of 64 and 16 workers (bench_sim.py)
+#   scripts/gpu_session.sh agents OUT    every GPU: the suite with the agents on (bench_agents.py)
+#   scripts/gpu_session.sh public4 OUT   every GPU: the public suite with the agents on (bench_public.py)
+#   scripts/gpu_session.sh kernels OUT   every GPU: Kernel Tuner against warpfleet's kernel targets on 1, 2
+#                                        and 4 GPUs (bench_kerneltuner.py), the kernel runner's fixed cost
+#
+# One session a device call: each ends within about 9.5 minutes (the attacks with CUDA targets took
+# 74 s on an H200: `python3 -m pytest -m gpu tests/cluster/engine/test_attacks.py`).
 #
 # Each step runs under its own time limit (STEP_SCALE multiplies them), its output in OUT/logs/STEP.log
 # and a line in OUT/steps.tsv (step, exit status, seconds); a step that fails or runs out of time does
@@ -22,7 +26,7 @@
 # (a device lease returns few files).
 set -uo pipefail
 cd "$(dirname "$0")/.."
-session=${1:?single, public, scaling, kernels or agents}
+session=${1:?single, public, scaling, sim, agents, public4 or kernels}
 OUT=$(mkdir -p "${2:?OUT}" && cd "$2" && pwd)
 mkdir -p "$OUT/logs"
 scale=${STEP_SCALE:-1}
@@ -83,17 +87,26 @@ case "$session" in
     step gpu_tests_agents $(( left > 30 ? left : 30 )) "$PY" -m pytest -q -p no:cacheprovider -m gpu \
       tests/agents/test_streamify_gpu.py tests/agents/test_vectorize.py tests/cluster/engine/test_gpu_agents.py
     pack public public ;;
-  scaling)
+  scaling)  # COUNTS (default 4,2,1, or 2,1 on a smaller host); SEARCH_S: the search budget of one GPU,
+    # divided among more (420 s: at the 28.6 candidates/min of one H200 on the suite, about 200 candidates)
     machine
-    counts=4,2,1; [ "$ngpu" -ge 4 ] || counts=2,1
-    step scaling 370 "$PY" scripts/bench_scaling.py configs/suite.yaml --counts "$counts" --trials 30 \
-      --out "$OUT/scaling" --search-s 4:45,2:70,1:115 --child-timeout-s 4:85,2:115,1:165
-    if [ $(( $(date +%s) - T0 )) -lt 330 ]; then
-      step sim 45 "$PY" scripts/bench_sim.py --workers 64 --run-s 1.0 --candidates-per-worker 12 --sampler random \
-        --out "$OUT/sim"
-    fi
+    counts=${COUNTS:-4,2,1}; [ "$ngpu" -ge 4 ] || counts=${COUNTS:-2,1}
+    search=${SEARCH_S:-420}; budgets=""; kills=""; total=0
+    for c in ${counts//,/ }; do
+      b=$(( search / c )); k=$(( b + 90 )); total=$(( total + k + 15 ))
+      budgets="$budgets${budgets:+,}$c:$b"; kills="$kills${kills:+,}$c:$k"
+    done
+    step scaling "$total" "$PY" scripts/bench_scaling.py configs/suite.yaml --counts "$counts" --trials 30 \
+      --out "$OUT/scaling" --search-s "$budgets" --child-timeout-s "$kills"
     pack scaling scaling/scaling.json scaling/scaling.md scaling/count-4.log scaling/count-2.log \
-      scaling/count-1.log scaling/runs-4 scaling/runs-2 scaling/runs-1 sim ;;
+      scaling/count-1.log scaling/runs-4 scaling/runs-2 scaling/runs-1 ;;
+  sim)  # the driver on a simulated fleet of 64 workers, on a host with the cores for it
+    machine
+    step sim 120 "$PY" scripts/bench_sim.py --workers 64 --run-s 1.0 --candidates-per-worker 12 --sampler random \
+      --out "$OUT/sim"
+    step sim50 90 "$PY" scripts/bench_sim.py --workers 16 --run-s 0.05 --candidates-per-worker 40 --sampler random \
+      --out "$OUT/sim50"
+    pack sim sim sim50 ;;
   kernels)
     machine
     gpus=4; [ "$ngpu" -ge 4 ] || gpus=2
@@ -101,15 +114,14 @@ case "$session" in
       --budget-s 290 --seeds 2 --repeats 3 --max-evals 40 --wf-compile-workers 8
     step kernel_fixed 40 "$PY" scripts/bench_runners.py configs/kernels.yaml --repeats 5 --out "$OUT/kernel_fixed"
     pack kernels kt/report.md kt/summary.parquet kt/meta.json kt/raw kt/logs kernel_fixed ;;
-  agents)  # four GPUs: the suite with the agents on (GPUs 0-1) and the public suite (GPUs 2-3) at once
+  agents)  # every GPU: the suite with the agents on (a 7-target sweep took 6.6 min on two H200s)
     machine
-    step attacks 90 "$PY" -m pytest -q -p no:cacheprovider -m gpu tests/cluster/engine/test_attacks.py
-    CUDA_VISIBLE_DEVICES=0,1 step agents 400 "$PY" scripts/bench_agents.py --out "$OUT/agents" --trials 8 \
-      --hand-repeats 2 --search-s 60 &
-    CUDA_VISIBLE_DEVICES=2,3 step public 400 "$PY" scripts/bench_public.py --out "$OUT/public" --trials 8 \
-      --hand-repeats 2 --search-s 60 &
-    wait
-    pack agents agents public ;;
+    step agents 560 "$PY" scripts/bench_agents.py --out "$OUT/agents" --trials 8 --hand-repeats 2 --search-s 60
+    pack agents agents ;;
+  public4)  # every GPU: the public suite with the agents on
+    machine
+    step public 560 "$PY" scripts/bench_public.py --out "$OUT/public" --trials 8 --hand-repeats 2 --search-s 60
+    pack public public ;;
   *)
     sed -n 2,22p "$0"; exit 2 ;;
 esac

@@ -20,6 +20,7 @@ from collections.abc import Mapping
 from agents import _ts
 from agents.cuda_source import analyze
 from agents.launch_sites import LaunchSite, instance_of, launch_sites
+from agents.regions import pretty
 from agents.source_model import Kernel, SourceModel, written_params
 
 CUDA_SOURCES = (".cu", ".cuh", ".h", ".hpp", ".cpp", ".cc", ".cxx")  # files a kernel or its launch may be in
@@ -79,7 +80,7 @@ def restrict_violations(before: SourceModel, after: SourceModel, sites: list[Lau
 
 
 def _arg(site: LaunchSite, kernel: Kernel, param: str) -> str:
-    return site.launch.bound_args(kernel).get(param, "?")
+    return pretty(site.launch.bound_args(kernel).get(param, "?"))
 
 
 def vector_violations(original: str, patched: str) -> list[str]:

@@ -22,6 +22,7 @@ from agents._ts import Node
 from agents.experts._expert import Change, Expert, kernel_node, line_edits, source_models
 from agents.launch_sites import LaunchSite, launch_sites
 from agents.patch import Patched, apply, source_files
+from agents.regions import pretty
 from agents.source_model import Kernel, SourceModel, read_params, written_params
 from agents.workflow.steps import Finding, Level, Plan
 
@@ -123,8 +124,8 @@ def _aliased(kernel: Kernel, name: str, sites: list[LaunchSite]) -> str | None:
         for other in (q for q in written if q in regions and q != name):
             if name in regions and site.may_alias(regions[name], regions[other]):
                 args = site.launch.bound_args(kernel)
-                return f"its argument `{args[name]}` may share memory with {other}'s `{args[other]}` (line " \
-                       f"{site.launch.line})"
+                return f"its argument `{pretty(args[name])}` may share memory with {other}'s " \
+                       f"`{pretty(args[other])}` (line {site.launch.line})"
     return None
 
 

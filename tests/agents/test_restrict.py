@@ -78,6 +78,16 @@ def test_entry_function_parameters_may_alias_each_other(tmp_path: Path) -> None:
     assert found["axpy"].reason == "x: its argument `d_x` may share memory with y's `d_y` (line 21)"
 
 
+def test_a_reason_names_buffers_the_analysis_lost_as_the_source_does(tmp_path: Path) -> None:
+    """Pointers from a call the analysis cannot see may be any buffer; the reason names them as the
+    source does (`x`), not by the analysis's own token for them (`__wf_any_x_0`)."""
+    allocated = "  cudaMalloc(&x, 4096); cudaMalloc(&y, 4096); cudaMalloc(&z, 4096); cudaMalloc(&i, 4096);\n"
+    unknown = SOURCE.replace(allocated, "  x = make(); y = make(); z = make(); i = (int*)make();\n")
+    found = findings(tmp_path, unknown.replace("int main() {", "float* make();\nint main() {"))
+    assert found["axpy"].reason == "x: its argument `x` may share memory with y's `y` (line 21)"
+    assert not any("__wf_any" in f.reason for f in found.values())
+
+
 def test_a_prototype_or_no_launch_is_a_reason(tmp_path: Path) -> None:
     declared = SOURCE.replace("#include <cuda_runtime.h>\n", "#include <cuda_runtime.h>\n__global__ void axpy(float, "
                                                             "float*, float*, int);\n")

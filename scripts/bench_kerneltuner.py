@@ -38,6 +38,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
+from cluster.runners.sandbox import stop_command  # noqa: E402
 from scripts.kt_compare.records import Block, stamp  # noqa: E402
 from scripts.kt_compare.spaces import KERNEL_SPACES  # noqa: E402
 
@@ -115,12 +116,7 @@ def wait_lanes(lanes: list[tuple[subprocess.Popen | None, float]]) -> None:
             proc.wait(timeout=max(1.0, deadline + GRACE_S - time.time()))
         except subprocess.TimeoutExpired:
             log(f"lane {proc.pid} past its deadline: stopping it")
-            os.killpg(proc.pid, signal.SIGTERM)
-            try:
-                proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait()
+            stop_command(proc, 10)
         if proc.returncode:
             log(f"lane {proc.pid} exited with status {proc.returncode}")
         RUNNING.remove(proc)
@@ -129,12 +125,7 @@ def wait_lanes(lanes: list[tuple[subprocess.Popen | None, float]]) -> None:
 def stop_running_lanes() -> None:
     """On the way out (an error, SIGTERM): no lane outlives the command."""
     for proc in list(RUNNING):
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGTERM)
-            try:
-                proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
+        stop_command(proc, 10)
         RUNNING.remove(proc)
 
 

@@ -23,7 +23,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import signal
 import subprocess
 import sys
 import time
@@ -165,6 +164,8 @@ def run_count(args: argparse.Namespace, count: int) -> dict | None:
             "--out", str(args.out), *(["--cpu"] if args.cpu else []),
             *(["--search-s", f"{count}:{search_s}"] if search_s else [])]
     timeout = per_count(args.child_timeout_s).get(count)
+    from cluster.runners.sandbox import stop_command
+
     proc = subprocess.Popen(argv, env=env, start_new_session=True)
     killed = False
     try:
@@ -172,12 +173,7 @@ def run_count(args: argparse.Namespace, count: int) -> dict | None:
     except subprocess.TimeoutExpired:
         killed = True
         print(f"  {count} workers: past {timeout:.0f} s, stopped; figures from the rows written", flush=True)
-        os.killpg(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
+        stop_command(proc, 20)
     path = args.out / f"count-{count}.json"
     if proc.returncode == 0 and path.exists():
         return json.loads(path.read_text())

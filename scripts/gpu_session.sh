@@ -4,16 +4,14 @@
 # by WF_SITE_TAR, a tar.xz of site-packages, and bubblewrap by WF_BWRAP_DEB, a Debian package):
 #
 #   scripts/gpu_session.sh single OUT    one GPU: doctor, the GPU tests (the attacks with CUDA targets, the
-#                                        kernel runner's cheat checks, the persistent runner), the sandbox's
-#                                        cost with a CUDA program, the suite with the agents on (bench_agents.py)
-#   scripts/gpu_session.sh public OUT    one GPU: the public suite with the agents on (bench_public.py), then
-#                                        the agents' GPU tests (Streamify, vectorize, the sanitizer)
+#                                        kernel runner's cheat checks, the persistent runner, the agents'),
+#                                        the sandbox's cost with a CUDA program
 #   scripts/gpu_session.sh scaling OUT   every GPU of the host: a suite sweep of flags and params on 4, 2
 #                                        and 1 GPUs (bench_scaling.py); a count takes up to 9 minutes with
 #                                        SEARCH_S=420 (about 200 candidates): COUNTS=1, 2, 4 a call each
 #   scripts/gpu_session.sh sim OUT       the driver on a simulated fleet of 64 and 16 workers (bench_sim.py)
 #   scripts/gpu_session.sh agents OUT    every GPU: the suite with the agents on (bench_agents.py)
-#   scripts/gpu_session.sh public4 OUT   every GPU: the public suite with the agents on (bench_public.py)
+#   scripts/gpu_session.sh public OUT    every GPU: the public suite with the agents on (bench_public.py)
 #   scripts/gpu_session.sh kernels OUT   every GPU: Kernel Tuner against warpfleet's kernel targets on 1, 2
 #                                        and 4 GPUs (bench_kerneltuner.py), the kernel runner's fixed cost
 #
@@ -26,7 +24,7 @@
 # (a device lease returns few files).
 set -uo pipefail
 cd "$(dirname "$0")/.."
-session=${1:?single, public, scaling, sim, agents, public4 or kernels}
+session=${1:?single, scaling, sim, agents, public or kernels}
 OUT=$(mkdir -p "${2:?OUT}" && cd "$2" && pwd)
 mkdir -p "$OUT/logs"
 scale=${STEP_SCALE:-1}
@@ -75,18 +73,10 @@ case "$session" in
     step doctor 60 "$PY" -m cluster.cli doctor --gpu
     step gpu_tests 200 "$PY" -m pytest -q -p no:cacheprovider -m gpu tests/cluster/engine/test_attacks.py \
       tests/cluster/runners/test_kernel_gpu.py tests/cluster/runners/test_persistent.py
+    step gpu_tests_agents 240 "$PY" -m pytest -q -p no:cacheprovider -m gpu tests/agents/test_streamify_gpu.py \
+      tests/agents/test_vectorize.py tests/cluster/engine/test_gpu_agents.py
     step sandbox 75 "$PY" scripts/bench_sandbox.py --repeat 40 --cuda --json "$OUT/bench_sandbox.json"
-    left=$(( 545 - ( $(date +%s) - T0 ) ))
-    step agents $(( left > 90 ? left : 90 )) "$PY" scripts/bench_agents.py --out "$OUT/agents" --trials 8 \
-      --hand-repeats 2 --search-s $(( left > 250 ? left - 190 : 60 ))
-    pack single bench_sandbox.json agents ;;
-  public)
-    machine
-    step public 360 "$PY" scripts/bench_public.py --out "$OUT/public" --trials 8 --hand-repeats 2 --search-s 110
-    left=$(( 465 - ( $(date +%s) - T0 ) ))
-    step gpu_tests_agents $(( left > 30 ? left : 30 )) "$PY" -m pytest -q -p no:cacheprovider -m gpu \
-      tests/agents/test_streamify_gpu.py tests/agents/test_vectorize.py tests/cluster/engine/test_gpu_agents.py
-    pack public public ;;
+    pack single bench_sandbox.json ;;
   scaling)  # COUNTS (default 4,2,1, or 2,1 on a smaller host); SEARCH_S: the search budget of one GPU,
     # divided among more (420 s: at the 28.6 candidates/min of one H200 on the suite, about 200 candidates)
     machine
@@ -118,7 +108,7 @@ case "$session" in
     machine
     step agents 560 "$PY" scripts/bench_agents.py --out "$OUT/agents" --trials 8 --hand-repeats 2 --search-s 60
     pack agents agents ;;
-  public4)  # every GPU: the public suite with the agents on
+  public)  # every GPU: the public suite with the agents on
     machine
     step public 560 "$PY" scripts/bench_public.py --out "$OUT/public" --trials 8 --hand-repeats 2 --search-s 60
     pack public public ;;

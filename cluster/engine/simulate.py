@@ -50,6 +50,9 @@ class SimulatedWorker:
     def device_info(self) -> DeviceInfo:
         return self.device
 
+    def close(self) -> None:
+        """Nothing runs beside it to stop (cluster.engine.workers.stop_fleet)."""
+
     def measure(self, target: Target, candidate: Candidate, binary: bytes | None, reference: Reference | None,
                 runs: int, submitted_at: float, first_seed: int = 0) -> Measurement:
         started = time.time()

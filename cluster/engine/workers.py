@@ -6,7 +6,6 @@ run in parallel and hand the binary to a measuring actor through the object stor
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import shutil
 import time
@@ -187,14 +186,11 @@ def start_fleet(cluster: ClusterSpec, kinds: set[str], config_file: str) -> tupl
 
 
 def stop_fleet(workers: list[ray.actor.ActorHandle], timeout_s: float = 10.0) -> None:
-    """A finished sweep's measuring actors, stopped: their runners closed (``close``, where an actor
-    has it), then the actors killed. Their GPUs and CPUs are free for the next sweep of the same
+    """A finished sweep's measuring actors, stopped: their runners closed (``close``), then the
+    actors killed. Their GPUs and CPUs are free for the next sweep of the same
     process at once; left to themselves, handles held in a reference cycle kept them until the
     garbage collector ran (a second sweep in one process waited ~15 s for its compiles' CPUs)."""
-    closing = []
-    for worker in workers:
-        with contextlib.suppress(AttributeError):  # a stand-in (cluster.engine.simulate) keeps nothing running
-            closing.append(worker.close.remote())
+    closing = [worker.close.remote() for worker in workers]
     if closing:
         ray.wait(closing, num_returns=len(closing), timeout=timeout_s)
     for worker in workers:

@@ -103,7 +103,7 @@ def compare(name: str, got: np.ndarray, want: np.ndarray, rtol: float, atol: flo
     if not differ:
         return None
     err = np.abs(got.astype(np.float64) - want.astype(np.float64))
-    worst = int(np.nanargmax(np.where(np.isnan(err), np.inf, err)))
+    worst = int(np.argmax(np.where(np.isnan(err), np.inf, err)))
     return (f"{name}: {differ} of {got.size} values differ "
             f"(max abs error {err[worst]:.3g} at index {worst}: {float(got[worst]):.6g} vs {float(want[worst]):.6g})")
 

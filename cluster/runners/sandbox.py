@@ -327,6 +327,17 @@ def kill_command(proc: subprocess.Popen[bytes]) -> None:
     proc.wait()
 
 
+def stop_command(proc: subprocess.Popen[bytes], grace_s: float) -> None:
+    """End a command started in a new session politely: SIGTERM to its process group and ``grace_s``
+    to exit (a Ray driver shuts its workers down), then ``kill_command`` for what is left."""
+    if proc.poll() is None:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(proc.pid, signal.SIGTERM)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.wait(timeout=grace_s)
+    kill_command(proc)
+
+
 def _children(pid: int) -> list[int]:
     try:
         return [int(child) for child in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]

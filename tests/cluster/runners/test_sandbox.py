@@ -163,3 +163,29 @@ def test_candidates_do_not_see_secrets(tmp_path, monkeypatch, given):
 def test_scrubbed_env_leaves_the_given_mapping_alone():
     base = {"PATH": "/bin", "HF_TOKEN": "h"}
     assert scrubbed_env(base) == {"PATH": "/bin"} and base == {"PATH": "/bin", "HF_TOKEN": "h"}
+
+
+def test_stop_command_asks_first_then_kills_what_stays():
+    """SIGTERM to the command's process group, time to exit as it wants; a command that ignores it
+    is killed when the grace is over, its whole group with it."""
+    import subprocess
+
+    polite = subprocess.Popen(["sh", "-c", "trap 'exit 7' TERM; while :; do sleep 0.05; done"],
+                              start_new_session=True)
+    time.sleep(0.3)
+    sandbox.stop_command(polite, 5)
+    assert polite.returncode == 7  # it exited on its own, through its handler
+    stubborn = subprocess.Popen(["sh", "-c", "trap '' TERM; while :; do sleep 0.05; done"], start_new_session=True)
+    time.sleep(0.3)
+    started = time.monotonic()
+    sandbox.stop_command(stubborn, 0.5)
+    assert stubborn.returncode == -signal.SIGKILL and time.monotonic() - started < 5
+    deadline = time.monotonic() + 5  # nothing of its group is left (its killed child reaped by init)
+    while time.monotonic() < deadline:
+        try:
+            os.killpg(stubborn.pid, 0)
+        except ProcessLookupError:
+            break
+        time.sleep(0.05)
+    else:
+        pytest.fail("a process of the stopped command's group is still there")

@@ -4,13 +4,16 @@ speedup, share of it reached).
 
     python scripts/bench_agents.py --out DIR [--trials 6] [--targets transpose,regpressure]
 
-1. One sweep of the chosen suite targets with the agent stage on: baseline ncu profile, the four
+1. The hand-optimized speedup: each target's baseline and its ``target_opt.yaml``, measured
+   ``--hand-repeats`` times on the same GPU by the same harness, medians compared; kept in
+   DIR/agents.json before the sweep starts.
+2. One sweep of the chosen suite targets with the agent stage on: baseline ncu profile, the
    experts, verification (outputs, compute-sanitizer memcheck + racecheck, dependence graph),
-   then a search over verified variants and flags, the final re-measure and the profiles.
-2. The hand-optimized speedup: each target's baseline and its ``target_opt.yaml``, measured
-   ``--hand-repeats`` times on the same GPU by the same harness, medians compared.
+   then a search over verified variants and flags, the final re-measure and (without
+   ``--no-profile``) the winners' profiles.
 3. DIR/agents_table.md (the table), DIR/agents.json (every figure), DIR/report-<run>.md (the
-   optimize report), the run directory under DIR/runs.
+   optimize report), the run directory under DIR/runs. A sweep cut short by a time box: its
+   table from the rows written, ``--from-run DIR/runs/RUN --hand DIR/agents.json``.
 """
 
 from __future__ import annotations
@@ -42,7 +45,8 @@ def log(message: str) -> None:
     print(f"[{time.strftime('%H:%M:%S')}] {message}", flush=True)
 
 
-def agent_sweep(targets: list[str], trials: int, out: Path, search_s: float | None = None) -> Path:
+def agent_sweep(targets: list[str], trials: int, out: Path, search_s: float | None = None,
+                profile_winners: bool = True) -> Path:
     plan = load_run(SUITE)
     chosen = tuple(t for t in plan.targets if not targets or t.name in targets)
     config = plan.config.model_copy(update={
@@ -50,12 +54,19 @@ def agent_sweep(targets: list[str], trials: int, out: Path, search_s: float | No
         "search": plan.config.search.model_copy(update={"trials": trials, **budget(search_s)}),
         "measure": plan.config.measure.model_copy(update={"final_top_k": 2, "final_runs": 3}),
         "agents": plan.config.agents.model_copy(update={"enabled": True, "sanitizer_timeout_s": 90}),
+        **no_profile(plan.config, profile_winners),
     })
     plan = RunPlan(config, plan.file, chosen)
     run_dir = RunDir.create(plan)
     log(f"sweep with agents: {[t.name for t in chosen]}, {trials} trials each -> {run_dir.path}")
     Sweep(plan, run_dir, log=log).run(show_progress=False)
     return run_dir.path
+
+
+def no_profile(config, profile_winners: bool) -> dict:
+    """Without ``profile_winners``: no Nsight Compute profile of the winners after the finals (the
+    analysts' profile of each baseline still runs), so that a lease of fixed length holds the table."""
+    return {} if profile_winners else {"profile": config.profile.model_copy(update={"candidates": "none"})}
 
 
 def budget(search_s: float | None) -> dict:
@@ -131,6 +142,7 @@ def main() -> None:
     parser.add_argument("--targets", default="", help="comma-separated suite targets (default: all)")
     parser.add_argument("--hand-repeats", type=int, default=3)
     parser.add_argument("--search-s", type=float, help="the search's time budget (default: the trials alone)")
+    parser.add_argument("--no-profile", action="store_true", help="no Nsight Compute profile of the winners")
     parser.add_argument("--from-run", type=Path, help="no GPU work: the table of this stored run, with the "
                         "hand-optimized figures of --hand (an agents.json written before)")
     parser.add_argument("--hand", type=Path, help="with --from-run: the agents.json holding the hand figures")
@@ -144,12 +156,12 @@ def main() -> None:
         return
     targets = [t for t in args.targets.split(",") if t]
     started = time.time()
-    run = agent_sweep(targets, args.trials, args.out, args.search_s)
-    import ray
-
-    ray.shutdown()  # the GPU to the hand-optimized measurements alone
-    names = sorted(set(read_results(run)["target"]))
+    # The hand-optimized figures first, on the GPU alone (before Ray starts), kept at once: a sweep
+    # that a time box ends leaves them, and `--from-run RUN --hand agents.json` makes the table.
+    names = [t.name for t in load_run(SUITE).targets if not targets or t.name in targets]
     hand = hand_speedups(names, args.hand_repeats)
+    (args.out / "agents.json").write_text(json.dumps({"hand": hand}, indent=1, default=str))
+    run = agent_sweep(targets, args.trials, args.out, args.search_s, profile_winners=not args.no_profile)
     text, records = table(run, hand)
     report = write_report(run)
     (args.out / f"report-{run.name}.md").write_text(report.read_text())

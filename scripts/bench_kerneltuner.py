@@ -54,16 +54,17 @@ def log(message: str) -> None:
 # --- the plan -----------------------------------------------------------------------------------
 
 
-def run_blocks(tool: str, kernels: list[str], seeds: int, repeats: int) -> list[Block]:
+def run_blocks(tool: str, kernels: list[str], seeds: int, repeats: int,
+               strategies: tuple[str, ...] = ("best", "random")) -> list[Block]:
     """One tool's one-GPU runs, most useful first: seeds 0-1 of every kernel and strategy, the
     repeats of seed 0 kernel by kernel, then the remaining seeds. A lane cut short has whole seeds
     of every kernel and the repeats of whole kernels: every figure, on fewer seeds."""
     def seed_blocks(seed_range: range) -> list[Block]:
         return [Block("run", k, tool, strategy, seed) for seed in seed_range for k in kernels
-                for strategy in ("best", "random")]
+                for strategy in strategies]
 
     first = min(seeds, 2)
-    repeat = [Block("run", k, tool, "best", 0, r) for k in kernels for r in range(1, repeats)]
+    repeat = [Block("run", k, tool, "best", 0, r) for k in kernels for r in range(1, repeats) if "best" in strategies]
     return seed_blocks(range(first)) + repeat + seed_blocks(range(first, seeds))
 
 
@@ -160,8 +161,9 @@ def run_all(args: argparse.Namespace, settings: dict, kernels: list[str], t0: fl
     devices = visible_devices(args.gpus, args.dry_run)
     concurrent = args.gpus >= 2 and not args.sequential
     reference = [Block("reference", k) for k in kernels]
-    wf = run_blocks("warpfleet", kernels, args.seeds, args.repeats)
-    kt = run_blocks("kernel_tuner", kernels, args.seeds, args.repeats)
+    strategies = tuple(s for s in args.strategies.split(",") if s)
+    wf = run_blocks("warpfleet", kernels, args.seeds, args.repeats, strategies)
+    kt = run_blocks("kernel_tuner", kernels, args.seeds, args.repeats, strategies)
     one_gpu_end = t0 + budget * (0.62 if args.gpus >= 2 else 0.9)
     if concurrent:
         lanes = [(start_lane(args, "gpu0-warpfleet", devices[:1], wf, one_gpu_end, settings), one_gpu_end),
@@ -287,6 +289,8 @@ def main() -> None:
     parser.add_argument("--wf-min-time", type=float, default=0.05, help="warpfleet harness --min-time")
     parser.add_argument("--wf-compile-workers", type=int, default=4)
     parser.add_argument("--kt-strategy", default="genetic_algorithm", help="Kernel Tuner's best strategy")
+    parser.add_argument("--strategies", default="best,random", help="the one-GPU runs' strategies: best, random "
+                        "or both (the repeats are of best)")
     parser.add_argument("--sequential", action="store_true", help="no concurrent one-GPU lanes on two GPUs")
     parser.add_argument("--no-repaired", action="store_true",
                         help="skip Kernel Tuner's parallel mode with its two bugs repaired (kt_run)")

@@ -26,7 +26,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(REPO), str(REPO / "scripts")]
 
-from bench_agents import budget, log, table  # noqa: E402
+from bench_agents import budget, log, no_profile, table  # noqa: E402
 from bench_suite import noise  # noqa: E402
 
 from cluster.config import RunPlan, load_run, load_target  # noqa: E402
@@ -82,13 +82,14 @@ def smoke(out: Path) -> None:
 
 
 def public_sweep(targets: list[str], trials: int, agents: bool, out: Path,
-                 search_s: float | None = None) -> Path:
+                 search_s: float | None = None, profile_winners: bool = True) -> Path:
     plan = load_run(PUBLIC)
     chosen = tuple(t for t in plan.targets if not targets or t.name in targets)
     config = plan.config.model_copy(update={
         "output_dir": str(out / "runs"), "name": "public-agents" if agents else "public",
         "search": plan.config.search.model_copy(update={"trials": trials, **budget(search_s)}),
         "agents": plan.config.agents.model_copy(update={"enabled": agents, "sanitizer_timeout_s": 300}),
+        **no_profile(plan.config, profile_winners),
     })
     plan = RunPlan(config, plan.file, chosen)
     run_dir = RunDir.create(plan)
@@ -126,6 +127,7 @@ def main() -> None:
     parser.add_argument("--no-agents", action="store_true", help="flags and params only")
     parser.add_argument("--hand-repeats", type=int, default=3)
     parser.add_argument("--search-s", type=float, help="the search's time budget (default: the trials alone)")
+    parser.add_argument("--no-profile", action="store_true", help="no Nsight Compute profile of the winners")
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     if args.smoke:
@@ -133,12 +135,12 @@ def main() -> None:
         return
     started = time.time()
     targets = [t for t in args.targets.split(",") if t]
-    run = public_sweep(targets, args.trials, not args.no_agents, args.out, args.search_s)
-    import ray
-
-    ray.shutdown()  # the GPU to the hand-optimized measurements alone
+    # The hand-optimized figures first, on the GPU alone, kept at once (as bench_agents does).
     names = [t.name for t in load_run(PUBLIC).targets if not targets or t.name in targets]
     hand = hand_speedups(names, args.hand_repeats)
+    (args.out / "public.json").write_text(json.dumps({"hand": hand}, indent=1, default=str))
+    run = public_sweep(targets, args.trials, not args.no_agents, args.out, args.search_s,
+                       profile_winners=not args.no_profile)
     text, records = table(run, hand)
     if not args.no_agents:
         (args.out / f"report-{run.name}.md").write_text(write_report(run).read_text())

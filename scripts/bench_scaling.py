@@ -15,6 +15,11 @@ gives each count a search time budget (the config's ``search.time_budget_s``: th
 there, then the finals run), so that a slow count cannot outrun the command; ``--child-timeout-s``
 kills a count's process past it, and its figures are then taken from the rows it had written.
 ``--cpu`` scales CPU measuring workers instead (for trying it on a machine without a GPU).
+``--cpus-per-gpu K`` pins each count's process, its Ray and its compiles to K cores per GPU (count N:
+N * K cores), so that every count has the same CPUs per GPU; ``--concurrent`` runs the counts at the
+same time, each on cards and cores of its own (counts 1,2 on a four-GPU host: card 0, cards 1-2;
+K defaults to the host's cores over its GPUs), so that a lease of fixed length holds more of them.
+``--report DIR...`` writes the table of counts measured before (their count-N.json) without running.
 DIR/scaling.json holds every figure, DIR/scaling.md the table, DIR/count-N.log each sweep's log.
 """
 
@@ -42,20 +47,49 @@ def per_count(text: str) -> dict[int, float]:
     return out
 
 
-def child(config: str, count: int, trials: int, out: Path, cpu: bool, search_s: float | None) -> dict:
-    """One sweep with ``count`` measuring workers; runs in its own process."""
+def parse_cores(text: str) -> list[int]:
+    """``"0-3,8"`` -> [0, 1, 2, 3, 8]."""
+    cores: list[int] = []
+    for item in text.split(","):
+        if item.strip():
+            first, _, last = item.partition("-")
+            cores += range(int(first), int(last or first) + 1)
+    return cores
+
+
+def placement(counts: list[int], concurrent: bool, cpus_per_gpu: int) -> dict[int, tuple[list[int], str]]:
+    """Per count: its cards (or CPU workers' slots) and its cores (``"a-b"``, or "" for all). Counts
+    run one after the other use the first cards; concurrent ones, cards and cores of their own."""
+    out, first = {}, 0
+    for count in counts:
+        cards = list(range(first, first + count))
+        cores = f"{first * cpus_per_gpu}-{(first + count) * cpus_per_gpu - 1}" if cpus_per_gpu else ""
+        out[count] = (cards, cores)
+        if concurrent:
+            first += count
+    return out
+
+
+def child(config: str, count: int, trials: int, out: Path, cpu: bool, search_s: float | None,
+          cores: str = "") -> dict:
+    """One sweep with ``count`` measuring workers; runs in its own process (on ``cores``, where given:
+    Ray's processes and the compiles inherit the affinity, and the compile slots are as many)."""
     from cluster.config import RunPlan, load_run
     from cluster.engine.driver import Sweep
     from cluster.store.rundir import RunDir
 
+    pinned = parse_cores(cores)
+    if pinned:
+        os.sched_setaffinity(0, pinned)
     plan = load_run(config)
     search = {"trials": trials, **({"time_budget_s": search_s} if search_s else {})}
     update = {"output_dir": str(out / f"runs-{count}"),
               "search": plan.config.search.model_copy(update=search),
               "measure": plan.config.measure.model_copy(update={"final_top_k": 1, "final_runs": 2}),
               "profile": plan.config.profile.model_copy(update={"candidates": "none"})}
-    if cpu:
-        update["cluster"] = plan.config.cluster.model_copy(update={"cpu_workers": count})
+    cluster = {**({"cpu_workers": count} if cpu else {}), **({"compile_workers": len(pinned)} if pinned else {})}
+    if cluster:
+        update["cluster"] = plan.config.cluster.model_copy(update=cluster)
     plan = RunPlan(plan.config.model_copy(update=update), plan.file, plan.targets)
     run_dir = RunDir.create(plan)
     started = time.time()
@@ -153,26 +187,29 @@ def _num(value: float | None, spec: str) -> str:
     return "-" if value is None else spec.format(value)
 
 
-def run_count(args: argparse.Namespace, count: int) -> dict | None:
+def start_count(args: argparse.Namespace, count: int, cards: list[int], cores: str) -> subprocess.Popen:
     env = dict(os.environ)
     if not args.cpu:
-        env["CUDA_VISIBLE_DEVICES"] = ",".join(str(i) for i in range(count))
+        env["CUDA_VISIBLE_DEVICES"] = ",".join(str(i) for i in cards)
     env.pop("RAY_ADDRESS", None)
-    print(f"[{time.strftime('%H:%M:%S')}] {count} workers", flush=True)
+    print(f"[{time.strftime('%H:%M:%S')}] {count} workers" + (f" on cards {cards}" if not args.cpu else "")
+          + (f", cores {cores}" if cores else ""), flush=True)
     search_s = per_count(args.search_s).get(count)
     argv = [sys.executable, __file__, args.config, "--child", str(count), "--trials", str(args.trials),
-            "--out", str(args.out), *(["--cpu"] if args.cpu else []),
+            "--out", str(args.out), *(["--cpu"] if args.cpu else []), *(["--cores", cores] if cores else []),
             *(["--search-s", f"{count}:{search_s}"] if search_s else [])]
-    timeout = per_count(args.child_timeout_s).get(count)
+    return subprocess.Popen(argv, env=env, start_new_session=True)
+
+
+def finish_count(args: argparse.Namespace, count: int, proc: subprocess.Popen, deadline: float | None) -> dict | None:
     from cluster.runners.sandbox import stop_command
 
-    proc = subprocess.Popen(argv, env=env, start_new_session=True)
     killed = False
     try:
-        proc.wait(timeout=timeout)
+        proc.wait(timeout=None if deadline is None else max(0.0, deadline - time.time()))
     except subprocess.TimeoutExpired:
         killed = True
-        print(f"  {count} workers: past {timeout:.0f} s, stopped; figures from the rows written", flush=True)
+        print(f"  {count} workers: past its time limit, stopped; figures from the rows written", flush=True)
         stop_command(proc, 20)
     path = args.out / f"count-{count}.json"
     if proc.returncode == 0 and path.exists():
@@ -204,26 +241,76 @@ def main() -> None:
     parser.add_argument("--search-s", default="", help="search time budget per count, e.g. 1:200,2:110,4:70")
     parser.add_argument("--child-timeout-s", default="", help="kill a count's process past this, e.g. 1:300")
     parser.add_argument("--cpu", action="store_true", help="scale CPU measuring workers (no GPU needed)")
+    parser.add_argument("--cpus-per-gpu", type=int, default=None,
+                        help="pin each count to this many cores per GPU (default: all cores; with --concurrent, "
+                             "the host's cores over its GPUs)")
+    parser.add_argument("--concurrent", action="store_true", help="run the counts at the same time, on cards "
+                        "and cores of their own")
+    parser.add_argument("--report", type=Path, nargs="*", help="no runs: the table of the count-N.json in these "
+                        "folders (and --out's)")
     parser.add_argument("--child", type=int, help=argparse.SUPPRESS)
+    parser.add_argument("--cores", default="", help=argparse.SUPPRESS)
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     if args.child is not None:
         result = child(args.config, args.child, args.trials, args.out, args.cpu,
-                       per_count(args.search_s).get(args.child))
+                       per_count(args.search_s).get(args.child), args.cores)
         (args.out / f"count-{args.child}.json").write_text(json.dumps(result, indent=1, default=str))
         return
+    if args.report is not None:
+        results = {}
+        for folder in [*args.report, args.out]:
+            for path in sorted(folder.glob("count-*.json")):
+                if path.stem.removeprefix("count-").isdigit():
+                    result = json.loads(path.read_text())
+                    results[result["count"]] = result
+        if not results:
+            sys.exit(f"bench_scaling: --report: no count-N.json in {[str(f) for f in [*args.report, args.out]]}")
+        write_results(args.out, list(results.values()))
+        return
+    counts = [int(c) for c in args.counts.split(",") if c]
+    cpus_per_gpu = args.cpus_per_gpu
+    if cpus_per_gpu is None and args.concurrent:
+        cpus_per_gpu = len(os.sched_getaffinity(0)) // max(1, visible_gpus() if not args.cpu else sum(counts))
+    if args.concurrent and not args.cpu and sum(counts) > visible_gpus():
+        sys.exit(f"bench_scaling: --concurrent: counts {counts} need {sum(counts)} GPUs, {visible_gpus()} visible")
+    where = placement(counts, args.concurrent, cpus_per_gpu or 0)
+    timeouts = per_count(args.child_timeout_s)
     results = []
-    for count in [int(c) for c in args.counts.split(",") if c]:
-        result = run_count(args, count)
+
+    def record(count: int, result: dict | None) -> None:
         if result is None:
-            continue
+            return
         results.append(result)
-        print(f"  {result['wall_s']:.0f} s, {result['search_candidates']} search candidates, "
+        print(f"  {count} workers: {result['wall_s']:.0f} s, {result['search_candidates']} search candidates, "
               f"{result['rate_per_min']:.1f}/min", flush=True)
         (args.out / "scaling.json").write_text(json.dumps(results, indent=1, default=str))  # after every count
+
+    if args.concurrent:
+        started = {c: (start_count(args, c, *where[c]), time.time()) for c in counts}
+        for count, (proc, t0) in started.items():
+            timeout = timeouts.get(count)
+            record(count, finish_count(args, count, proc, t0 + timeout if timeout else None))
+    else:
+        for count in counts:
+            timeout = timeouts.get(count)
+            proc = start_count(args, count, *where[count])
+            record(count, finish_count(args, count, proc, time.time() + timeout if timeout else None))
+    write_results(args.out, results)
+
+
+def visible_gpus() -> int:
+    listed = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if listed is not None:
+        return len([d for d in listed.split(",") if d.strip()])
+    done = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, check=False)
+    return sum(line.startswith("GPU") for line in done.stdout.splitlines())
+
+
+def write_results(out: Path, results: list[dict]) -> None:
     if results:
         text = table(results)
-        (args.out / "scaling.md").write_text(text)
+        (out / "scaling.md").write_text(text)
         print(text)
 
 

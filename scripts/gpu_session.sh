@@ -9,6 +9,15 @@
 #   scripts/gpu_session.sh scaling OUT   every GPU of the host: a suite sweep of flags and params on 4, 2
 #                                        and 1 GPUs (bench_scaling.py); a count takes up to 9 minutes with
 #                                        SEARCH_S=420 (about 200 candidates): COUNTS=1, 2, 4 a call each
+#   scripts/gpu_session.sh scaling12 OUT four GPUs: the suite sweep on 1 GPU (card 0, cores 0-15) and on 2
+#                                        (cards 1-2, cores 16-47) at the same time, 30 trials a target (210
+#                                        candidates); meanwhile on card 3 (cores 48-63) the Kernel Tuner
+#                                        comparison's repeated runs (the same-winner rate) and the kernel
+#                                        runner's fixed cost
+#   scripts/gpu_session.sh scaling4 OUT  four GPUs: the same sweep on all four (16 cores a GPU), then the
+#                                        simulated fleet (sim): merge with scaling12's by bench_scaling --report
+#   scripts/gpu_session.sh halves OUT    four GPUs: the suite with the agents on (cards 0-1) and the public
+#                                        suite with the agents on (cards 2-3) at the same time
 #   scripts/gpu_session.sh sim OUT       the driver on a simulated fleet of 64 and 16 workers (bench_sim.py)
 #   scripts/gpu_session.sh agents OUT    every GPU: the suite with the agents on (bench_agents.py)
 #   scripts/gpu_session.sh public OUT    every GPU: the public suite with the agents on (bench_public.py)
@@ -24,7 +33,7 @@
 # (a device lease returns few files).
 set -uo pipefail
 cd "$(dirname "$0")/.."
-session=${1:?single, scaling, sim, agents, public or kernels}
+session=${1:?single, scaling, scaling12, scaling4, halves, sim, agents, public or kernels}
 OUT=$(mkdir -p "${2:?OUT}" && cd "$2" && pwd)
 mkdir -p "$OUT/logs"
 scale=${STEP_SCALE:-1}
@@ -90,6 +99,38 @@ case "$session" in
       --out "$OUT/scaling" --search-s "$budgets" --child-timeout-s "$kills"
     pack scaling scaling/scaling.json scaling/scaling.md scaling/count-4.log scaling/count-2.log \
       scaling/count-1.log scaling/runs-4 scaling/runs-2 scaling/runs-1 ;;
+  scaling12)  # counts 1 and 2 at once, each with 16 cores a GPU; the kernel comparison's repeats on card 3
+    machine
+    pin=(); command -v taskset >/dev/null && pin=(taskset -c 48-63)
+    step scaling12 575 "$PY" scripts/bench_scaling.py configs/suite.yaml --counts 1,2 --concurrent --cpus-per-gpu 16 \
+      --trials 30 --out "$OUT/scaling" --search-s 1:470,2:300 --child-timeout-s 1:555,2:555 &
+    { step kt_repeats 500 env CUDA_VISIBLE_DEVICES=3 "${pin[@]}" "$PY" scripts/bench_kerneltuner.py --out "$OUT/kt" \
+        --gpus 1 --wf-kind kernel --seeds 1 --repeats 3 --strategies best --max-evals 40 --budget-s 480 \
+        --wf-compile-workers 8
+      step kernel_fixed 40 env CUDA_VISIBLE_DEVICES=3 "${pin[@]}" "$PY" scripts/bench_runners.py configs/kernels.yaml \
+        --repeats 5 --out "$OUT/kernel_fixed"; } &
+    wait
+    pack scaling12 scaling/scaling.json scaling/scaling.md scaling/count-1.json scaling/count-2.json \
+      scaling/count-1.log scaling/count-2.log scaling/runs-1 scaling/runs-2 kt/report.md kt/summary.parquet \
+      kt/meta.json kt/raw kt/logs kernel_fixed ;;
+  scaling4)  # count 4 with 16 cores a GPU (as scaling12's), then the simulated fleet on this host's cores
+    machine
+    step scaling4 300 "$PY" scripts/bench_scaling.py configs/suite.yaml --counts 4 --cpus-per-gpu 16 --trials 30 \
+      --out "$OUT/scaling" --search-s 4:150 --child-timeout-s 4:280
+    step sim 120 "$PY" scripts/bench_sim.py --workers 64 --run-s 1.0 --candidates-per-worker 12 --sampler random \
+      --out "$OUT/sim"
+    step sim50 75 "$PY" scripts/bench_sim.py --workers 16 --run-s 0.05 --candidates-per-worker 40 --sampler random \
+      --out "$OUT/sim50"
+    pack scaling4 scaling/scaling.json scaling/scaling.md scaling/count-4.json scaling/count-4.log scaling/runs-4 \
+      sim sim50 ;;
+  halves)  # the suite (cards 0-1) and the public suite (cards 2-3) with the agents on, at the same time
+    machine
+    step agents 575 env CUDA_VISIBLE_DEVICES=0,1 "$PY" scripts/bench_agents.py --out "$OUT/agents" --trials 8 \
+      --hand-repeats 2 --search-s 60 --no-profile &
+    step public 575 env CUDA_VISIBLE_DEVICES=2,3 "$PY" scripts/bench_public.py --out "$OUT/public" --trials 8 \
+      --hand-repeats 2 --search-s 60 --no-profile &
+    wait
+    pack halves agents public ;;
   sim)  # the driver on a simulated fleet of 64 workers, on a host with the cores for it
     machine
     step sim 120 "$PY" scripts/bench_sim.py --workers 64 --run-s 1.0 --candidates-per-worker 12 --sampler random \

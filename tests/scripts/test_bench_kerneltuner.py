@@ -302,6 +302,11 @@ def test_plan_puts_whole_seeds_first_then_the_repeats() -> None:
     assert order[12:] == [(s, 0) for s in (2, 3, 4) for _ in range(4)]
     assert [b.kernel for b in blocks[8:12]] == ["matmul", "matmul", "stencil", "stencil"]  # whole kernels first
     assert {b.strategy for b in blocks} == {"best", "random"} and len(blocks) == 2 * (2 * 5 + 2)
+    # The best strategy alone (--strategies best): seed 0 of each kernel, then its repeats.
+    best = bench.run_blocks("warpfleet", ["matmul", "stencil"], seeds=1, repeats=3, strategies=("best",))
+    assert [(b.kernel, b.strategy, b.seed, b.repeat) for b in best] == [
+        ("matmul", "best", 0, 0), ("stencil", "best", 0, 0), ("matmul", "best", 0, 1), ("matmul", "best", 0, 2),
+        ("stencil", "best", 0, 1), ("stencil", "best", 0, 2)]
     two = bench.two_gpu_blocks("kernel_tuner", ["matmul", "stencil"], repaired=True)
     assert [(b.kernel, b.strategy, b.variant) for b in two] == [
         ("matmul", "best", "shipped"), ("matmul", "random", "shipped"),  # it fails whatever the kernel

@@ -34,3 +34,27 @@ def test_one_worker_count_end_to_end(tmp_path):
     killed = bench_scaling.figures(Path(result["run_dir"]), 1, 0.0, 100.0, None, finished=False)
     assert killed["search_candidates"] == 3 and killed["winners"] == {} and not killed["finished"]
     assert bench_scaling.per_count("1:200, 4:70") == {1: 200.0, 4: 70.0}
+    # --report: the table again from the counts' JSON, without a run.
+    again = subprocess.run([sys.executable, str(REPO / "scripts" / "bench_scaling.py"),
+                            str(REPO / "tests" / "fixtures" / "demo_cpu.yaml"), "--out", str(tmp_path / "merged"),
+                            "--report", str(tmp_path)], capture_output=True, text=True, timeout=120)
+    assert again.returncode == 0, again.stderr[-2000:]
+    assert (tmp_path / "merged" / "scaling.md").read_text() == (tmp_path / "scaling.md").read_text()
+
+
+def test_counts_placed_on_cards_and_cores_of_their_own():
+    sys.path.insert(0, str(REPO / "scripts"))
+    import bench_scaling
+
+    # Concurrent counts 1 and 2 on a four-GPU host of 64 cores: card 0 with cores 0-15, cards 1-2 with 16-47.
+    assert bench_scaling.placement([1, 2], True, 16) == {1: ([0], "0-15"), 2: ([1, 2], "16-47")}
+    # One after the other, every count starts at card 0; 16 cores a GPU, or all cores without a figure.
+    assert bench_scaling.placement([4, 1], False, 16) == {4: ([0, 1, 2, 3], "0-63"), 1: ([0], "0-15")}
+    assert bench_scaling.placement([2], False, 0) == {2: ([0, 1], "")}
+    assert bench_scaling.parse_cores("0-3,8") == [0, 1, 2, 3, 8] and bench_scaling.parse_cores("") == []
+
+
+def test_report_without_counts_is_one_line(tmp_path):
+    done = subprocess.run([sys.executable, str(REPO / "scripts" / "bench_scaling.py"), "x.yaml", "--out",
+                           str(tmp_path), "--report"], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 1 and done.stderr.strip().count("\n") == 0 and "no count-N.json" in done.stderr

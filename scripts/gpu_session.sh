@@ -102,8 +102,8 @@ case "$session" in
   scaling12)  # counts 1 and 2 at once, each with 16 cores a GPU; the kernel comparison's repeats on card 3
     machine
     pin=(); command -v taskset >/dev/null && pin=(taskset -c 48-63)
-    step scaling12 575 "$PY" scripts/bench_scaling.py configs/suite.yaml --counts 1,2 --concurrent --cpus-per-gpu 16 \
-      --trials 30 --out "$OUT/scaling" --search-s 1:470,2:300 --child-timeout-s 1:555,2:555 &
+    step scaling12 560 "$PY" scripts/bench_scaling.py configs/suite.yaml --counts 1,2 --concurrent --cpus-per-gpu 16 \
+      --trials 30 --out "$OUT/scaling" --search-s 1:455,2:300 --child-timeout-s 1:540,2:540 &
     { step kt_repeats 500 env CUDA_VISIBLE_DEVICES=3 "${pin[@]}" "$PY" scripts/bench_kerneltuner.py --out "$OUT/kt" \
         --gpus 1 --wf-kind kernel --seeds 1 --repeats 3 --strategies best --max-evals 40 --budget-s 480 \
         --wf-compile-workers 8
@@ -125,9 +125,9 @@ case "$session" in
       sim sim50 ;;
   halves)  # the suite (cards 0-1) and the public suite (cards 2-3) with the agents on, at the same time
     machine
-    step agents 575 env CUDA_VISIBLE_DEVICES=0,1 "$PY" scripts/bench_agents.py --out "$OUT/agents" --trials 8 \
+    step agents 555 env CUDA_VISIBLE_DEVICES=0,1 "$PY" scripts/bench_agents.py --out "$OUT/agents" --trials 8 \
       --hand-repeats 2 --search-s 60 --no-profile &
-    step public 575 env CUDA_VISIBLE_DEVICES=2,3 "$PY" scripts/bench_public.py --out "$OUT/public" --trials 8 \
+    step public 555 env CUDA_VISIBLE_DEVICES=2,3 "$PY" scripts/bench_public.py --out "$OUT/public" --trials 8 \
       --hand-repeats 2 --search-s 60 --no-profile &
     wait
     pack halves agents public ;;

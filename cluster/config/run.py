@@ -50,7 +50,9 @@ class MeasureSpec(_Model):
 class ProfileSpec(_Model):
     """The Nsight Compute stage, for GPU targets: which candidates, which metrics, how many launches."""
 
-    candidates: Literal["none", "best", "all"] = "best"  # best: the baseline and each study's winner
+    # best: the baseline and each study's winner; baseline: the baseline alone (with the agents on, the
+    # analysts' profile: no winner is profiled after the finals); all: every candidate measured ok.
+    candidates: Literal["none", "baseline", "best", "all"] = "best"
     metrics: list[str] | None = None  # default: cluster.runners.profile.DEFAULT_METRICS
     timeout_s: float = Field(600, gt=0, le=86400)
     # Launches profiled per launch configuration (kernel, grid, block, shared memory): ncu replays

@@ -67,6 +67,20 @@ class SweepContext:
     profiled: frozenset[str] = frozenset()
 
 
+def profiled_keys(candidates: str, baseline: str, winners: list[str], measured_ok: list[str],
+                  analysts: bool) -> list[str]:
+    """The candidates a study's profile stage hands to Nsight Compute (``profile.candidates``): none;
+    the baseline (unless the analysts profiled it already, ahead of the search); the baseline and the
+    winners; every candidate measured ok."""
+    if candidates == "all":
+        return measured_ok
+    if candidates == "best":
+        return [baseline, *winners]
+    if candidates == "baseline":
+        return [] if analysts else [baseline]
+    return []
+
+
 class StudyJobs:
     """The jobs of one study, made for its flow or, through the scheduler's inbox, for the agents'
     thread (``threadsafe``): each returns a future of its result."""
@@ -273,13 +287,14 @@ class StudyFlow(Flow):
         state = self.state
         if spec.candidates == "none" or state.device.kind != "gpu":
             return
-        if spec.candidates == "all":
-            keys = [k for k, r in state.results.items() if r.status is Status.OK]
-        else:
+        winners: list[str] = []
+        if spec.candidates == "best" and self.rows:
             from cluster.outputs.select import select_best
 
-            best = select_best(pd.DataFrame(self.rows)) if self.rows else []
-            keys = [state.baseline_candidate().key, *(b.candidate_key for b in best)]
+            winners = [b.candidate_key for b in select_best(pd.DataFrame(self.rows))]
+        keys = profiled_keys(spec.candidates, state.baseline_candidate().key, winners,
+                             [k for k, r in state.results.items() if r.status is Status.OK],
+                             analysts=self.ctx.agents is not None and self.ctx.config.agents.profile_baseline)
         metrics = tuple(spec.metrics or DEFAULT_METRICS)
         for key in dict.fromkeys(k for k in keys if k in state.candidates and k not in self.ctx.profiled):
             candidate = state.candidates[key]

@@ -130,3 +130,16 @@ def test_the_searching_studies_share_the_workers_evenly(tmp_path, ray_local):
     # in the second half (the first study starts a little ahead: its baseline is measured first).
     # Served first-in-config, the studies searched one after another.
     assert max(first.values()) <= len(order) // 3 and min(last.values()) >= len(order) // 2, order
+
+
+def test_profile_candidates_choose_what_ncu_profiles_after_the_finals():
+    from cluster.engine.flow import profiled_keys
+
+    ok = ["base", "a", "b"]
+    assert profiled_keys("none", "base", ["a"], ok, analysts=False) == []
+    assert profiled_keys("best", "base", ["a"], ok, analysts=True) == ["base", "a"]
+    assert profiled_keys("all", "base", ["a"], ok, analysts=False) == ok
+    # baseline: the baseline alone, and not twice where the analysts profiled it ahead of the search.
+    assert profiled_keys("baseline", "base", ["a"], ok, analysts=False) == ["base"]
+    assert profiled_keys("baseline", "base", ["a"], ok, analysts=True) == []
+

@@ -66,7 +66,7 @@ def agent_sweep(targets: list[str], trials: int, out: Path, search_s: float | No
 def no_profile(config, profile_winners: bool) -> dict:
     """Without ``profile_winners``: no Nsight Compute profile of the winners after the finals (the
     analysts' profile of each baseline still runs), so that a lease of fixed length holds the table."""
-    return {} if profile_winners else {"profile": config.profile.model_copy(update={"candidates": "none"})}
+    return {} if profile_winners else {"profile": config.profile.model_copy(update={"candidates": "baseline"})}
 
 
 def budget(search_s: float | None) -> dict:
@@ -75,21 +75,28 @@ def budget(search_s: float | None) -> dict:
     return {"time_budget_s": search_s} if search_s else {}
 
 
-def hand_speedups(targets: list[str], repeats: int) -> dict[str, dict]:
-    from cluster.runners.devices import gpu_device
+def hand_speedups(folders: list[Path], repeats: int) -> dict[str, dict]:
+    """Per target folder that has a ``target_opt.yaml``: its baseline and hand-optimized version,
+    each measured ``repeats`` times on GPU 0 by the same harness. A folder without one (a control
+    such as the suite's stencil) is left out."""
+    out: dict[str, dict] = {}
+    device = None
+    for folder in folders:
+        if not (folder / "target_opt.yaml").is_file():
+            log(f"hand-optimized {folder.name}: none (no target_opt.yaml)")
+            continue
+        if device is None:
+            from cluster.runners.devices import gpu_device
 
-    device = gpu_device(0, "bench")
-    out = {}
-    for name in targets:
-        folder = REPO / "configs" / "targets" / name
+            device = gpu_device(0, "bench")
         base = noise(folder / "target.yaml", repeats, device)
         opt = noise(folder / "target_opt.yaml", repeats, device)
         if "median_ms" in base and "median_ms" in opt:
-            out[name] = {"baseline_ms": base["median_ms"], "hand_ms": opt["median_ms"],
-                         "hand_speedup": base["median_ms"] / opt["median_ms"]}
+            out[folder.name] = {"baseline_ms": base["median_ms"], "hand_ms": opt["median_ms"],
+                                "hand_speedup": base["median_ms"] / opt["median_ms"]}
         else:
-            out[name] = {"error": json.dumps([base, opt])[:500]}
-        log(f"hand-optimized {name}: {out[name]}")
+            out[folder.name] = {"error": json.dumps([base, opt])[:500]}
+        log(f"hand-optimized {folder.name}: {out[folder.name]}")
     return out
 
 
@@ -159,7 +166,7 @@ def main() -> None:
     # The hand-optimized figures first, on the GPU alone (before Ray starts), kept at once: a sweep
     # that a time box ends leaves them, and `--from-run RUN --hand agents.json` makes the table.
     names = [t.name for t in load_run(SUITE).targets if not targets or t.name in targets]
-    hand = hand_speedups(names, args.hand_repeats)
+    hand = hand_speedups([REPO / "configs" / "targets" / name for name in names], args.hand_repeats)
     (args.out / "agents.json").write_text(json.dumps({"hand": hand}, indent=1, default=str))
     run = agent_sweep(targets, args.trials, args.out, args.search_s, profile_winners=not args.no_profile)
     text, records = table(run, hand)

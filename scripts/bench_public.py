@@ -26,8 +26,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(REPO), str(REPO / "scripts")]
 
-from bench_agents import budget, log, no_profile, table  # noqa: E402
-from bench_suite import noise  # noqa: E402
+from bench_agents import budget, hand_speedups, log, no_profile, table  # noqa: E402
 
 from cluster.config import RunPlan, load_run, load_target  # noqa: E402
 from cluster.core.types import Candidate, DeviceInfo, Phase, Status  # noqa: E402
@@ -99,25 +98,6 @@ def public_sweep(targets: list[str], trials: int, agents: bool, out: Path,
     return run_dir.path
 
 
-def hand_speedups(names: list[str], repeats: int) -> dict[str, dict]:
-    from cluster.runners.devices import gpu_device
-
-    device = gpu_device(0, "bench")
-    out = {}
-    for name in names:
-        folder = FOLDERS / name
-        if not (folder / "target_opt.yaml").is_file():
-            continue
-        base, opt = noise(folder / "target.yaml", repeats, device), noise(folder / "target_opt.yaml", repeats, device)
-        if "median_ms" in base and "median_ms" in opt:
-            out[name] = {"baseline_ms": base["median_ms"], "hand_ms": opt["median_ms"],
-                         "hand_speedup": base["median_ms"] / opt["median_ms"]}
-        else:
-            out[name] = {"error": json.dumps([base, opt])[:500]}
-        log(f"hand-optimized {name}: {out[name]}")
-    return out
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", type=Path, required=True)
@@ -137,7 +117,7 @@ def main() -> None:
     targets = [t for t in args.targets.split(",") if t]
     # The hand-optimized figures first, on the GPU alone, kept at once (as bench_agents does).
     names = [t.name for t in load_run(PUBLIC).targets if not targets or t.name in targets]
-    hand = hand_speedups(names, args.hand_repeats)
+    hand = hand_speedups([FOLDERS / name for name in names], args.hand_repeats)
     (args.out / "public.json").write_text(json.dumps({"hand": hand}, indent=1, default=str))
     run = public_sweep(targets, args.trials, not args.no_agents, args.out, args.search_s,
                        profile_winners=not args.no_profile)

@@ -34,3 +34,12 @@ def test_table_reports_the_runs_figures(tmp_path):
     assert fast["accepted"] == 1 and wrong["accepted"] == 0 and wrong["rejected"] == 1
     row = text.splitlines()[2]
     assert row.startswith("| agent_c | fast (kernel) |") and f"{100 * record['share']:.0f}%" in row
+
+
+def test_hand_figures_leave_out_a_target_without_a_hand_optimized_version(tmp_path):
+    """The suite's stencil (a control) has no target_opt.yaml: the hand-optimized step, which now runs
+    before the sweep, must pass over it rather than end the command (it did, on the GPU)."""
+    bench = load_script()
+    folders = [REPO / "configs" / "targets" / "stencil", tmp_path / "missing"]
+    assert not any((f / "target_opt.yaml").exists() for f in folders)
+    assert bench.hand_speedups(folders, repeats=1) == {}  # no GPU asked for: nothing to measure

@@ -11,8 +11,10 @@ Loading a chunk before the lanes and storing it after reorders nothing another i
 when each iteration touches only its own element of each array (the one offset), every access
 runs on every iteration (none under a condition: a vector load may not read what the loop would
 not) and stores are plain statements of the body (every lane writes its element). A grid-stride
-body must not carry values from one element to the next (another thread takes them). Anything
-else is left alone, with the reason. Evidence: global sectors per request, when profiled.
+body must not carry values from one element to the next (another thread takes them). A loop that
+every thread of a warp walks alike (no threadIdx in its offset or start, directly or through a
+local) only loads broadcasts, one sector a request at any width: left alone. Anything else is
+left alone, with the reason. Evidence: global sectors per request, when profiled.
 """
 
 from __future__ import annotations
@@ -145,8 +147,38 @@ def candidate(kernel: Kernel, loop: Node) -> Candidate | str:
             return f"the body carries {', '.join(sorted(carried))} from one element to the next"
         if re.search(r"\b(?:threadIdx|blockIdx)\b", end):
             return f"the bound `{end}` differs between threads"
+    if stride is None and not _thread_dependent((offset, start), _function_text(loop)):
+        seen = list(dict.fromkeys(_ts.text(a) for a, _, _, _ in accesses))
+        listed = ", ".join(seen[:3]) + (", ..." if len(seen) > 3 else "")
+        return (f"every access ({listed}) is the same for all threads of a warp: a broadcast, one "
+                "sector a request at any width, which vector loads would not make fewer")
     return Candidate(loop, variable, type_, start, end, stride, offset, element, VECTORS[element],
                      tuple((n, p, store) for n, p, _, store in accesses))
+
+
+_THREAD = re.compile(r"\bthreadIdx\b")
+_ASSIGNMENT = re.compile(r"\b([A-Za-z_]\w*)\s*(?<![=!<>+\-*/%&|^])=(?!=)\s*([^;,{}]+)")
+
+
+def _thread_dependent(expressions: tuple[str, ...], function: str) -> bool:
+    """Whether any of ``expressions`` depends on the thread: mentions threadIdx, or a local assigned
+    (transitively) from an expression that does. A loop whose offset and start do not is walked by
+    every thread of a warp alike."""
+    assignments = _ASSIGNMENT.findall(function)
+    names: set[str] = set()
+
+    def varies(text: str) -> bool:
+        return bool(_THREAD.search(text)) or any(re.search(rf"(?<![\w.]){re.escape(n)}\b", text) for n in names)
+
+    while more := {name for name, value in assignments if name not in names and varies(value)}:
+        names |= more
+    return any(varies(e) for e in expressions)
+
+
+def _function_text(node: Node) -> str:
+    while node.parent is not None and node.type != "function_definition":
+        node = node.parent
+    return _ts.text(node)
 
 
 def _header(loop: Node) -> tuple[str, str, str, str, str | None] | str:

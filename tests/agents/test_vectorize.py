@@ -34,7 +34,7 @@ __global__ void saxpy(float a, const float* x, float* y, int n) {
   }
 }
 __global__ void scale_rows(double* m, const double* f, int cols) {
-  for (int c = 0; c < cols; ++c) m[blockIdx.x * cols + c] *= f[blockIdx.x * cols + c];
+  for (int c = 0; c < cols; ++c) m[threadIdx.x * cols + c] *= f[threadIdx.x * cols + c];
 }
 __global__ void stencil(const float* in, float* out, int n) {
   for (int i = 1; i < n; ++i) out[i] = in[i] - in[i - 1];
@@ -50,6 +50,15 @@ __global__ void total(const float* x, float* out, int n) {
 template <typename T>
 __global__ void copy_rows(const T* in, T* out, int cols) {
   for (int c = 0; c < cols; ++c) out[blockIdx.x * cols + c] = in[blockIdx.x * cols + c];
+}
+__global__ void horner(const float* __restrict__ coef, const float* x, float* out, int n) {
+  float c[8];
+  for (int k = 0; k < 8; ++k) c[k] = coef[k];
+  const int i = blockIdx.x * blockDim.x + threadIdx.x;
+  const int row = blockIdx.x * 8;
+  float p = 0.0f;
+  for (int k = 0; k < 8; ++k) p += c[k] * x[row + k];
+  if (i < n) out[i] = p;
 }
 """
 
@@ -96,6 +105,11 @@ def test_which_loops_and_why_not(tmp_path: Path) -> None:
     assert found["kernel.cu:22 in guarded"].reason.startswith("out[i] (line 22) is under a condition")
     assert found["kernel.cu:26 in total"].reason == "the body carries s from one element to the next"
     assert found["kernel.cu:31 in copy_rows"].reason == "element type 'T' has no 16-byte vector type here"
+    # Loads every thread of a warp makes alike (no threadIdx in the offset or the start, directly or
+    # through a local): broadcasts, which a vector load would not make fewer.
+    for line in (35, 39):
+        assert not found[f"kernel.cu:{line} in horner"].applies
+        assert "the same for all threads of a warp" in found[f"kernel.cu:{line} in horner"].reason
 
 
 def test_sectors_per_request_are_the_evidence_and_no_traffic_vetoes(tmp_path: Path) -> None:

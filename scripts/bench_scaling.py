@@ -161,7 +161,8 @@ def figures(run_dir: Path, count: int, started: float, wall: float, compile_slot
 def table(results: list[dict]) -> str:
     base = min(results, key=lambda r: r["count"])
     lines = ["| GPUs | wall (s) | search candidates | candidates/min (wall) | candidates/min (search) | "
-             "efficiency vs " + str(base["count"]) + " (wall, search) | same winners | first search candidate (s) | "
+             "efficiency vs " + str(base["count"]) + " (wall, search) | "
+             "same winners (candidate; params; speedups within) | first search candidate (s) | "
              "winner found after (s, median) | busy per worker | per row: queued, run, verify, on worker (s) |",
              "|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in sorted(results, key=lambda r: r["count"]):
@@ -169,18 +170,40 @@ def table(results: list[dict]) -> str:
         eff = (r["rate_per_min"] / base["rate_per_min"]) / scale if base["rate_per_min"] else None
         search_eff = ((r["search_rate_per_min"] / base["search_rate_per_min"]) / scale
                       if r["search_rate_per_min"] and base["search_rate_per_min"] else None)
-        same = sum(r["winners"].get(t, {}).get("key") == w["key"] for t, w in base["winners"].items())
+        keys, params, spread = agreement(base["winners"], r["winners"])
+        same = f"{keys}/{len(base['winners'])}; {params}/{len(base['winners'])}; " + _num(spread, "{:.1%}")
         found = sorted(w["found_after_s"] for w in r["winners"].values() if w["found_after_s"] is not None)
         busy = ", ".join(f"{v:.0%}" for _, v in sorted(r["busy"].items()))
         steps = r["steps_median"]
         cells = [str(r["count"]) + ("" if r["finished"] else " (killed)"), f"{r['wall_s']:.0f}",
                  str(r["search_candidates"]), f"{r['rate_per_min']:.1f}", _num(r["search_rate_per_min"], "{:.1f}"),
-                 f"{_num(eff, '{:.0%}')}, {_num(search_eff, '{:.0%}')}", f"{same}/{len(base['winners'])}",
+                 f"{_num(eff, '{:.0%}')}, {_num(search_eff, '{:.0%}')}", same,
                  _num(r["first_search_after_s"], "{:.0f}"), _num(found[len(found) // 2] if found else None, "{:.0f}"),
                  busy, ", ".join(_num(steps[k], "{:.2f}") for k in ("queue_s", "run_s", "verify_s",
                                                                     "row_on_worker_s"))]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
+
+
+def agreement(base: dict, other: dict) -> tuple[int, int, float | None]:
+    """How far two counts' winners agree, per target of ``base``: the same candidate (flags and params);
+    the same params (``-D`` defines: the same code, where only flags that did not matter differ); and
+    the largest relative difference of their speedups (None: no target in common)."""
+    keys = params = 0
+    spread = []
+    for target, mine in base.items():
+        theirs = other.get(target)
+        if not theirs:
+            continue
+        keys += theirs["key"] == mine["key"]
+        params += _defines(theirs["config"]) == _defines(mine["config"])
+        if mine.get("speedup") and theirs.get("speedup"):
+            spread.append(abs(theirs["speedup"] / mine["speedup"] - 1))
+    return keys, params, max(spread) if spread else None
+
+
+def _defines(config: str) -> list[str]:
+    return sorted(t for t in config.split() if t.startswith("-D"))
 
 
 def _num(value: float | None, spec: str) -> str:

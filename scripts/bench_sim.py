@@ -12,6 +12,15 @@ recording, telling): as wall time outside its waits (on a host with fewer cores 
 fleet's processes, that includes time the driver waited for a core) and as the driver process's
 CPU time (its thread and Ray's threads in it) over the sweep, per row. Every point runs in a
 process of its own. DIR/sim.json holds the figures, DIR/sim.md the table.
+
+A study has a structure that no driver removes: its baseline first (a compile and
+``final_runs + 1`` runs, while the other workers wait), the first wave of compiles, the finals last.
+A short sweep spends a large share of its time there, so the busy fraction is also given in the
+steady state ("busy, mid-search": from the 10th to the 90th percentile of the search's start times,
+the workers' time on rows over theirs), with the candidates per second there, and the times the
+baseline and the finals held: the driver's capacity apart from the study's structure.
+
+    python scripts/bench_sim.py --from-run RUN_DIR --workers W    the same figures from a stored run
 """
 
 from __future__ import annotations
@@ -66,11 +75,35 @@ def point(workers: int, run_s: float, candidates: int, sampler: str, out: Path) 
         cluster.shutdown()
     search = rows[rows["phase"] == "search"]
     busy = float(rows["run_s"].fillna(0).sum()) / (workers * summary.ready_s)
-    return {"workers": workers, "run_s": run_s, "sampler": sampler, "candidates": len(search),
+    return {**structure(rows, workers), "workers": workers, "run_s": run_s, "sampler": sampler,
+            "candidates": len(search),
             "rows": len(rows), "wall_s": round(time.time() - started, 2), "ready_s": round(summary.ready_s, 2),
             "busy": round(busy, 4), "candidates_per_s": round(len(search) / summary.ready_s, 2),
             "driver_ms_per_candidate": round(1000 * summary.bookkeeping_s / max(1, len(rows)), 3),
             "driver_cpu_ms_per_candidate": round(1000 * driver_cpu_s / max(1, len(rows)), 3)}
+
+
+def structure(rows, workers: int) -> dict:
+    """The study's structure in the rows' timestamps: how long the baseline and the finals held the
+    sweep, and the workers' busy fraction and the rate in the middle of the search."""
+    import pandas as pd
+
+    def stamp(column: str) -> pd.Series:
+        return pd.to_datetime(rows[column], utc=True).map(lambda t: t.timestamp())
+
+    t0, t1 = stamp("started_at"), stamp("finished_at")
+    phase = rows["phase"]
+    first = float(t0.min())
+    starts = t0[phase == "search"].sort_values()
+    if len(starts) < 10:
+        return {}
+    lo, hi = float(starts.quantile(0.1)), float(starts.quantile(0.9))
+    overlap = (t1.clip(upper=hi) - t0.clip(lower=lo)).clip(lower=0)
+    return {"baseline_s": round(float(t1[phase == "baseline"].max()) - first, 2),
+            "first_search_s": round(float(starts.iloc[0]) - first, 2),
+            "finals_s": round(float(t1.max() - t0[phase == "final"].min()), 2) if (phase == "final").any() else None,
+            "busy_mid_search": round(float(overlap.sum()) / (workers * (hi - lo)), 4),
+            "rate_mid_search_per_s": round(float(((starts >= lo) & (starts <= hi)).sum()) / (hi - lo), 2)}
 
 
 def _cpu_s() -> float:
@@ -81,12 +114,20 @@ def _cpu_s() -> float:
 
 def table(results: list[dict]) -> str:
     lines = ["| simulated GPUs | modelled run and compile | sampler | candidates | busy | candidates/s | "
-             "driver per candidate (wall) | driver CPU per candidate |", "|---|---|---|---|---|---|---|---|"]
+             "busy, mid-search | candidates/s, mid-search | baseline, first search, finals (s) | "
+             "driver per candidate (wall) | driver CPU per candidate |", "|" + "---|" * 11]
     for r in results:
+        mid = (f"{100 * r['busy_mid_search']:.1f}% | {r['rate_mid_search_per_s']:.1f} | "
+               f"{r['baseline_s']:.1f}, {r['first_search_s']:.1f}, {_num(r.get('finals_s'))}"
+               if "busy_mid_search" in r else "- | - | -")
         lines.append(f"| {r['workers']} | {r['run_s'] * 1000:.0f} ms | {r['sampler']} | {r['candidates']} | "
-                     f"{100 * r['busy']:.1f}% | {r['candidates_per_s']:.1f} | {r['driver_ms_per_candidate']:.2f} ms | "
-                     f"{r['driver_cpu_ms_per_candidate']:.2f} ms |")
+                     f"{100 * r['busy']:.1f}% | {r['candidates_per_s']:.1f} | {mid} | "
+                     f"{r['driver_ms_per_candidate']:.2f} ms | {r['driver_cpu_ms_per_candidate']:.2f} ms |")
     return "\n".join(lines) + "\n"
+
+
+def _num(value: float | None) -> str:
+    return "-" if value is None else f"{value:.1f}"
 
 
 def main() -> None:
@@ -97,8 +138,17 @@ def main() -> None:
     parser.add_argument("--sampler", default="tpe", choices=["tpe", "random"])
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--point", help=argparse.SUPPRESS)
+    parser.add_argument("--from-run", type=Path, help="no sweep: the structure figures of this stored run "
+                        "(--workers: its number of workers)")
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
+    if args.from_run:
+        from cluster.store.results import read_results
+
+        figures = structure(read_results(args.from_run), int(args.workers))
+        (args.out / "structure.json").write_text(json.dumps(figures, indent=1) + "\n")
+        print(json.dumps(figures))
+        return
     if args.point:
         workers, run_s = args.point.split(":")
         result = point(int(workers), float(run_s), int(workers) * args.candidates_per_worker, args.sampler, args.out)

@@ -26,7 +26,7 @@ def test_one_worker_count_end_to_end(tmp_path):
     assert steps["run_s"] > 0 and steps["row_on_worker_s"] >= steps["run_s"]
     assert (tmp_path / "count-1.log").read_text().strip()  # the sweep's own log, line by line
     row = (tmp_path / "scaling.md").read_text().splitlines()[2]
-    assert row.startswith("| 1 | ") and "| 100%, 100% | 1/1 |" in row
+    assert row.startswith("| 1 | ") and "| 100%, 100% | 1/1; 1/1; 0.0% |" in row
     # A count that was stopped is read from the rows it wrote: the same figures, no winner picked.
     sys.path.insert(0, str(REPO / "scripts"))
     import bench_scaling
@@ -52,6 +52,20 @@ def test_counts_placed_on_cards_and_cores_of_their_own():
     assert bench_scaling.placement([4, 1], False, 16) == {4: ([0, 1, 2, 3], "0-63"), 1: ([0], "0-15")}
     assert bench_scaling.placement([2], False, 0) == {2: ([0, 1], "")}
     assert bench_scaling.parse_cores("0-3,8") == [0, 1, 2, 3, 8] and bench_scaling.parse_cores("") == []
+
+
+def test_winners_agree_by_candidate_by_params_and_by_speedup():
+    sys.path.insert(0, str(REPO / "scripts"))
+    import bench_scaling
+
+    one = {"a": {"key": "k1", "config": "-maxrregcount=48 -DTILE=4", "speedup": 2.0},
+           "b": {"key": "k2", "config": "-DX=1", "speedup": 1.5}}
+    # Another count: a's winner differs only in a flag (same code params), b's in its params.
+    other = {"a": {"key": "k9", "config": "-Xptxas -dlcm=ca -DTILE=4", "speedup": 2.01},
+             "b": {"key": "k8", "config": "-DX=2", "speedup": 1.47}}
+    keys, params, spread = bench_scaling.agreement(one, other)
+    assert (keys, params) == (0, 1) and abs(spread - 0.02) < 1e-9
+    assert bench_scaling.agreement(one, one) == (2, 2, 0.0) and bench_scaling.agreement(one, {}) == (0, 0, None)
 
 
 def test_report_without_counts_is_one_line(tmp_path):

@@ -145,13 +145,16 @@ case "$session" in
       --budget-s 290 --seeds 2 --repeats 3 --max-evals 40 --wf-compile-workers 8
     step kernel_fixed 40 "$PY" scripts/bench_runners.py configs/kernels.yaml --repeats 5 --out "$OUT/kernel_fixed"
     pack kernels kt/report.md kt/summary.parquet kt/meta.json kt/raw kt/logs kernel_fixed ;;
-  agents)  # every GPU: the suite with the agents on (a 7-target sweep took 6.6 min on two H200s)
+  agents)  # every GPU: the suite with the agents on (six targets took 284 s on four H200s, hand figures
+    # included); the analysts' profile kept, the winners' not (--no-profile)
     machine
-    step agents 560 "$PY" scripts/bench_agents.py --out "$OUT/agents" --trials 8 --hand-repeats 2 --search-s 60
+    step agents 555 "$PY" scripts/bench_agents.py --out "$OUT/agents" --trials 8 --hand-repeats 2 --search-s 60 \
+      --no-profile
     pack agents agents ;;
-  public)  # every GPU: the public suite with the agents on
+  public)  # every GPU: the public suite with the agents on (on two H200s, 555 s finished five of eight)
     machine
-    step public 560 "$PY" scripts/bench_public.py --out "$OUT/public" --trials 8 --hand-repeats 2 --search-s 60
+    step public 555 "$PY" scripts/bench_public.py --out "$OUT/public" --trials 8 --hand-repeats 2 --search-s 60 \
+      --no-profile
     pack public public ;;
   *)
     sed -n 2,22p "$0"; exit 2 ;;

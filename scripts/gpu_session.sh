@@ -151,7 +151,7 @@ case "$session" in
     step agents 555 "$PY" scripts/bench_agents.py --out "$OUT/agents" --trials 8 --hand-repeats 2 --search-s 60 \
       --no-profile
     pack agents agents ;;
-  public)  # every GPU: the public suite with the agents on (on two H200s, 555 s finished five of eight)
+  public)  # every GPU: the public suite with the agents on (on two H200s, 555 s finished four of eight, a fifth in its finals)
     machine
     step public 555 "$PY" scripts/bench_public.py --out "$OUT/public" --trials 8 --hand-repeats 2 --search-s 60 \
       --no-profile

@@ -29,7 +29,7 @@ from cluster.engine.jobs import Job, JobKind
 from cluster.engine.progress import SweepProgress
 from cluster.engine.scheduler import Scheduler
 from cluster.engine.studies import StudyState, create_study, open_storage
-from cluster.engine.workers import start_fleet, stop_fleet
+from cluster.engine.workers import KeptFleet, start_fleet, stop_fleet
 from cluster.runners.isolation import protect_ray_token, ray_env_vars, secrets_withheld  # sandbox
 from cluster.runners.profile import PROFILE_SCHEMA
 from cluster.store.journal import BatchedJournalStorage
@@ -84,7 +84,8 @@ class Sweep:
                  compile: Callable[..., Any] | None = None) -> None:
         """``agent_steps``: who does the workflow's steps 1-3 (default: the config's experts);
         ``fleet`` and ``compile``: how workers start and builds are made (default: the real ones;
-        cluster.engine.simulate passes its fakes)."""
+        cluster.engine.simulate passes its fakes; a ``KeptFleet`` keeps its actors for the next
+        sweep of this process, where the others are stopped when the sweep ends)."""
         self.plan, self.run_dir, self.log = plan, run_dir, log
         self.agent_steps, self.fleet, self.compile = agent_steps, fleet, compile
         self.config = plan.config
@@ -101,7 +102,8 @@ class Sweep:
         try:
             return self._run(start, states, workers, devices, show_progress)
         finally:
-            stop_fleet(workers)
+            if not isinstance(self.fleet, KeptFleet):
+                stop_fleet(workers)
 
     def _run(self, start: float, states: list[StudyState], workers: list[ray.actor.ActorHandle],
              devices: list[DeviceInfo], show_progress: bool) -> SweepSummary:

@@ -6,6 +6,7 @@ run in parallel and hand the binary to a measuring actor through the object stor
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import shutil
 import time
@@ -195,3 +196,56 @@ def stop_fleet(workers: list[ray.actor.ActorHandle], timeout_s: float = 10.0) ->
         ray.wait(closing, num_returns=len(closing), timeout=timeout_s)
     for worker in workers:
         ray.kill(worker, no_restart=True)
+
+
+Fleet = tuple[list[ray.actor.ActorHandle], list[DeviceInfo], list[str]]
+
+
+def fleet_key(cluster: ClusterSpec, kinds: set[str]) -> tuple:
+    """What decides the measuring actors a sweep gets (start_fleet): the cluster it joins, the CPU
+    workers, the GPU types, and the device kinds of its targets. The rest of the cluster spec (the
+    compile slots, the look-ahead per worker, the quarantine) is the driver's."""
+    return cluster.address, cluster.cpu_workers, tuple(cluster.gpu_types or ()), tuple(sorted(kinds))
+
+
+class KeptFleet:
+    """Measuring actors kept for every sweep of one driver process, for a script that runs many
+    short sweeps (a kernel after kernel, a seed after seed): the actors, their CUDA contexts and
+    their runners' hosts start once, not once a sweep. Pass it as ``Sweep(..., fleet=kept)``; the
+    sweep then leaves the actors running, and ``close`` (or the end of a ``with`` block) stops them.
+    A sweep whose fleet would differ (``fleet_key``), or that finds one of its actors gone (killed,
+    or of a Ray instance shut down and started again), gets a fresh fleet."""
+
+    def __init__(self) -> None:
+        self._key: tuple | None = None
+        self._fleet: Fleet | None = None
+        self.starts = 0  # fleets started: the first sweep's, and one per change
+
+    def __call__(self, cluster: ClusterSpec, kinds: set[str], config_file: str) -> Fleet:
+        key = fleet_key(cluster, kinds)
+        if self._fleet is not None and (key != self._key or not self._alive()):
+            self.close()
+        if self._fleet is None:
+            self._fleet, self._key = start_fleet(cluster, kinds, config_file), key
+            self.starts += 1
+        return self._fleet
+
+    def _alive(self, timeout_s: float = 10.0) -> bool:
+        workers = self._fleet[0] if self._fleet else []
+        try:
+            ray.get([w.device_info.remote() for w in workers], timeout=timeout_s)
+            return True
+        except Exception:  # an actor that died, or handles of a Ray instance that is gone
+            return False
+
+    def close(self) -> None:
+        if self._fleet is not None:
+            with contextlib.suppress(Exception):  # the Ray instance they ran in is gone: nothing to stop
+                stop_fleet(self._fleet[0])
+        self._fleet, self._key = None, None
+
+    def __enter__(self) -> KeptFleet:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

@@ -78,6 +78,46 @@ def test_a_finished_sweep_frees_its_workers_for_the_next(tmp_path):
         gc.enable()
 
 
+def test_a_kept_fleet_serves_the_next_sweep_and_stops_when_closed(tmp_path):
+    """A script of many short sweeps starts its measuring actors once (KeptFleet): the second sweep
+    runs on the first one's actors, a fleet with an actor gone is replaced, and close stops them."""
+    import ray
+
+    from cluster.engine.workers import KeptFleet, fleet_key
+
+    plan = load_run(FIXTURES / "demo_cpu.yaml")
+    seen = []
+
+    def run(kept: KeptFleet, name: str) -> None:
+        config = plan.config.model_copy(update={
+            "output_dir": str(tmp_path / name), "search": plan.config.search.model_copy(update={"trials": 2})})
+        this = type(plan)(config, plan.file, plan.targets)
+        run_dir = RunDir.create(this)
+        Sweep(this, run_dir, log=lambda m: None, fleet=kept).run(show_progress=False)
+        rows = read_results(run_dir.path)
+        assert (rows["status"] == "ok").all() and (rows["phase"] == "search").sum() == 2
+        seen.append({w._actor_id.hex() for w in kept._fleet[0]})
+
+    with KeptFleet() as kept:
+        run(kept, "a")
+        run(kept, "b")
+        assert kept.starts == 1 and seen[0] == seen[1]  # the same actors served both sweeps
+        [worker] = kept._fleet[0]
+        assert ray.get(worker.device_info.remote()).kind == "cpu"  # still running between sweeps
+        ray.kill(worker, no_restart=True)
+        run(kept, "c")  # its actor gone: a fresh fleet, and the sweep as usual
+        assert kept.starts == 2 and seen[2] != seen[1]
+        [last] = kept._fleet[0]
+    with pytest.raises(ray.exceptions.RayActorError):  # closed: the actors are gone
+        ray.get(last.device_info.remote(), timeout=30)
+    # What decides a fleet: the cluster, the CPU workers, the GPU types, the device kinds; not the
+    # driver's own settings.
+    spec = plan.config.cluster
+    assert fleet_key(spec, {"cpu"}) == fleet_key(spec.model_copy(update={"inflight_per_worker": 5}), {"cpu"})
+    assert fleet_key(spec, {"cpu"}) != fleet_key(spec.model_copy(update={"cpu_workers": 3}), {"cpu"})
+    assert fleet_key(spec, {"cpu"}) != fleet_key(spec, {"cpu", "gpu"})
+
+
 def test_failures_are_rows_and_the_sweep_goes_on(tmp_path):
     run_dir, _ = sweep(FIXTURES / "faulty.yaml", tmp_path)
     rows = read_results(run_dir.path)

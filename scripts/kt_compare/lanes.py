@@ -41,6 +41,7 @@ class Settings:
     wf_compile_workers: int | None = 4
     wf_final_top_k: int = 2
     wf_final_runs: int = 1
+    wf_keep_fleet: bool = True  # one warpfleet fleet (actors, CUDA contexts) for the lane's runs: KeptFleet
     kt_best: str = "genetic_algorithm"
     ray_cpus: int = 8
     jobs: int = 4  # parallel nvcc for the independent timer
@@ -83,6 +84,7 @@ class Lane:
         self.log_file = self.out / "logs" / f"{spec.name}.log"
         self.log_file.parent.mkdir(parents=True, exist_ok=True)
         self._kt: Any = None
+        self._fleet: Any = None  # the KeptFleet of this lane's warpfleet runs
 
     def log(self, message: str) -> None:
         line = f"[{stamp()} {self.spec.name}] {message}\n"
@@ -214,7 +216,11 @@ class Lane:
         folder.mkdir(parents=True, exist_ok=True)
         config = write_run_config(folder, target, space, block.strategy, block.seed, s.max_evals, s.run_limit_s,
                                   s.wf_compile_workers, s.wf_final_top_k, s.wf_final_runs)
-        return run_sweep(config, space, block.gpus, log=lambda m: self.log(f"  warpfleet: {m}"))
+        if s.wf_keep_fleet and self._fleet is None:
+            from cluster.engine.workers import KeptFleet
+
+            self._fleet = KeptFleet()
+        return run_sweep(config, space, block.gpus, log=lambda m: self.log(f"  warpfleet: {m}"), fleet=self._fleet)
 
     @staticmethod
     def _describe(result: RunResult) -> str:
@@ -241,6 +247,8 @@ class Lane:
             self.log(f"Ray up in {time.time() - t0:.1f} s: {ray.cluster_resources()}")
 
     def _shutdown(self) -> None:
+        if self._fleet is not None:
+            self._fleet.close()
         if "ray" in sys.modules:
             import ray
 

@@ -39,8 +39,10 @@ def write_run_config(folder: Path, target: Path, space: KernelSpace, kind: str, 
     return path
 
 
-def run_sweep(config_path: Path, space: KernelSpace, gpus: int, log: Any = print) -> RunResult:
-    """Run the sweep (Ray must be up) and read its trace; any failure is a row, never a raise."""
+def run_sweep(config_path: Path, space: KernelSpace, gpus: int, log: Any = print, fleet: Any = None) -> RunResult:
+    """Run the sweep (Ray must be up) and read its trace; any failure is a row, never a raise.
+    ``fleet``: a ``KeptFleet`` whose measuring actors serve this run and the lane's next ones (as
+    Kernel Tuner's lane keeps its process and CUDA context), or None for a fleet of this run's own."""
     from cluster.config import load_run
     from cluster.engine.driver import Sweep
     from cluster.store.results import read_results
@@ -50,7 +52,7 @@ def run_sweep(config_path: Path, space: KernelSpace, gpus: int, log: Any = print
     try:
         plan = load_run(config_path)
         run_dir = RunDir.create(plan)
-        Sweep(plan, run_dir, log=log).run(show_progress=False)
+        Sweep(plan, run_dir, log=log, **({"fleet": fleet} if fleet is not None else {})).run(show_progress=False)
         wall = time.time() - t0
         rows = read_results(run_dir.path)
     except Exception as exc:

@@ -450,6 +450,17 @@ def test_a_real_warpfleet_sweep_becomes_a_trace(tmp_path: Path, ray_local: None)
     assert all(e.worker == "cpu-0" for e in result.evaluations)
     assert (result.winner_key, result.winner_tool_ms, result.workers_used) == ("N=2000", 2.5, 1)
     assert result.notes.startswith("run dir ")
+    # A lane's runs on one kept fleet (the default): the second run is measured by the first's actor.
+    from cluster.engine.workers import KeptFleet
+
+    with KeptFleet() as kept:
+        for seed in (4, 5):
+            (tmp_path / f"kept-{seed}").mkdir()
+            again = write_run_config(tmp_path / f"kept-{seed}", target, space, "random", seed=seed, max_evals=3,
+                                     time_limit_s=60.0, compile_workers=None, final_top_k=1, final_runs=1)
+            kept_result = run_sweep(again, space, gpus=1, log=lambda m: None, fleet=kept)
+            assert not kept_result.error and kept_result.winner_key == "N=2000"
+        assert kept.starts == 1
 
 
 # --- the whole command, rehearsed ------------------------------------------------------------------

@@ -38,6 +38,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
+from cluster.runners.devices import visible_gpu_count  # noqa: E402
 from cluster.runners.sandbox import stop_command  # noqa: E402
 from scripts.kt_compare.records import Block, stamp  # noqa: E402
 from scripts.kt_compare.spaces import KERNEL_SPACES  # noqa: E402
@@ -128,22 +129,6 @@ def stop_running_lanes() -> None:
     for proc in list(RUNNING):
         stop_command(proc, 10)
         RUNNING.remove(proc)
-
-
-def gpu_count() -> int:
-    listed = os.environ.get("CUDA_VISIBLE_DEVICES")
-    if listed is not None:
-        return len([d for d in listed.split(",") if d.strip()])
-    try:
-        import pynvml
-
-        pynvml.nvmlInit()
-        try:
-            return pynvml.nvmlDeviceGetCount()
-        finally:
-            pynvml.nvmlShutdown()
-    except Exception:
-        return 0
 
 
 def visible_devices(gpus: int, dry_run: bool) -> list[str]:
@@ -313,7 +298,7 @@ def main() -> None:
     if unknown:
         parser.error(f"unknown kernels {unknown} (known: {', '.join(KERNEL_SPACES)})")
     if args.gpus is None:
-        args.gpus = 2 if args.dry_run or gpu_count() >= 2 else 1
+        args.gpus = 2 if args.dry_run or visible_gpu_count() >= 2 else 1
     if args.quick:
         args.seeds, args.repeats, args.max_evals = 1, 1, 4
         args.run_limit_s, args.wf_min_time = min(args.run_limit_s, 20.0), 0.02

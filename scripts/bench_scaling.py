@@ -9,7 +9,8 @@ alone: from the first search candidate's start to the last one's end), scaling e
 the smallest count ((rate_N / rate_1) / N), the time to the first search candidate, the time until
 each target's final winner was first measured, whether the winners are the smallest count's, each
 measuring worker's busy fraction (its rows' run and verify time over the time from the first job's
-start to the last job's end: "after Ray is up"), and per row the medians of the steps the rows
+start to the last job's end: "after Ray is up") and in mid-search (bench_sim.py's ``structure``: the
+baselines ahead and the finals' tail left out), and per row the medians of the steps the rows
 record (queued for a worker, run, verify, compile, a row's time on its worker). ``--search-s``
 gives each count a search time budget (the config's ``search.time_budget_s``: the search stops
 there, then the finals run), so that a slow count cannot outrun the command; ``--child-timeout-s``
@@ -146,6 +147,8 @@ def figures(run_dir: Path, count: int, started: float, wall: float, compile_slot
         series = series.dropna()
         return float(series.median()) if len(series) else None
 
+    from scripts.bench_sim import structure
+
     steps = {"queue_s": median(search["queue_s"]), "run_s": median(search["run_s"]),
              "verify_s": median(search["verify_s"]), "compile_s": median(search["compile_s"]),
              "row_on_worker_s": median(searched["t_end"] - searched["t_start"])}
@@ -153,7 +156,8 @@ def figures(run_dir: Path, count: int, started: float, wall: float, compile_slot
             "rate_per_min": 60 * len(search) / wall,
             "search_rate_per_min": 60 * len(searched) / search_span if search_span else None,
             "first_search_after_s": float(searched["t_end"].min() - started) if len(searched) else None,
-            "busy": busy, "steps_median": steps, "compile_slots": compile_slots, "winners": winners,
+            "busy": busy, "busy_mid_search": structure(rows, count).get("busy_mid_search"),
+            "steps_median": steps, "compile_slots": compile_slots, "winners": winners,
             "statuses": rows["status"].value_counts().to_dict(), "run_dir": str(run_dir),
             "rows": rows_written if rows_written is not None else len(rows)}
 
@@ -163,8 +167,8 @@ def table(results: list[dict]) -> str:
     lines = ["| GPUs | wall (s) | search candidates | candidates/min (wall) | candidates/min (search) | "
              "efficiency vs " + str(base["count"]) + " (wall, search) | "
              "same winners (candidate; params; speedups within) | first search candidate (s) | "
-             "winner found after (s, median) | busy per worker | per row: queued, run, verify, on worker (s) |",
-             "|---|---|---|---|---|---|---|---|---|---|---|"]
+             "winner found after (s, median) | busy per worker | busy, mid-search | "
+             "per row: queued, run, verify, on worker (s) |", "|" + "---|" * 12]
     for r in sorted(results, key=lambda r: r["count"]):
         scale = r["count"] / base["count"]
         eff = (r["rate_per_min"] / base["rate_per_min"]) / scale if base["rate_per_min"] else None
@@ -179,8 +183,8 @@ def table(results: list[dict]) -> str:
                  str(r["search_candidates"]), f"{r['rate_per_min']:.1f}", _num(r["search_rate_per_min"], "{:.1f}"),
                  f"{_num(eff, '{:.0%}')}, {_num(search_eff, '{:.0%}')}", same,
                  _num(r["first_search_after_s"], "{:.0f}"), _num(found[len(found) // 2] if found else None, "{:.0f}"),
-                 busy, ", ".join(_num(steps[k], "{:.2f}") for k in ("queue_s", "run_s", "verify_s",
-                                                                    "row_on_worker_s"))]
+                 busy, _num(r.get("busy_mid_search"), "{:.0%}"),
+                 ", ".join(_num(steps[k], "{:.2f}") for k in ("queue_s", "run_s", "verify_s", "row_on_worker_s"))]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
 
@@ -291,12 +295,15 @@ def main() -> None:
             sys.exit(f"bench_scaling: --report: no count-N.json in {[str(f) for f in [*args.report, args.out]]}")
         write_results(args.out, list(results.values()))
         return
+    from cluster.runners.devices import visible_gpu_count
+
     counts = [int(c) for c in args.counts.split(",") if c]
+    gpus = sum(counts) if args.cpu else visible_gpu_count()
     cpus_per_gpu = args.cpus_per_gpu
     if cpus_per_gpu is None and args.concurrent:
-        cpus_per_gpu = len(os.sched_getaffinity(0)) // max(1, visible_gpus() if not args.cpu else sum(counts))
-    if args.concurrent and not args.cpu and sum(counts) > visible_gpus():
-        sys.exit(f"bench_scaling: --concurrent: counts {counts} need {sum(counts)} GPUs, {visible_gpus()} visible")
+        cpus_per_gpu = len(os.sched_getaffinity(0)) // max(1, gpus)
+    if args.concurrent and sum(counts) > gpus:
+        sys.exit(f"bench_scaling: --concurrent: counts {counts} need {sum(counts)} GPUs, {gpus} visible")
     where = placement(counts, args.concurrent, cpus_per_gpu or 0)
     timeouts = per_count(args.child_timeout_s)
     results = []
@@ -320,14 +327,6 @@ def main() -> None:
             proc = start_count(args, count, *where[count])
             record(count, finish_count(args, count, proc, time.time() + timeout if timeout else None))
     write_results(args.out, results)
-
-
-def visible_gpus() -> int:
-    listed = os.environ.get("CUDA_VISIBLE_DEVICES")
-    if listed is not None:
-        return len([d for d in listed.split(",") if d.strip()])
-    done = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, check=False)
-    return sum(line.startswith("GPU") for line in done.stdout.splitlines())
 
 
 def write_results(out: Path, results: list[dict]) -> None:

@@ -7,6 +7,8 @@ without the workflow's bookkeeping.
 from __future__ import annotations
 
 import bisect
+import re
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from agents import _ts
@@ -88,3 +90,21 @@ def line_edits(path: str, source: bytes, changes: list[Change]) -> list[Edit]:
         out.append(source[at:end].decode("utf-8", "surrogateescape"))
         edits.append(Replace(path, first, last, "".join(out)))
     return edits
+
+
+_ASSIGN = re.compile(r"\b([A-Za-z_]\w*)\s*(?<![=!<>+\-*/%&|^])=(?!=)\s*([^;,{}]+)")
+
+
+def derived_names(function_text: str, varies: Callable[[str, set[str]], bool]) -> set[str]:
+    """The locals of ``function_text`` assigned (transitively) from an expression that ``varies``
+    (given the names found so far): those that vary by lane (padding), or by thread (vectorize)."""
+    assignments = _ASSIGN.findall(function_text)
+    names: set[str] = set()
+    while more := {name for name, value in assignments if name not in names and varies(value, names)}:
+        names |= more
+    return names
+
+
+def mentions(expression: str, names: set[str]) -> bool:
+    """Whether ``expression`` uses one of ``names`` as a variable (not as a member: ``.x``, ``->x``)."""
+    return any(re.search(rf"(?<![\w.])(?<!->){re.escape(name)}\b", expression) for name in names)

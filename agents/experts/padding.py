@@ -28,7 +28,7 @@ from dataclasses import dataclass, replace
 
 from agents._base import AnalysisContext, Proposal
 from agents.cuda_source import analyze
-from agents.experts._expert import Expert, defines, instance_label, source_models
+from agents.experts._expert import Expert, defines, derived_names, instance_label, mentions, source_models
 from agents.patch import Patched, Replace, apply, readonly_regions, source_files
 from agents.source_model import SharedAccess, SharedArray, SourceModel
 from agents.workflow.steps import Finding, Level, Plan
@@ -46,7 +46,6 @@ ELEMENT_BYTES: dict[str, int] = {
 
 _THREAD_X = re.compile(r"\bthreadIdx\s*\.\s*x\b")
 _COLLAPSES = re.compile(r"/|>>")  # the lanes of a warp share the quotient: one row, not a column
-_ASSIGN = re.compile(r"\b([A-Za-z_]\w*)\s*(?<![=!<>+\-*/%&|^])=(?!=)\s*([^;,{}]+)")
 _ADDITIVE_SAFE = re.compile(r"[\w\s.()+\-*/%]*")  # `X + 1` still means (X) + 1
 
 
@@ -68,20 +67,13 @@ class PaddingFinding:
 
 def _lane_names(kernel_text: str) -> set[str]:
     """Locals assigned (transitively) from a lane-varying expression of threadIdx.x."""
-    assignments = _ASSIGN.findall(kernel_text)
-    names: set[str] = set()
-    while True:
-        more = {name for name, value in assignments if name not in names and _varies_by_lane(value, names)}
-        if not more:
-            return names
-        names |= more
+    return derived_names(kernel_text, _varies_by_lane)
 
 
 def _varies_by_lane(expression: str, names: set[str]) -> bool:
     if _COLLAPSES.search(expression):
         return False
-    mentions = (re.search(rf"(?<![\w.])(?<!->){re.escape(name)}\b", expression) for name in names)  # not `.x`
-    return bool(_THREAD_X.search(expression)) or any(mentions)
+    return bool(_THREAD_X.search(expression)) or mentions(expression, names)
 
 
 def _analyse(array: SharedArray, path: str, lanes: dict[str, set[str]], readonly: list[tuple[int, int]],

@@ -24,7 +24,7 @@ import re
 from agents import _ts
 from agents._base import AnalysisContext, Proposal
 from agents._ts import Node
-from agents.experts._expert import Change, Expert, kernel_node, line_edits, source_models
+from agents.experts._expert import Change, Expert, derived_names, kernel_node, line_edits, mentions, source_models
 from agents.experts.vectorize_rewrite import Candidate, rewrite
 from agents.hostflow import assigned, may_exit
 from agents.patch import Patched, apply, readonly_regions, source_files
@@ -157,22 +157,17 @@ def candidate(kernel: Kernel, loop: Node) -> Candidate | str:
 
 
 _THREAD = re.compile(r"\bthreadIdx\b")
-_ASSIGNMENT = re.compile(r"\b([A-Za-z_]\w*)\s*(?<![=!<>+\-*/%&|^])=(?!=)\s*([^;,{}]+)")
 
 
 def _thread_dependent(expressions: tuple[str, ...], function: str) -> bool:
     """Whether any of ``expressions`` depends on the thread: mentions threadIdx, or a local assigned
     (transitively) from an expression that does. A loop whose offset and start do not is walked by
     every thread of a warp alike."""
-    assignments = _ASSIGNMENT.findall(function)
-    names: set[str] = set()
+    def varies(text: str, names: set[str]) -> bool:
+        return bool(_THREAD.search(text)) or mentions(text, names)
 
-    def varies(text: str) -> bool:
-        return bool(_THREAD.search(text)) or any(re.search(rf"(?<![\w.]){re.escape(n)}\b", text) for n in names)
-
-    while more := {name for name, value in assignments if name not in names and varies(value)}:
-        names |= more
-    return any(varies(e) for e in expressions)
+    names = derived_names(function, varies)
+    return any(varies(e, names) for e in expressions)
 
 
 def _function_text(node: Node) -> str:

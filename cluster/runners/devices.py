@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import platform
 import socket
 from pathlib import Path
@@ -42,6 +43,24 @@ def cpu_device(worker_id: str = "") -> DeviceInfo:
     node_id, host = _node()
     return DeviceInfo(kind="cpu", name=name, arch="host", node_id=node_id, hostname=host,
                       worker_id=worker_id)
+
+
+def visible_gpu_count() -> int:
+    """The GPUs this process may use: those CUDA_VISIBLE_DEVICES lists where it is set, else NVML's
+    count; 0 without a driver."""
+    listed = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if listed is not None:
+        return len([d for d in listed.split(",") if d.strip()])
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+        try:
+            return pynvml.nvmlDeviceGetCount()
+        finally:
+            pynvml.nvmlShutdown()
+    except Exception:  # no NVML library, or no driver: no GPU
+        return 0
 
 
 def gpu_device(physical_index: int, worker_id: str = "") -> DeviceInfo:

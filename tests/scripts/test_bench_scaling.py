@@ -22,6 +22,7 @@ def test_one_worker_count_end_to_end(tmp_path):
     assert list(result["winners"]) == ["stencil_c"] and result["winners"]["stencil_c"]["found_after_s"] >= 0
     assert len(result["busy"]) == 1 and 0 < next(iter(result["busy"].values())) < 1
     assert 0 < result["first_search_after_s"] < result["wall_s"] and result["search_rate_per_min"] > 0
+    assert result["busy_mid_search"] is None  # 3 search candidates: too few for a mid-search window
     steps = result["steps_median"]
     assert steps["run_s"] > 0 and steps["row_on_worker_s"] >= steps["run_s"]
     assert (tmp_path / "count-1.log").read_text().strip()  # the sweep's own log, line by line

@@ -20,7 +20,8 @@
 #                                        suite with the agents on (cards 2-3) at the same time
 #   scripts/gpu_session.sh sim OUT       the driver on a simulated fleet of 64 and 16 workers (bench_sim.py)
 #   scripts/gpu_session.sh agents OUT    every GPU: the suite with the agents on (bench_agents.py)
-#   scripts/gpu_session.sh public OUT    every GPU: the public suite with the agents on (bench_public.py)
+#   scripts/gpu_session.sh public OUT    every GPU: the public suite with the agents on (bench_public.py);
+#                                        TARGETS=a,b,... for some of them
 #   scripts/gpu_session.sh kernels OUT   every GPU: Kernel Tuner against warpfleet's kernel targets on 1, 2
 #                                        and 4 GPUs (bench_kerneltuner.py), the kernel runner's fixed cost
 #
@@ -154,7 +155,7 @@ case "$session" in
   public)  # every GPU: the public suite with the agents on (on two H200s, 555 s finished four of eight, a fifth in its finals)
     machine
     step public 555 "$PY" scripts/bench_public.py --out "$OUT/public" --trials 8 --hand-repeats 2 --search-s 60 \
-      --no-profile
+      --no-profile ${TARGETS:+--targets "$TARGETS"}
     pack public public ;;
   *)
     sed -n 2,22p "$0"; exit 2 ;;

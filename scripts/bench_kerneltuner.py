@@ -273,6 +273,9 @@ def main() -> None:
     parser.add_argument("--run-limit-s", type=float, default=30.0, help="time limit of each tuning run")
     parser.add_argument("--wf-min-time", type=float, default=0.05, help="warpfleet harness --min-time")
     parser.add_argument("--wf-compile-workers", type=int, default=4)
+    parser.add_argument("--wf-race", type=lambda v: None if v == "none" else float(v), default=1.25,
+                        help="warpfleet's measure.race (losers stop sampling at this many times the study's "
+                        "best); none: every configuration samples to the stopping rule, as the first comparisons")
     parser.add_argument("--wf-fresh-fleet", action="store_true", help="start warpfleet's measuring actors for "
                         "every run (the default keeps them for a lane's runs, as Kernel Tuner's lane keeps its "
                         "process and CUDA context; the runs of the first comparisons were fresh)")
@@ -309,7 +312,8 @@ def main() -> None:
         "max_evals": args.max_evals, "run_limit_s": args.run_limit_s,
         "wf_harness_args": ["--min-time", str(args.wf_min_time)], "wf_compile_workers": args.wf_compile_workers,
         "wf_kind": args.wf_kind, "wf_min_time": args.wf_min_time, "wf_keep_fleet": not args.wf_fresh_fleet,
-        "kt_best": args.kt_strategy, "ray_cpus": max(2, cpus // args.gpus if args.gpus >= 2 else cpus),
+        "wf_race": args.wf_race, "kt_best": args.kt_strategy,
+        "ray_cpus": max(2, cpus // args.gpus if args.gpus >= 2 else cpus),
         "jobs": max(2, cpus // 4), "dry_run": args.dry_run, "rehearsal_pace_s": args.rehearsal_pace_s,
         **({"ref_samples": 5, "ref_refine_top": 3, "ref_refine_samples": 5, "remeasure_rounds": 1,
             "remeasure_samples": 10, "wf_final_top_k": 1} if args.quick else {}),

@@ -45,6 +45,11 @@ class MeasureSpec(_Model):
     final_top_k: int = Field(3, ge=0, le=100)  # candidates re-measured for the selection
     final_runs: int = Field(5, ge=1, le=1000)
     max_noise: float = Field(0.05, gt=0, le=10)  # rows whose IQR/median stays above are marked noisy
+    # Racing: a search candidate stops sampling once, after the stopping rule's minimum samples, its
+    # lower quartile is above this many times the study's best median (a time the goal minimizes;
+    # the kernel runner): it has lost, and more samples would only say by how much. The baseline,
+    # the agents' variants and the finals sample in full. null: every candidate samples in full.
+    race: float | None = Field(1.25, gt=1, le=100)
 
 
 class ProfileSpec(_Model):

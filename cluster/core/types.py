@@ -241,6 +241,7 @@ class Measurement:
     # Only the baseline returns its outputs (one per seed): what every other candidate must match.
     outputs: tuple[RunOutputs, ...] = field(default=(), repr=False)
     telemetry: Telemetry | None = None
+    raced: bool = False  # a run stopped sampling early: clearly slower than the study's best (measure.race)
 
     @property
     def stats(self) -> Stats | None:

@@ -319,6 +319,17 @@ class StudyFlow(Flow):
         trials_left = trials is None or state.n_search + len(state.pending) < trials
         return trials_left and not state.exhausted and time.monotonic() < self.deadline
 
+    def race_bound(self) -> float | None:
+        """Racing (``measure.race``): the time above which a search candidate's lower quartile
+        stops its sampling, from the study's best median when the candidate is asked for; None
+        where there is no best yet or the objective is not a time to minimize."""
+        race, state = self.ctx.config.measure.race, self.state
+        if race is None or state.best is None or state.best <= 0:
+            return None
+        if state.goal != "minimize" or state.objective != "time":
+            return None
+        return state.best * race
+
     def ask(self) -> bool:
         """One more search candidate submitted; False when the sampler proposed nothing new."""
         asked = self.state.ask()
@@ -327,8 +338,10 @@ class StudyFlow(Flow):
         candidate = asked[1]
         self.state.pending.add(candidate.key)
         source = self.state.source_of(candidate)[0]
+        bound = self.race_bound()
         job = self.jobs.job(JobKind.SEARCH, self.jobs.build(source, candidate), runs=self.ctx.config.measure.runs,
-                            reference=self.state.reference, reusable=True)
+                            reference=self.state.reference, reusable=True,
+                            args={"stop_above": bound} if bound is not None else {})
         self.search_in_flight += 1
         self.ctx.scheduler.submit(job)
         return True

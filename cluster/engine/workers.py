@@ -75,12 +75,13 @@ class MeasureWorker:
         return self.device
 
     def measure(self, target: Target, candidate: Candidate, binary: bytes | None,
-                reference: Reference | None, runs: int, submitted_at: float, first_seed: int = 0) -> Measurement:
+                reference: Reference | None, runs: int, submitted_at: float, first_seed: int = 0,
+                stop_above: float | None = None) -> Measurement:
         queue_s = max(0.0, time.time() - submitted_at)
         artifact = BuildArtifact(candidate.key, Status.OK, binary)
         monitor = Monitor(self.nvml) if self.nvml else None
         result = measure_candidate(target, candidate, artifact, self.device, reference, runs,
-                                   self.runner(candidate.runner), monitor, first_seed)
+                                   self.runner(candidate.runner), monitor, first_seed, stop_above)
         return dataclasses.replace(result, queue_s=queue_s)
 
     def sanitize(self, target: Target, candidate: Candidate, binary: bytes | None, tools: tuple[str, ...],

@@ -39,6 +39,9 @@ class Invocation:
     wrapper: tuple[str, ...] = ()  # argv put in front of the command: ncu ..., compute-sanitizer ...
     env: Mapping[str, str] = field(default_factory=dict)  # extra variables: WARPFLEET_PROFILE, WARPFLEET_POISON
     timeout: float | None = None  # default: the target's run timeout
+    # Racing (measure.race): the metric value above which a run may stop sampling once its
+    # lower quartile is past it; a runner that cannot stop early ignores it (the kernel runner can).
+    stop_above: float | None = None
 
 
 class Staged:

@@ -2,7 +2,8 @@
 
     KernelRunner.execute ─► HostProcess.call({"loader": "kernel", ...}) ═══► call_kernel(request):
         cuModuleLoadData(cubin) ─► arguments (allocated once per layout, filled from the seed)
-        ─► warm-up ─► per sample: L2 flush, event, launch, event ─► the protocol lines
+        ─► warm-up ─► batches of samples (each: L2 flush, event, launch, event), one wait a batch
+        ─► the stopping rule, racing against the study's best (kernel_harness.bench) ─► the protocol lines
         ─► outputs to <name>.bin ─► cuModuleUnload
 
 The host (cluster/runners/host.py) keeps the CUDA context and this module's device state between
@@ -95,8 +96,7 @@ class _Device:
         self.context = _check(cu.cuDevicePrimaryCtxRetain(self.device), "cuDevicePrimaryCtxRetain")
         _check(cu.cuCtxSetCurrent(self.context), "cuCtxSetCurrent")
         self.stream = _check(cu.cuStreamCreate(0), "cuStreamCreate")
-        self.start = _check(cu.cuEventCreate(0), "cuEventCreate")
-        self.stop = _check(cu.cuEventCreate(0), "cuEventCreate")
+        self.events: list[tuple[Any, Any]] = []  # (start, stop) per sample of a batch, made as batches grow
         attr = cu.CUdevice_attribute
         l2, sms = (_check(cu.cuDeviceGetAttribute(a, self.device), "cuDeviceGetAttribute") for a in
                    (attr.CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE, attr.CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT))
@@ -141,6 +141,12 @@ class _Device:
             self.inputs[key] = host_values(plan, seed, workdir)
         self.inputs.move_to_end(key)
         return self.inputs[key]
+
+    def event_pairs(self, count: int) -> list[tuple[Any, Any]]:
+        while len(self.events) < count:
+            self.events.append((_check(self.cu.cuEventCreate(0), "cuEventCreate"),
+                                _check(self.cu.cuEventCreate(0), "cuEventCreate")))
+        return self.events[:count]
 
     def flush(self) -> None:
         _check(self.cu.cuLaunchKernel(self.flush_function, self.flush_blocks, 1, 1, 256, 1, 1, 0, self.stream,
@@ -213,21 +219,26 @@ def run_kernel(request: Mapping[str, Any]) -> int:
             _check(cu.cuLaunchKernel(function, *plan.grid, *plan.block, plan.shared_mem, dev.stream,
                                      params.ctypes.data, 0), "cuLaunchKernel")
 
-        def sample() -> float:  # as wf::bench: poison, flush (which also covers the enqueue), events around one launch
-            poison_outputs()
-            if options.flush_l2:
-                dev.flush()
-            _check(cu.cuEventRecord(dev.start, dev.stream), "cuEventRecord")
-            launch()
-            _check(cu.cuEventRecord(dev.stop, dev.stream), "cuEventRecord")
-            _check(cu.cuEventSynchronize(dev.stop), "cuEventSynchronize")
-            return float(_check(cu.cuEventElapsedTime(dev.start, dev.stop), "cuEventElapsedTime"))
+        def sample_batch(count: int) -> list[float]:
+            """As wf::bench, ``count`` times back to back: poison, flush (which also covers the
+            enqueue), events around one launch; then one wait, for the last."""
+            pairs = dev.event_pairs(count)
+            for start, stop in pairs:
+                poison_outputs()
+                if options.flush_l2:
+                    dev.flush()
+                _check(cu.cuEventRecord(start, dev.stream), "cuEventRecord")
+                launch()
+                _check(cu.cuEventRecord(stop, dev.stream), "cuEventRecord")
+            _check(cu.cuEventSynchronize(pairs[-1][1]), "cuEventSynchronize")
+            return [float(_check(cu.cuEventElapsedTime(start, stop), "cuEventElapsedTime")) for start, stop in pairs]
 
         for _ in range(options.warmup):
             poison_outputs()
             launch()
         _check(cu.cuStreamSynchronize(dev.stream), "cuStreamSynchronize")
-        bench(options, sample, _write_stdout)
+        stop_above = None if request.get("profile") else request.get("stop_above_ms")
+        bench(options, sample_batch, _write_stdout, stop_above)
         for arg in plan.arguments:
             if arg.output:
                 out = np.empty_like(values[arg.name])
@@ -256,6 +267,7 @@ class KernelRunner(HostRunner):
         return {"loader": "kernel", "binary": str(staged.workdir / BINARY_FILE), "seed": invocation.seed,
                 "bench": kernel.bench.model_dump(), "poison": _on(env.get(POISON_ENV)),
                 "profile": _on(env.get(PROFILE_ENV)), "cwd": str(staged.workdir),
+                "stop_above_ms": invocation.stop_above,
                 "stdout": str(staged.workdir / STDOUT_FILE), "stderr": str(staged.workdir / STDERR_FILE)}
 
     def execute(self, staged: Staged, invocation: Invocation) -> ProcessResult:

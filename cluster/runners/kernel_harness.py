@@ -76,6 +76,13 @@ def write_output(workdir: Path, arg: ResolvedArgument, data: np.ndarray) -> None
 
 # -- the stopping rule and the protocol lines (harness_core.hpp) -------------------------------
 
+def quartile(sorted_samples: Sequence[float], i: int) -> float:
+    """The ``i``-th inclusive quartile (0: the smallest, 4: the largest) of at least 2 samples."""
+    s, m = sorted_samples, len(sorted_samples) - 1
+    j, delta = i * m // 4, i * m % 4
+    return (s[j] * (4 - delta) + s[j + 1] * delta) / 4 if delta else s[j]
+
+
 def spread(sorted_samples: Sequence[float]) -> tuple[float, float, float]:
     """(median, IQR, noise) as the harness's ``spread_of_sorted``: inclusive quartiles, or the range
     under 4 samples; noise = IQR / median, infinite for a zero median."""
@@ -84,27 +91,26 @@ def spread(sorted_samples: Sequence[float]) -> tuple[float, float, float]:
         return 0.0, 0.0, float("inf")
     s = sorted_samples
     median = s[n // 2] if n % 2 else (s[n // 2 - 1] + s[n // 2]) / 2
-
-    def quartile(i: int) -> float:
-        m = n - 1
-        j, delta = i * m // 4, i * m % 4
-        return (s[j] * (4 - delta) + s[j + 1] * delta) / 4 if delta else s[j]
-
-    iqr = quartile(3) - quartile(1) if n >= 4 else s[-1] - s[0]
+    iqr = quartile(s, 3) - quartile(s, 1) if n >= 4 else s[-1] - s[0]
     return median, iqr, iqr / median if median else float("inf")
 
 
 @dataclass
 class Sampling:
-    """The samples so far and the stopping rule over them (``detail::Sampling``)."""
+    """The samples so far and the stopping rule over them (``detail::Sampling``), with racing:
+    given ``stop_above`` (ms), a candidate whose lower quartile after ``min_samples`` samples is
+    above it stops there (``raced``): it is slower than the study's best by more than the margin
+    that set ``stop_above``, and more samples would only make that certain."""
 
     options: BenchOptions
+    stop_above: float | None = None
     samples: list[float] = field(default_factory=list)
     ordered: list[float] = field(default_factory=list)
     total_s: float = 0.0
     median: float = 0.0
     noise: float = float("inf")
     converged: bool = False
+    raced: bool = False
 
     def add(self, ms: float) -> bool:
         """Records one sample; True when it is time to stop."""
@@ -115,7 +121,9 @@ class Sampling:
         o = self.options
         n = len(self.ordered)
         self.converged = n >= o.min_samples and self.total_s >= o.min_time_s and self.noise <= o.max_noise
-        return self.converged or n >= o.max_samples or self.total_s >= o.max_time_s
+        if not self.converged and self.stop_above is not None and n >= max(o.min_samples, 2):
+            self.raced = quartile(self.ordered, 1) > self.stop_above
+        return self.converged or self.raced or n >= o.max_samples or self.total_s >= o.max_time_s
 
 
 def profile_options(options: BenchOptions) -> BenchOptions:
@@ -128,19 +136,31 @@ def sample_line(ms: float) -> str:
 
 
 def summary_line(sampling: Sampling, start: float, end: float) -> str:
+    raced = " raced=1" if sampling.raced else ""
     return (f"@warpfleet samples={len(sampling.samples)} median_ms={sampling.median:.9g} noise={sampling.noise:.6g} "
-            f"converged={int(sampling.converged)} region_start_unix={start:.9f} region_end_unix={end:.9f}\n")
+            f"converged={int(sampling.converged)}{raced} region_start_unix={start:.9f} region_end_unix={end:.9f}\n")
 
 
-def bench(options: BenchOptions, sample: Callable[[], float], write: Callable[[str], None]) -> Sampling:
-    """Samples ``sample()`` (one flushed, timed launch: milliseconds) until the stopping rule says
-    stop, writing each sample's line and the summary line marking the timed region."""
-    sampling = Sampling(options)
+BATCH_S = 0.002  # kernel time enqueued between two waits for the GPU, once a sample's length is known
+MAX_BATCH = 64
+
+
+def bench(options: BenchOptions, sample_batch: Callable[[int], Sequence[float]], write: Callable[[str], None],
+          stop_above: float | None = None) -> Sampling:
+    """Samples until the stopping rule says stop, writing each sample's line and the summary line
+    marking the timed region. ``sample_batch(k)``: ``k`` flushed, timed launches enqueued back to
+    back and waited for once (milliseconds each): one wait a sample would leave the GPU idle while
+    the host asks for the next. The first batch is one sample; then about ``BATCH_S`` of kernel time,
+    never past ``max_samples``. The rule is applied sample by sample, and samples after the one it
+    stopped at are dropped: the statistics are those of one sample at a time."""
+    sampling = Sampling(options, stop_above)
     start = time.time()
+    batch = 1
     while True:
-        ms = sample()
-        write(sample_line(ms))
-        if sampling.add(ms):
-            break
-    write(summary_line(sampling, start, time.time()))
-    return sampling
+        for ms in sample_batch(batch):
+            write(sample_line(ms))
+            if sampling.add(ms):
+                write(summary_line(sampling, start, time.time()))
+                return sampling
+        per_sample_s = max(sampling.median, 1e-6) / 1e3
+        batch = max(1, min(MAX_BATCH, int(BATCH_S / per_sample_s), options.max_samples - len(sampling.samples)))

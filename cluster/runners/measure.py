@@ -23,6 +23,7 @@ from cluster.runners.sandbox import inside
 from cluster.runners.telemetry import Monitor
 
 PROTOCOL_PREFIX = "@warpfleet"
+RACED = " raced=1 "  # in the summary line of a run that stopped sampling early (kernel_harness.summary_line)
 _NUMBER = re.compile(r"[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?|[-+]?(?:inf|nan)", re.IGNORECASE)
 
 
@@ -169,12 +170,14 @@ def measure_candidate(
     runner: Runner | None = None,
     monitor: Monitor | None = None,
     first_seed: int = 0,
+    stop_above: float | None = None,
 ) -> Measurement:
     """Run a built candidate ``runs`` times through ``runner`` (default: a process per run), each
     run with its own ``{seed}``: ``first_seed``, ``first_seed + 1``, ...
 
     ``reference`` None: this is the baseline, and its outputs (one per seed) are returned as the
-    reference. ``monitor``: device telemetry (NVML) recorded over the runs.
+    reference. ``monitor``: device telemetry (NVML) recorded over the runs. ``stop_above``: racing
+    (``Invocation.stop_above``), for a runner that can stop sampling early.
     """
     started = time.time()
     spec = target.spec
@@ -182,13 +185,15 @@ def measure_candidate(
     outputs: list[RunOutputs] = []
     regions: list[tuple[float, float, int]] = []
     run_s = verify_s = 0.0
+    raced = False
     seeded = "seed" in names_in(spec.run)
 
     def done(status: Status, error: str = "") -> Measurement:
         telemetry = monitor.summary(regions, len(samples)) if monitor and status is Status.OK else None
         return Measurement(candidate.key, status, device, tuple(samples), run_s, verify_s,
                            error_tail=error, started_at=started, finished_at=time.time(),
-                           outputs=tuple(outputs) if reference is None else (), telemetry=telemetry)
+                           outputs=tuple(outputs) if reference is None else (), telemetry=telemetry,
+                           raced=raced)
 
     runner = runner or ProcessRunner()
     with runner.stage(target, dict(candidate.params), candidate.arch, artifact.binary) as staged, \
@@ -196,7 +201,7 @@ def measure_candidate(
         for index in range(first_seed, first_seed + runs):
             # The baseline runs seeds 0..runs-1; candidates cycle through the seeds it ran.
             seed = index if reference is None or not reference.runs else index % len(reference.runs)
-            result = staged.run(Invocation(seed=seed))
+            result = staged.run(Invocation(seed=seed, stop_above=stop_above))
             run_s += result.seconds
             if result.timed_out:
                 return done(Status.TIMEOUT, result.tail())
@@ -211,6 +216,7 @@ def measure_candidate(
             region = harness_region(result.stdout)
             if region:
                 regions.append(region)
+            raced = raced or RACED in result.stdout
             t0 = time.perf_counter()
             problem = verify_outputs(staged.workdir, result.stdout, spec.verify,
                                      reference.for_run(seed) if reference else None)

@@ -68,6 +68,8 @@ unit                   string                the metric's unit (ms, GFLOP/s, ...
 goal                   string                minimize or maximize: which way is better
 objective              string                what the search optimized: time, energy, edp, time_energy
 noisy                  bool, null            rel_noise above measure.max_noise (the bound never met)
+raced                  bool, null            stopped sampling early, clearly slower than the study's
+                                             best (measure.race); null when not measured
 energy_j               float64, null         NVML energy per timed sample (over the harness's timed
                                              region when marked, else the whole run / samples)
 power_w                float64, null         mean board power over that region
@@ -141,7 +143,7 @@ _TRAILING: tuple[tuple[str, pa.DataType], ...] = (
     ("samples", _SAMPLES), ("n_samples", pa.int64()), ("median", pa.float64()),
     ("min", pa.float64()), ("iqr", pa.float64()), ("rel_noise", pa.float64()),
     ("speedup", pa.float64()), ("unit", pa.string()), ("goal", pa.string()), ("objective", pa.string()),
-    ("noisy", pa.bool_()),
+    ("noisy", pa.bool_()), ("raced", pa.bool_()),
     ("energy_j", pa.float64()), ("power_w", pa.float64()), ("sm_clock_mhz", pa.float64()),
     ("mem_clock_mhz", pa.float64()), ("temperature_c", pa.float64()), ("throttle_reasons", pa.string()),
     ("gpu_name", pa.string()),
@@ -196,6 +198,7 @@ class ResultRow:
     goal: str
     objective: str
     noisy: bool | None
+    raced: bool | None
     energy_j: float | None
     power_w: float | None
     sm_clock_mhz: float | None
@@ -258,6 +261,7 @@ def make_row(run_id: str, candidate: Candidate, artifact: BuildArtifact, measure
         median=median, min=stats.minimum if stats else None, iqr=stats.iqr if stats else None,
         rel_noise=stats.rel_noise if stats else None, speedup=ratio, unit=unit, goal=goal, objective=objective,
         noisy=stats.rel_noise > max_noise if stats and max_noise is not None else None,
+        raced=measurement.raced if measurement else None,
         energy_j=tele.energy_j if tele else None, power_w=tele.power_w if tele else None,
         sm_clock_mhz=tele.sm_clock_mhz if tele else None, mem_clock_mhz=tele.mem_clock_mhz if tele else None,
         temperature_c=tele.temperature_c if tele else None,

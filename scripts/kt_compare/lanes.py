@@ -41,6 +41,7 @@ class Settings:
     wf_compile_workers: int | None = 4
     wf_final_top_k: int = 2
     wf_final_runs: int = 1
+    wf_race: float | None = 1.25  # measure.race: losers stop sampling at 1.25x the study's best; None: never
     wf_keep_fleet: bool = True  # one warpfleet fleet (actors, CUDA contexts) for the lane's runs: KeptFleet
     kt_best: str = "genetic_algorithm"
     ray_cpus: int = 8
@@ -215,7 +216,7 @@ class Lane:
         folder = self.work / "wf" / block.id
         folder.mkdir(parents=True, exist_ok=True)
         config = write_run_config(folder, target, space, block.strategy, block.seed, s.max_evals, s.run_limit_s,
-                                  s.wf_compile_workers, s.wf_final_top_k, s.wf_final_runs)
+                                  s.wf_compile_workers, s.wf_final_top_k, s.wf_final_runs, s.wf_race)
         if s.wf_keep_fleet and self._fleet is None:
             from cluster.engine.workers import KeptFleet
 

@@ -23,14 +23,15 @@ SAMPLERS = {"best": "tpe", "random": "random"}
 
 
 def write_run_config(folder: Path, target: Path, space: KernelSpace, kind: str, seed: int, max_evals: int,
-                     time_limit_s: float, compile_workers: int | None, final_top_k: int, final_runs: int) -> Path:
+                     time_limit_s: float, compile_workers: int | None, final_top_k: int, final_runs: int,
+                     race: float | None = 1.25) -> Path:
     spec: dict[str, Any] = {
         "name": f"{space.name}-{kind}-s{seed}", "targets": [str(target.resolve())],
         "output_dir": str((folder / "runs").resolve()),
         "search": {"sampler": SAMPLERS[kind], "seed": seed, "trials": max(1, max_evals - 1),
                    "time_budget_s": time_limit_s},
         "cluster": {"compile_workers": compile_workers, "inflight_per_worker": 2},
-        "measure": {"runs": 1, "final_top_k": final_top_k, "final_runs": final_runs},
+        "measure": {"runs": 1, "final_top_k": final_top_k, "final_runs": final_runs, "race": race},
         "profile": {"candidates": "none"},
         "flush_interval_s": 1.0,
     }

@@ -117,6 +117,7 @@ BAD_RUNS = [
     ({"cluster": {"gpu_types": []}}, "cluster.gpu_types", "at least 1"),
     ({"cluster": {"gpu_types": ["H100", "H 200"]}}, "cluster.gpu_types[1]", "pattern"),
     ({"measure": {"final_runs": "many"}}, "measure.final_runs", "integer"),
+    ({"measure": {"race": 1.0}}, "measure.race", "greater than 1"),  # 1: every candidate slower than the best
     ({"profile": {"launches": 0}}, "profile.launches", "greater than or equal"),
     ({"flush_interval": 2}, "flush_interval", "unknown field"),
     # issue 17

@@ -1,5 +1,6 @@
 """A stand-in for ``cuda.bindings.driver`` on the CPU, for the kernel runner's tests: device memory
-in bytearrays, modules whose "cubin" names a Python function, events that report 1 ms. Only the calls
+in bytearrays, modules whose "cubin" names a Python function, events that report 1 ms (or
+``elapsed_ms()``). Only the calls
 cluster/runners/kernel.py makes, with the same signatures and (status, value...) returns."""
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ class FakeDriver(types.ModuleType):
         self.calls: list[str] = []
         self.launches: list[tuple] = []
         self.broken = False
+        self.elapsed_ms: Callable[[], float] = lambda: 1.0  # what each timed launch reports
 
     def _ok(self, name: str, *values: Any) -> tuple:
         self.calls.append(name)
@@ -123,7 +125,7 @@ class FakeDriver(types.ModuleType):
         return self._ok("cuStreamSynchronize")
 
     def cuEventElapsedTime(self, start: Any, stop: Any) -> tuple:
-        return self._ok("cuEventElapsedTime", 1.0)
+        return self._ok("cuEventElapsedTime", self.elapsed_ms())
 
     # -- for the fake kernels: their arguments from the kernelParams array ----------------------
 

@@ -68,6 +68,21 @@ def test_the_kernel_runner_measures_and_its_outputs_are_right(tmp_path, device, 
     assert runner.host.starts == 1  # the same host process measured both
 
 
+def test_a_clear_loser_stops_sampling_on_the_gpu(tmp_path, device, runner):
+    """Racing through the host: a bound under every sample stops the candidate at min_samples (its
+    outputs still verified); a bound over them leaves the stopping rule to decide."""
+    from cluster.runners.measure import Reference
+
+    target = load_target(write_kernel_target(tmp_path / "vadd"))
+    baseline, built = _build(target, device, tmp_path)
+    reference = Reference(measure_candidate(target, baseline, built, device, None, 1, runner).outputs)
+    candidate, other = _build(target, device, tmp_path, block_size_x=512)
+    raced = measure_candidate(target, candidate, other, device, reference, 1, runner, stop_above=1e-6)
+    assert raced.status is Status.OK and raced.raced and len(raced.samples) == target.spec.kernel.bench.min_samples
+    full = measure_candidate(target, candidate, other, device, reference, 1, runner, stop_above=1e6)
+    assert full.status is Status.OK and not full.raced and len(full.samples) >= len(raced.samples)
+
+
 def test_a_wrong_kernel_fails_verification(tmp_path, device, runner):
     from cluster.runners.measure import Reference
 

@@ -9,6 +9,7 @@ import pytest
 from cluster.config import MetricSpec
 from cluster.config.kernel import BenchOptions, LaunchPlan, ResolvedArgument
 from cluster.runners.kernel_harness import (
+    MAX_BATCH,
     Sampling,
     bench,
     fill_uniform,
@@ -86,8 +87,9 @@ def test_the_stopping_rule(options, samples, count, converged):
 
 def test_bench_prints_the_protocol_that_measure_reads():
     lines: list[str] = []
-    times = iter([0.5, 0.25, 0.25, 0.25])
-    sampling = bench(BenchOptions(min_samples=4, min_time_s=0.0, max_noise=1.0), lambda: next(times), lines.append)
+    times = iter([0.5] + [0.25] * 100)  # the rule stops at 4: the rest of the batch is dropped
+    sampling = bench(BenchOptions(min_samples=4, min_time_s=0.0, max_noise=1.0),
+                     lambda k: [next(times) for _ in range(k)], lines.append)
     stdout = "".join(lines)
     assert parse_samples(stdout, MetricSpec()) == [0.5, 0.25, 0.25, 0.25] and sampling.converged
     start, end, count = harness_region(stdout)
@@ -95,6 +97,61 @@ def test_bench_prints_the_protocol_that_measure_reads():
     assert metric_problem(parse_samples(stdout, MetricSpec()), MetricSpec()) is None
     one = profile_options(BenchOptions())
     assert (one.min_samples, one.max_samples, one.warmup, one.min_time_s) == (1, 1, 0, 0.0)
+
+
+@pytest.mark.parametrize(("stop_above", "raced", "count"), [
+    (1.5, True, 10),  # every sample 2 ms against a bound of 1.5: lost after min_samples
+    (2.5, False, 40),  # under the bound: the stopping rule decides (max_samples here)
+    (None, False, 40),  # no bound: no racing
+])
+def test_racing_stops_a_clear_loser_after_min_samples(stop_above, raced, count):
+    sampling = Sampling(BenchOptions(min_time_s=0.0, max_samples=40), stop_above)
+    taken = 0
+    for ms in [2.0, 2.2] * 100:
+        taken += 1
+        if sampling.add(ms):
+            break
+    assert (taken, sampling.raced, sampling.converged) == (count, raced, False)
+
+
+def test_racing_takes_the_lower_quartile_and_gives_way_to_convergence():
+    # Half the samples under the bound: the lower quartile is too, so the candidate is not a clear loser.
+    sampling = Sampling(BenchOptions(min_time_s=0.0, max_samples=12), stop_above=1.5)
+    assert not any(sampling.add(ms) for ms in [1.0, 3.0] * 5) and not sampling.raced
+    # Converged (no noise) above the bound: a converged row, not a raced one.
+    sampling = Sampling(BenchOptions(min_time_s=0.0), stop_above=1.5)
+    assert [sampling.add(2.0) for _ in range(10)][-1] and sampling.converged and not sampling.raced
+
+
+def test_bench_batches_samples_without_changing_the_rule():
+    """Batches grow once a sample's length is known, never past max_samples; what the rule keeps
+    is what one sample at a time would have kept, and the lines say it."""
+    import random
+
+    rng = random.Random(7)
+    stream = [0.01 * (1 + 0.1 * rng.random()) for _ in range(5000)]
+    options = BenchOptions(min_time_s=0.0, max_samples=300)
+    sequential = Sampling(options)
+    for ms in stream:
+        if sequential.add(ms):
+            break
+    asked: list[int] = []
+    position = 0
+
+    def sample_batch(k: int) -> list[float]:
+        nonlocal position
+        asked.append(k)
+        position += k
+        return stream[position - k:position]
+
+    lines: list[str] = []
+    batched = bench(options, sample_batch, lines.append)
+    assert batched.samples == sequential.samples and len(batched.samples) == 300
+    assert asked[0] == 1 and max(asked) == MAX_BATCH and sum(asked) == 300  # never past max_samples
+    assert parse_samples("".join(lines), MetricSpec()) == pytest.approx(sequential.samples, rel=1e-8)
+    # A loser stops within its batch: the samples after the one that decided are dropped.
+    raced = bench(BenchOptions(min_time_s=0.0), lambda k: ([0.5, 0.6] * k)[:k], lines.append, stop_above=0.4)
+    assert raced.raced and len(raced.samples) == 10 and lines[-1].count(" raced=1 ") == 1
 
 
 def test_outputs_as_files(tmp_path):

@@ -147,6 +147,28 @@ def test_call_kernel_poisons_outputs_and_profiles_once(target, tmp_path, fake, c
     assert capsys.readouterr().out.count("time_ms=") == 1 and len(kernel_launches) == 1  # no warm-up
 
 
+def test_call_kernel_races_a_loser_and_batches_its_samples(target, tmp_path, fake, capsys):
+    import itertools
+
+    from cluster.config import MetricSpec
+    from cluster.runners.kernel import call_kernel
+    from cluster.runners.measure import RACED, parse_samples
+
+    times = itertools.cycle([0.02, 0.024])  # 20 us launches, never quiet enough to converge
+    fake.elapsed_ms = lambda: next(times)
+    assert call_kernel(_request(target, tmp_path, stop_above_ms=0.015)) == 0
+    stdout = capsys.readouterr().out
+    assert len(parse_samples(stdout, MetricSpec())) == 10 and RACED in stdout  # lost at min_samples
+    syncs = fake.calls.count("cuEventSynchronize")
+    assert syncs == 2 and fake.calls.count("cuEventRecord") >= 20  # batches: one wait for many samples
+    assert (tmp_path / "c.bin").exists()  # a raced run still writes its outputs: they are verified
+    assert call_kernel(_request(target, tmp_path, stop_above_ms=0.05)) == 0  # under the bound: the full rule
+    stdout = capsys.readouterr().out
+    assert len(parse_samples(stdout, MetricSpec())) > 10 and RACED not in stdout
+    assert call_kernel(_request(target, tmp_path, stop_above_ms=0.015, profile=True)) == 0  # one launch, as ncu's
+    assert len(parse_samples(capsys.readouterr().out, MetricSpec())) == 1
+
+
 def test_call_kernel_reports_a_broken_launch_in_one_line(target, tmp_path, fake, capsys):
     from cluster.runners.kernel import call_kernel
 

@@ -137,3 +137,43 @@ def test_each_run_gets_its_own_seed_so_cached_outputs_fail(tmp_path):
         is Status.OK
     result = measure_candidate(target, cheat, compile_candidate(target, cheat), device, reference, 3)
     assert result.status is Status.VERIFY_FAILED and "out.bin" in result.error_tail
+
+
+RACED_C = r"""
+#include <stdio.h>
+int main(void) {
+    float v[1] = {1.0f};
+    FILE *f = fopen("out.bin", "wb");
+    fwrite(v, sizeof v, 1, f);
+    fclose(f);
+    for (int i = 0; i < 10; ++i) printf("@warpfleet time_ms=3\n");
+    printf("@warpfleet samples=10 median_ms=3 noise=0 converged=0 raced=1 region_start_unix=1 region_end_unix=2\n");
+    return 0;
+}
+"""
+
+
+@needs("cc")
+def test_the_race_bound_reaches_the_runner_and_a_raced_run_is_marked(tmp_path):
+    from cluster.runners._base import ProcessRunner
+    from cluster.store.results import make_row
+
+    bounds: list[float | None] = []
+
+    class Recording(ProcessRunner):
+        def execute(self, staged, invocation):
+            bounds.append(invocation.stop_above)
+            return super().execute(staged, invocation)
+
+    path = write_target(tmp_path, params={})
+    (tmp_path / "tiny.c").write_text(RACED_C)
+    target = load_target(path)
+    candidate = Candidate("tiny", "cc", "cpu", "host", target.bundle.hash, (), (), Phase.SEARCH)
+    artifact = compile_candidate(target, candidate)
+    device = DeviceInfo("cpu", "test cpu", "host")
+    runner = Recording()
+    result = measure_candidate(target, candidate, artifact, device, None, 2, runner, stop_above=2.5)
+    assert result.status is Status.OK and result.raced and bounds == [2.5, 2.5]
+    row = make_row("r", candidate, artifact, result, 1.0, "minimize")
+    assert row.raced is True and row.n_samples == 20
+    assert make_row("r", candidate, artifact, None, 1.0, "minimize").raced is None

@@ -13,6 +13,7 @@ import dataclasses
 import functools
 import hashlib
 import json
+import secrets
 import shlex
 import statistics
 from dataclasses import dataclass, field
@@ -218,10 +219,13 @@ class Telemetry:
 
 @dataclass(frozen=True)
 class RunOutputs:
-    """One run's output files and stdout numbers: a baseline's, kept as the reference."""
+    """One run's output files and stdout numbers: a baseline's, kept as the reference. ``token``
+    names these outputs where they are kept elsewhere (the kernel runner's host keeps a reference it
+    was given once, by its token): new for every object made, never compared."""
 
     files: tuple[tuple[str, bytes], ...] = field(default=(), repr=False)
     stdout_values: tuple[float, ...] = ()
+    token: str = field(default_factory=lambda: secrets.token_hex(8), compare=False)
 
 
 @dataclass(frozen=True)

@@ -22,6 +22,7 @@ from typing import Any, Literal
 
 from cluster.config import Target
 from cluster.core.placeholders import expand
+from cluster.core.types import RunOutputs
 from cluster.runners.isolation import node_sandbox
 from cluster.runners.sandbox import ProcessResult, Sandbox, run_command, scratch_dir, write_bundle
 
@@ -42,6 +43,9 @@ class Invocation:
     # Racing (measure.race): the metric value above which a run may stop sampling once its
     # lower quartile is past it; a runner that cannot stop early ignores it (the kernel runner can).
     stop_above: float | None = None
+    # The outputs this run must reproduce (the baseline's for its seed), for a runner that checks
+    # them where they are made (the kernel runner's host); None: the worker compares the files.
+    reference: RunOutputs | None = field(default=None, repr=False, compare=False)
 
 
 class Staged:
@@ -106,6 +110,12 @@ class Runner(ABC):
         timeout = invocation.timeout if invocation.timeout is not None else spec.timeouts.run
         return run_command(staged.argv(invocation), staged.workdir, timeout, env=_env(invocation.env),
                            limits=spec.limits.for_run(), sandbox=self.sandbox)
+
+    def verified_outputs(self, staged: Staged, reference: RunOutputs) -> frozenset[str]:
+        """The output files of the last run that the runner itself found to match ``reference``
+        (the worker then compares only the others); a runner whose candidates could write that
+        verdict themselves (a program's own code) must answer none."""
+        return frozenset()
 
     def close(self) -> None:  # noqa: B027  (a runner that keeps nothing running has nothing to stop)
         """Stop whatever the runner keeps running."""

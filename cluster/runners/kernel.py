@@ -16,6 +16,7 @@ ncu and compute-sanitizer run the same code as a process of its own:
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import sys
@@ -27,6 +28,7 @@ from typing import Any
 import numpy as np
 
 from cluster.config.kernel import BenchOptions, LaunchPlan
+from cluster.core.types import RunOutputs
 from cluster.runners._base import BINARY_FILE, Invocation, Staged
 from cluster.runners.host import STDERR_FILE, STDOUT_FILE, HostRunner, host_python
 from cluster.runners.kernel_build import KernelBinary
@@ -38,6 +40,9 @@ POISON_ENV, PROFILE_ENV = "WARPFLEET_POISON", "WARPFLEET_PROFILE"
 _HOST_ENV = {POISON_ENV, PROFILE_ENV}  # variables the host run takes as request fields
 LAYOUTS_KEPT = 2  # argument buffer sets kept allocated (one per problem shape)
 INPUTS_KEPT = 4  # host-side input sets kept (per layout and seed)
+REFERENCES_KEPT = 8  # baseline outputs kept for comparing in the host (one set per study and seed)
+VERIFIED_FILE = ".warpfleet.verified"  # {output file: reference token} of the outputs that matched in the host
+REFERENCE_PREFIX = ".warpfleet.reference."  # a reference's bytes, handed to the host once
 
 # The harness's L2 flush (harness.cuh: a read of 2x the L2) as PTX, so that the host needs no
 # compiler: nvcc -ptx of wf_l2_flush, set to PTX ISA 7.0 / sm_70 so that any recent driver JITs it.
@@ -111,6 +116,31 @@ class _Device:
         self.flush_blocks = 8 * int(sms)
         self.layouts: OrderedDict[tuple, dict[str, tuple[Any, int]]] = OrderedDict()
         self.inputs: OrderedDict[tuple, dict[str, np.ndarray]] = OrderedDict()
+        self.references: OrderedDict[str, np.ndarray] = OrderedDict()  # (token, file) -> the values
+        self.outputs: dict[tuple, np.ndarray] = {}  # host buffers the outputs are copied into, reused
+
+    def reference(self, check: Mapping[str, Any], workdir: Path) -> np.ndarray | None:
+        """The reference values a check names: kept from an earlier request, else read from the file
+        the worker handed over (then kept); None when the host has neither (the worker compares)."""
+        key = f"{check['token']}/{check['path']}"
+        if key in self.references:
+            self.references.move_to_end(key)
+            return self.references[key]
+        if not check.get("file"):
+            return None
+        values = np.fromfile(workdir / check["file"], dtype=check["dtype"])
+        while len(self.references) >= REFERENCES_KEPT:
+            self.references.popitem(last=False)
+        self.references[key] = values
+        return values
+
+    def output_buffer(self, name: str, like: np.ndarray) -> np.ndarray:
+        key = (name, like.dtype.str, like.shape)
+        if key not in self.outputs:
+            if len(self.outputs) >= 4 * LAYOUTS_KEPT:
+                self.outputs.clear()
+            self.outputs[key] = np.empty_like(like)
+        return self.outputs[key]
 
     def buffers(self, plan: LaunchPlan, values: Mapping[str, np.ndarray]) -> dict[str, tuple[Any, int]]:
         """Device buffers for the plan's arrays, allocated once per layout (names, dtypes, shapes)."""
@@ -239,14 +269,35 @@ def run_kernel(request: Mapping[str, Any]) -> int:
         _check(cu.cuStreamSynchronize(dev.stream), "cuStreamSynchronize")
         stop_above = None if request.get("profile") else request.get("stop_above_ms")
         bench(options, sample_batch, _write_stdout, stop_above)
+        verified = {}
+        checks = request.get("verify") or {}
         for arg in plan.arguments:
             if arg.output:
-                out = np.empty_like(values[arg.name])
+                out = dev.output_buffer(arg.name, values[arg.name])
                 _check(cu.cuMemcpyDtoH(out.ctypes.data, buffers[arg.name][0], out.nbytes), "cuMemcpyDtoH")
-                write_output(workdir, arg, out)
+                check = checks.get(arg.output_file)
+                if check and _matches(dev, check, arg, out, workdir):
+                    verified[arg.output_file] = check["token"]
+                else:
+                    write_output(workdir, arg, out)  # the baseline's, or one the worker compares itself
+        (workdir / VERIFIED_FILE).write_text(json.dumps(verified))
         return 0
     finally:
         cu.cuModuleUnload(module)  # fails on a broken context: the host is about to end anyway
+
+
+def _matches(dev: _Device, check: Mapping[str, Any], arg: Any, out: np.ndarray, workdir: Path) -> bool:
+    """Whether an output matches the baseline's by the worker's own rule (measure.compare), in
+    the host: no file written and read back. False also where the host lacks the reference."""
+    from cluster.runners.measure import compare
+
+    want = dev.reference(check, workdir)
+    if want is None:
+        return False
+    got = np.array([np.sum(out, dtype=np.float64)]) if arg.compare == "sum" else out.reshape(-1)
+    if got.dtype != want.dtype:
+        return False
+    return compare(arg.output_file, got, want, check["rtol"], check["atol"]) is None
 
 
 def _write_stdout(line: str) -> None:
@@ -256,19 +307,48 @@ def _write_stdout(line: str) -> None:
 
 class KernelRunner(HostRunner):
     """Runs kernel candidates in the worker's host process; a profiler or sanitizer in front, or
-    variables the host run does not know, run them as a process of their own."""
+    variables the host run does not know, run them as a process of their own.
+
+    A run given the baseline's outputs (``Invocation.reference``) is checked in the host: each
+    reference goes to the host once (a file in the staged directory, named by its token) and stays
+    there; an output that matches is written nowhere, and the host says so in ``VERIFIED_FILE``.
+    The host runs no code of the candidate's on the CPU (the cubin runs on the GPU), so its verdict
+    is the worker's own rule applied where the output already is."""
 
     name = "kernel"
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.handed: set[str] = set()  # (token/file) the running host was given
+        self.host_starts = self.host.starts
 
     def request(self, staged: Staged, invocation: Invocation) -> dict[str, Any]:
         kernel = staged.target.spec.kernel
         assert kernel is not None, "the kernel runner runs kernel targets"
         env = invocation.env
-        return {"loader": "kernel", "binary": str(staged.workdir / BINARY_FILE), "seed": invocation.seed,
-                "bench": kernel.bench.model_dump(), "poison": _on(env.get(POISON_ENV)),
-                "profile": _on(env.get(PROFILE_ENV)), "cwd": str(staged.workdir),
-                "stop_above_ms": invocation.stop_above,
-                "stdout": str(staged.workdir / STDOUT_FILE), "stderr": str(staged.workdir / STDERR_FILE)}
+        request = {"loader": "kernel", "binary": str(staged.workdir / BINARY_FILE), "seed": invocation.seed,
+                   "bench": kernel.bench.model_dump(), "poison": _on(env.get(POISON_ENV)),
+                   "profile": _on(env.get(PROFILE_ENV)), "cwd": str(staged.workdir),
+                   "stop_above_ms": invocation.stop_above,
+                   "stdout": str(staged.workdir / STDOUT_FILE), "stderr": str(staged.workdir / STDERR_FILE)}
+        if invocation.reference is not None:
+            request["verify"] = self._checks(staged, invocation.reference)
+        return request
+
+    def _checks(self, staged: Staged, reference: RunOutputs) -> dict[str, dict[str, Any]]:
+        verify, files = staged.target.spec.verify, dict(reference.files)
+        checks = {}
+        for spec in verify.outputs:
+            if spec.is_text or spec.path not in files:
+                continue
+            check = {"token": reference.token, "path": spec.path, "dtype": spec.dtype, "file": None,
+                     "rtol": verify.rtol if spec.rtol is None else spec.rtol,
+                     "atol": verify.atol if spec.atol is None else spec.atol}
+            if f"{reference.token}/{spec.path}" not in self.handed:
+                check["file"] = REFERENCE_PREFIX + spec.path
+                (staged.workdir / check["file"]).write_bytes(files[spec.path])
+            checks[spec.path] = check
+        return checks
 
     def execute(self, staged: Staged, invocation: Invocation) -> ProcessResult:
         if invocation.command == "test":
@@ -277,7 +357,22 @@ class KernelRunner(HostRunner):
             return self.run_process(staged, invocation)
         spec = staged.target.spec
         timeout = invocation.timeout if invocation.timeout is not None else spec.timeouts.run
-        return self.call(staged, self.request(staged, invocation), timeout)
+        (staged.workdir / VERIFIED_FILE).unlink(missing_ok=True)
+        request = self.request(staged, invocation)
+        result = self.call(staged, request, timeout)
+        if self.host.starts != self.host_starts:  # a fresh host: it keeps nothing it was given
+            self.handed.clear()
+            self.host_starts = self.host.starts
+        if result.ok:
+            self.handed.update(f"{c['token']}/{c['path']}" for c in request.get("verify", {}).values() if c["file"])
+        return result
+
+    def verified_outputs(self, staged: Staged, reference: RunOutputs) -> frozenset[str]:
+        try:
+            verdict = json.loads((staged.workdir / VERIFIED_FILE).read_text())
+        except (OSError, ValueError):
+            return frozenset()
+        return frozenset(path for path, token in verdict.items() if token == reference.token)
 
     def binary_argv(self, workdir: Path) -> list[str]:
         return host_python("-m", "cluster.runners.host", "once", str(workdir / REQUEST_FILE))
@@ -287,7 +382,8 @@ class KernelRunner(HostRunner):
         directory, under the target's limits and the sandbox."""
         if invocation.command == "test":
             return super().run_process(staged, invocation)
-        (staged.workdir / REQUEST_FILE).write_text(json.dumps(self.request(staged, invocation)))
+        request = self.request(staged, dataclasses.replace(invocation, reference=None))  # a process keeps nothing
+        (staged.workdir / REQUEST_FILE).write_text(json.dumps(request))
         spec = staged.target.spec
         timeout = invocation.timeout if invocation.timeout is not None else spec.timeouts.run
         env = {**os.environ, **invocation.env}

@@ -3,11 +3,13 @@ process of their own (ncu, compute-sanitizer, variables), and what its request s
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import json
 import shutil
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -175,3 +177,53 @@ def test_call_kernel_reports_a_broken_launch_in_one_line(target, tmp_path, fake,
     assert call_kernel(_request(target, tmp_path, cubin=b"crash-cubin")) == 2
     assert "wf: cuStreamSynchronize: CUDA_ERROR_ILLEGAL_ADDRESS" in capsys.readouterr().err
     assert not (tmp_path / "c.bin").exists()
+
+
+def test_outputs_are_checked_in_the_host_and_each_reference_handed_over_once(target, tmp_path, fake, monkeypatch):
+    """The worker's side and the host's, the host in-process on the stand-in driver: the baseline
+    writes its outputs (they become the reference); a candidate's matching outputs are checked in
+    the host and written nowhere, each seed's reference handed over once; a wrong one comes back as
+    a file and fails with the worker's own message."""
+    import numpy as np
+
+    from cluster.core.types import BuildArtifact, Candidate, DeviceInfo, Phase, Status
+    from cluster.runners import host
+    from cluster.runners.kernel import VERIFIED_FILE, KernelRunner, call_kernel
+    from cluster.runners.kernel_build import KernelBinary
+    from cluster.runners.measure import Reference, measure_candidate
+    from cluster.runners.sandbox import Unsandboxed
+
+    requests: list[dict] = []
+
+    def in_process(self, request, timeout):  # the host's handle(), its stdout and stderr to the request's files
+        requests.append(request)
+        assert not (Path(request["cwd"]) / VERIFIED_FILE).exists()  # no verdict of an earlier run left
+        with open(request["stdout"], "w") as out, open(request["stderr"], "w") as err, \
+                contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            return host.Reply(call_kernel(request), 0.01)
+
+    monkeypatch.setattr(host.HostProcess, "call", in_process)
+    runner = KernelRunner(sandbox=Unsandboxed(), scratch_root=tmp_path / "scratch", cuda=False)
+    plan = target.spec.kernel.plan(target.baseline_params)
+    binary = KernelBinary(b"vadd-cubin", "vadd", plan, "nvrtc 13.0").pack()
+    device = DeviceInfo("gpu", "stand-in", "sm_90")
+    candidate = Candidate(target.name, "nvcc", "stand-in", "sm_90", target.bundle.hash, (),
+                          tuple(target.baseline_params.items()), Phase.SEARCH, runner="kernel")
+    artifact = BuildArtifact(candidate.key, Status.OK, binary)
+    baseline = measure_candidate(target, candidate, artifact, device, None, 2, runner)
+    assert baseline.status is Status.OK and len(baseline.outputs) == 2 and "verify" not in requests[-1]
+    reference = Reference(baseline.outputs)
+
+    calls: list[tuple] = []
+    original = runner.verified_outputs
+    monkeypatch.setattr(runner, "verified_outputs", lambda s, r: calls.append(original(s, r)) or calls[-1])
+    for _ in range(2):  # the second time, the host has both references
+        result = measure_candidate(target, candidate, artifact, device, reference, 2, runner)
+        assert result.status is Status.OK, result.error_tail
+    handed = [bool(r["verify"]["c.bin"]["file"]) for r in requests[-4:]]
+    assert handed == [True, True, False, False] and calls == [frozenset({"c.bin"})] * 4
+
+    fake.lazy = True  # writes half of c: the host finds it wrong, writes it, and the worker says why
+    result = measure_candidate(target, candidate, artifact, device, reference, 1, runner)
+    assert result.status is Status.VERIFY_FAILED and "values differ" in result.error_tail
+    assert calls[-1] == frozenset() and np.isfinite(result.samples).all()

@@ -142,10 +142,10 @@ case "$session" in
   kernels)
     machine
     gpus=4; [ "$ngpu" -ge 4 ] || gpus=2
-    step kt_compare 305 "$PY" scripts/bench_kerneltuner.py --out "$OUT/kt" --gpus "$gpus" --wf-kind kernel \
-      --budget-s 290 --seeds 2 --repeats 3 --max-evals 40 --wf-compile-workers 8
+    step kt_compare 395 "$PY" scripts/bench_kerneltuner.py --out "$OUT/kt" --gpus "$gpus" --wf-kind kernel \
+      --budget-s 380 --seeds 2 --repeats 3 --max-evals 40 --wf-compile-workers 8
     step kernel_fixed 40 "$PY" scripts/bench_runners.py configs/kernels.yaml --repeats 5 --out "$OUT/kernel_fixed"
-    step kernel_tests 150 "$PY" -m pytest -q -m gpu tests/cluster/runners/test_kernel_gpu.py
+    step kernel_tests 120 "$PY" -m pytest -q -m gpu tests/cluster/runners/test_kernel_gpu.py
     pack kernels kt/report.md kt/summary.parquet kt/meta.json kt/raw kt/logs kernel_fixed ;;
   agents)  # every GPU: the suite with the agents on (six targets took 284 s on four H200s, hand figures
     # included); the analysts' profile kept, the winners' not (--no-profile)

@@ -25,6 +25,8 @@ import sys
 import time
 from pathlib import Path
 
+import pandas as pd
+
 REPO = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(REPO), str(REPO / "scripts")]
 
@@ -100,6 +102,27 @@ def hand_speedups(folders: list[Path], repeats: int) -> dict[str, dict]:
     return out
 
 
+def step_times(rows: pd.DataFrame, variants: pd.DataFrame) -> dict[str, float]:
+    """A study's steps in seconds, from its rows' and variants' times: ``agents`` (the baseline's
+    end to the last expert's verdict recorded), ``search`` (its first search row's start to its last
+    one's end) and ``finals``; a step that did not run is left out."""
+    def span(phase: str) -> tuple[float, float] | None:
+        mine = rows[rows["phase"] == phase]
+        start = pd.to_datetime(mine["started_at"], utc=True).dropna()
+        end = pd.to_datetime(mine["finished_at"], utc=True).dropna()
+        return (start.min().timestamp(), end.max().timestamp()) if len(start) and len(end) else None
+
+    steps: dict[str, float] = {}
+    baseline = span("baseline")
+    if baseline and len(variants):
+        steps["agents"] = float(variants["created_at"].max()) - baseline[1]
+    for phase, name in (("search", "search"), ("final", "finals")):
+        found = span(phase)
+        if found:
+            steps[name] = found[1] - found[0]
+    return steps
+
+
 def table(run: Path, hand: dict[str, dict]) -> tuple[str, list[dict]]:
     rows = read_results(run)
     variants = read_table(run, "variants", VARIANT_SCHEMA)
@@ -119,25 +142,33 @@ def table(run: Path, hand: dict[str, dict]) -> tuple[str, list[dict]]:
             winner = f"{winner} + -maxrregcount" if winner != "flags only" else "registers (-maxrregcount)"
         hand_speedup = hand.get(target, {}).get("hand_speedup")
         speedup = b.speedup if b is not None else None
+        steps = step_times(rows[rows["target"] == target], mine)
+        # A study a time box ended before its finals has no winner yet; a hand version no faster than
+        # the baseline is no yardstick: neither gets a share.
+        finished = "finals" in steps
         records.append({
             "target": target, "winner": winner, "flags": " ".join([*b.flag_argv, *b.defines]) if b else "",
             "found": [{"optimization": r.optimization, "class": r.level, "accepted": r.accepted,
                        "rejected": r.rejected, "alone": r.alone, "best": r.best, "evidence": r.evidence}
                       for r in results],
             "speedup": speedup, "hand_speedup": hand_speedup,
-            "share": speedup / hand_speedup if speedup and hand_speedup else None,
+            "share": speedup / hand_speedup if speedup and hand_speedup and hand_speedup > 1 and finished else None,
+            "finished": finished,
             "not_applicable": sorted(set(mine.loc[mine["stage"] == "not_applicable", "optimization"])),
+            "steps_s": steps,
         })
     lines = ["| target | optimizations found (class) | motivating metrics | alone | speedup found | winner | "
-             "hand-optimized | share |", "|---|---|---|---|---|---|---|---|"]
+             "hand-optimized | share | steps (s) |", "|---|---|---|---|---|---|---|---|---|"]
     for r in records:
         found = ", ".join(f"{f['optimization']} ({f['class']})" for f in r["found"] if f["accepted"]) or "none"
         evidence = "; ".join(f["evidence"] for f in r["found"] if f["accepted"] and f["evidence"])[:220]
         alone = max((f["alone"] for f in r["found"] if f["alone"]), default=None)
         cells = [r["target"], found, evidence.replace("|", "/") or "-", f"{alone:.2f}x" if alone else "-",
-                 f"{r['speedup']:.2f}x" if r["speedup"] else "-", f"{r['winner']}: `{r['flags'] or '-'}`",
+                 (f"{r['speedup']:.2f}x" if r["speedup"] else "-") + ("" if r["finished"] else " (unfinished)"),
+                 f"{r['winner']}: `{r['flags'] or '-'}`",
                  f"{r['hand_speedup']:.2f}x" if r["hand_speedup"] else "-",
-                 f"{100 * r['share']:.0f}%" if r["share"] else "-"]
+                 f"{100 * r['share']:.0f}%" if r["share"] else "-",
+                 ", ".join(f"{k} {v:.0f}" for k, v in r["steps_s"].items()) or "-"]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n", records
 

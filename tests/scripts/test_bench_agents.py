@@ -34,6 +34,9 @@ def test_table_reports_the_runs_figures(tmp_path):
     assert fast["accepted"] == 1 and wrong["accepted"] == 0 and wrong["rejected"] == 1
     row = text.splitlines()[2]
     assert row.startswith("| agent_c | fast (kernel) |") and f"{100 * record['share']:.0f}%" in row
+    steps = record["steps_s"]  # the agents' step, the search and the finals, each took time
+    assert set(steps) == {"agents", "search", "finals"} and all(v >= 0 for v in steps.values())
+    assert row.endswith(", ".join(f"{k} {v:.0f}" for k, v in steps.items()) + " |")
 
 
 def test_hand_figures_leave_out_a_target_without_a_hand_optimized_version(tmp_path):
@@ -43,3 +46,18 @@ def test_hand_figures_leave_out_a_target_without_a_hand_optimized_version(tmp_pa
     folders = [REPO / "configs" / "targets" / "stencil", tmp_path / "missing"]
     assert not any((f / "target_opt.yaml").exists() for f in folders)
     assert bench.hand_speedups(folders, repeats=1) == {}  # no GPU asked for: nothing to measure
+
+
+def test_step_times_leave_out_what_did_not_run():
+    """A study a time box ended in its search has no finals: the table then says unfinished."""
+    import pandas as pd
+
+    bench = load_script()
+    at = pd.Timestamp("2026-11-26 12:00:00", tz="UTC")
+    rows = pd.DataFrame({"phase": ["baseline", "search", "search"],
+                         "started_at": [at, at + pd.Timedelta(seconds=100), at + pd.Timedelta(seconds=110)],
+                         "finished_at": [at + pd.Timedelta(seconds=10), at + pd.Timedelta(seconds=105),
+                                         at + pd.Timedelta(seconds=130)]})
+    variants = pd.DataFrame({"created_at": [at.timestamp() + 50, at.timestamp() + 90]})
+    assert bench.step_times(rows, variants) == {"agents": 80.0, "search": 30.0}
+    assert bench.step_times(rows, variants.iloc[:0]) == {"search": 30.0}

@@ -57,14 +57,24 @@ def write_config(folder: Path, target_files: list[str], **fields: Any) -> Path:
     return path
 
 
+def init_local_ray() -> None:
+    """The tests' local Ray instance, if none is up: a CPU for each GPU's measuring actor and two
+    for compiles (with two CPUs in all, a sweep on a host of four GPUs refused to start: "4
+    measuring workers leave none of the cluster's 2 CPUs")."""
+    import ray
+
+    from cluster.runners.devices import visible_gpu_count
+
+    if not ray.is_initialized():
+        ray.init(address="local", num_cpus=2 + visible_gpu_count(), include_dashboard=False, log_to_driver=False,
+                 configure_logging=False)
+
+
 @pytest.fixture
 def ray_local() -> Iterator[None]:
     """A local Ray instance, started once and shared (a start costs seconds); the multi-node
     tests shut it down and the next test that needs it starts it again."""
-    import ray
-
-    if not ray.is_initialized():
-        ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False)
+    init_local_ray()
     yield
 
 
@@ -118,12 +128,9 @@ def gpu_present() -> bool:
 def portability_cpu_runs(tmp_path_factory):
     """Two real sweeps of the C stencil with different flags spaces (one relabelled as another
     machine's) and an evaluation here of both winners: tests/cluster/portability_runs.py."""
-    import ray
-
     from tests.cluster.outputs.portability_runs import cpu_runs
 
-    if not ray.is_initialized():
-        ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False)
+    init_local_ray()
     return cpu_runs(tmp_path_factory.mktemp("portability_cpu"))
 
 

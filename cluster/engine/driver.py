@@ -40,6 +40,7 @@ from cluster.toolchains import get_toolchain
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 POLL_S = 0.2  # longest wait for a result when nothing else is due
 POLL_THREADS_S = 0.02  # while agents' threads may submit jobs
+ASK_RETRIES = 32  # sampler proposals of known or forbidden points tried per study and feed (a few ms each)
 
 
 @dataclass(frozen=True)
@@ -247,12 +248,19 @@ def feed_search(flows: Sequence[Flow], scheduler: Scheduler) -> None:
             by_type[flow.device_type].append(flow)
     for device_type, group in by_type.items():
         room = scheduler.lookahead(device_type) - scheduler.in_flight(device_type, JobKind.SEARCH)
+        misses: dict[str, int] = defaultdict(int)
         while room > 0 and group:
             flow = min(group, key=lambda f: (f.search_in_flight, f.state.n_search))
             if flow.ask():
                 room -= 1
-            else:  # the sampler proposed nothing new this time: the others' turn
-                group.remove(flow)
+            else:
+                # The sampler proposed a point measured already (answered from the results at once)
+                # or one the constraints forbid: ask again now, a few times. Waiting for the next
+                # poll drained the look-ahead of a small space whose sampler had converged (Kernel
+                # Tuner's strategies skip a visited point the same way).
+                misses[flow.name] += 1
+                if misses[flow.name] >= ASK_RETRIES or not flow.wants_more():
+                    group.remove(flow)  # the others' turn
                 continue
             if not flow.wants_more():
                 group.remove(flow)

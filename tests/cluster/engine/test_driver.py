@@ -265,3 +265,44 @@ def test_show_prints_the_profiles_of_baseline_and_winner(tmp_path):
     assert "mio_throttle 4.5" in shown.output
     if winner.candidate_key != baseline:
         assert "0.1954 ms" in shown.output and "wait 4.5" in shown.output
+
+
+def test_the_search_is_fed_past_proposals_of_points_measured_already():
+    """A converged sampler on a small space proposes points it has (each answered from the results
+    at once): the look-ahead is still filled in one feed, not one candidate a poll; a study whose
+    sampler proposes nothing new for ASK_RETRIES asks in a row gives the others their turn."""
+    import types
+
+    from cluster.engine.driver import ASK_RETRIES, feed_search
+    from cluster.engine.flow import Stage, StudyFlow
+
+    class Flow(StudyFlow):
+        def __init__(self, name: str, answers: list[bool]) -> None:  # a study's search, no sampler behind it
+            self.name, self.device_type, self.stage, self.entered = name, "gpu", Stage.SEARCH, True
+            self.search_in_flight, self.answers, self.asked = 0, answers, 0
+            self.state = types.SimpleNamespace(n_search=0)
+
+        def wants_more(self) -> bool:
+            return True
+
+        def ask(self) -> bool:
+            self.asked += 1
+            new = self.answers.pop(0) if self.answers else False
+            self.search_in_flight += new
+            return new
+
+    class Scheduler:
+        def lookahead(self, device_type: str) -> int:
+            return 4
+
+        def in_flight(self, device_type: str, kind) -> int:
+            return sum(f.search_in_flight for f in flows)
+
+    converged = Flow("converged", [True, False, False, False, True, False, True, True])
+    flows = [converged]
+    feed_search(flows, Scheduler())
+    assert converged.search_in_flight == 4 and converged.asked == 8  # one feed, duplicates skipped
+    stuck, other = Flow("stuck", []), Flow("other", [True] * 4)
+    flows = [stuck, other]
+    feed_search(flows, Scheduler())
+    assert stuck.asked == ASK_RETRIES and other.search_in_flight == 4

@@ -6,9 +6,11 @@ For each target of CONFIG (default: configs/suite.yaml) that uses the timing har
 built for both runners and run ``--repeats`` times with each, interleaved, through the engine's own
 path (``Runner.stage`` + ``Staged.run``, then the output compare). Per run, from the harness's
 summary line: the time from the launch to the first timed sample (process start, CUDA context,
-inputs, copies), the time after the last sample (outputs written, teardown), and the output
-compare against the first run's outputs. The fixed cost is the sum of the three: what a candidate
-pays besides its timed samples. Medians per target and runner; DIR/runners.json, DIR/runners.md.
+inputs, copies), the time after the last sample (outputs checked or written, teardown), and the
+output compare against the first run's outputs (what the runner did not check itself: the kernel
+runner's host checks outputs where they are, ``Runner.verified_outputs``). The fixed cost is the
+sum of the three: what a candidate pays besides its timed samples. Medians per target and runner;
+DIR/runners.json, DIR/runners.md.
 """
 
 from __future__ import annotations
@@ -47,13 +49,14 @@ def runs(target, runner_name: str, repeats: int) -> list[dict]:
         for i in range(repeats + 1):  # the first run warms the runner up (a persistent host starts once)
             with runner.stage(target, dict(candidate.params), arch, artifact.binary) as staged:
                 launched = time.time()
-                result = staged.run(Invocation(seed=0))
+                result = staged.run(Invocation(seed=0, reference=reference))  # as measure_candidate runs a candidate
                 ended = time.time()
                 region = harness_region(result.stdout)
                 if not result.ok or region is None:
                     raise RuntimeError(f"{target.name} ({runner_name}): {result.tail()[-500:]}")
                 t0 = time.perf_counter()
-                problem = verify_outputs(staged.workdir, result.stdout, target.spec.verify, reference)
+                verified = runner.verified_outputs(staged, reference) if reference else frozenset()
+                problem = verify_outputs(staged.workdir, result.stdout, target.spec.verify, reference, verified)
                 compare_s = time.perf_counter() - t0
                 if problem:
                     raise RuntimeError(f"{target.name} ({runner_name}): {problem}")
@@ -61,7 +64,7 @@ def runs(target, runner_name: str, repeats: int) -> list[dict]:
                     reference = _run_outputs(staged.workdir, result.stdout, target.spec.verify)
             if i:
                 out.append({"before_s": region[0] - launched, "after_s": ended - region[1], "compare_s": compare_s,
-                            "timed_s": region[1] - region[0]})
+                            "timed_s": region[1] - region[0], "checked_by_runner": sorted(verified)})
     finally:
         runner.close()
     return out
@@ -90,6 +93,7 @@ def main() -> None:
             row = {"target": target.name, "runner": runner, "runs": len(figures),
                    **{k: median([f[k] for f in figures]) for k in ("before_s", "after_s", "compare_s", "timed_s")}}
             row["fixed_s"] = row["before_s"] + row["after_s"] + row["compare_s"]
+            row["checked_by_runner"] = sorted({name for f in figures for name in f["checked_by_runner"]})
             results.append(row)
             print(json.dumps(row), flush=True)
     lines = ["| target | runner | launch to first sample | after the last | output compare | fixed cost | "

@@ -141,7 +141,7 @@ case "$session" in
     pack sim sim sim50 ;;
   kernels)
     machine
-    gpus=4; [ "$ngpu" -ge 4 ] || gpus=2
+    gpus=4; [ "$ngpu" -ge 4 ] || gpus=$ngpu; [ "$gpus" -ne 3 ] || gpus=2
     step kt_compare 395 "$PY" scripts/bench_kerneltuner.py --out "$OUT/kt" --gpus "$gpus" --wf-kind kernel \
       --budget-s 380 --seeds 2 --repeats 3 --max-evals 40 --wf-compile-workers 8
     step kernel_fixed 40 "$PY" scripts/bench_runners.py configs/kernels.yaml --repeats 5 --out "$OUT/kernel_fixed"

@@ -27,6 +27,13 @@ class Evaluation:
     t_s: float | None  # seconds from the start of the tuning call to when its result was in
     tool_ms: float | None  # the tool's own measurement of it
     worker: str = ""  # where it ran (Ray actor, GPU worker)
+    # warpfleet's own row figures, where the tool has them: where a configuration's time went
+    samples: int | None = None  # timed launches kept
+    raced: bool | None = None  # stopped sampling early (measure.race)
+    compile_s: float | None = None
+    queue_s: float | None = None  # waiting for the measuring actor
+    run_s: float | None = None  # the measuring actor's run of it (the host call: load, samples, check)
+    verify_s: float | None = None  # the worker's own output compare
 
 
 @dataclass

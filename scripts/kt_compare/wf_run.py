@@ -64,6 +64,10 @@ def run_sweep(config_path: Path, space: KernelSpace, gpus: int, log: Any = print
     return result
 
 
+def _number(value: Any) -> float | None:
+    return None if value is None or pd.isna(value) else float(value)
+
+
 def trace(space: KernelSpace, rows: pd.DataFrame, t0: float, wall: float, gpus: int) -> RunResult:
     """The baseline and search rows in the order their results came in (``finished_at``; a row
     whose build failed has none and goes last), and warpfleet's own selection as the winner."""
@@ -79,8 +83,13 @@ def trace(space: KernelSpace, rows: pd.DataFrame, t0: float, wall: float, gpus: 
     for row in searched.to_dict("records"):
         config = {name: row[f"p_{name}"] for name in space.names}
         ok = row["status"] == "ok" and row["median"] is not None and not pd.isna(row["median"])
+        figures = {name: _number(row.get(column)) for name, column in
+                   (("compile_s", "compile_s"), ("queue_s", "queue_s"), ("run_s", "run_s"), ("verify_s", "verify_s"))}
         evaluations.append(Evaluation(config_key(config, space.names), str(row["status"]), row["t_s"],
-                                      float(row["median"]) if ok else None, str(row.get("worker_id") or "")))
+                                      float(row["median"]) if ok else None, str(row.get("worker_id") or ""),
+                                      samples=int(row["n_samples"]) if _number(row.get("n_samples")) else None,
+                                      raced=bool(row["raced"]) if "raced" in row and row["raced"] is not None
+                                      and not pd.isna(row["raced"]) else None, **figures))
     best = select_best(rows)
     winner = best[0] if best else None
     workers = {e.worker for e in evaluations if e.worker}

@@ -38,6 +38,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
+from cluster.config.run import RACE  # noqa: E402
 from cluster.runners.devices import visible_gpu_count  # noqa: E402
 from cluster.runners.sandbox import stop_command  # noqa: E402
 from scripts.kt_compare.records import Block, stamp  # noqa: E402
@@ -273,7 +274,7 @@ def main() -> None:
     parser.add_argument("--run-limit-s", type=float, default=30.0, help="time limit of each tuning run")
     parser.add_argument("--wf-min-time", type=float, default=0.05, help="warpfleet harness --min-time")
     parser.add_argument("--wf-compile-workers", type=int, default=4)
-    parser.add_argument("--wf-race", type=lambda v: None if v == "none" else float(v), default=1.25,
+    parser.add_argument("--wf-race", type=lambda v: None if v == "none" else float(v), default=RACE,
                         help="warpfleet's measure.race (losers stop sampling at this many times the study's "
                         "best); none: every configuration samples to the stopping rule, as the first comparisons")
     parser.add_argument("--wf-fresh-fleet", action="store_true", help="start warpfleet's measuring actors for "

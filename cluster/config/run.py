@@ -40,6 +40,9 @@ class ClusterSpec(_Model):
     gpu_types: list[Annotated[str, Field(pattern=r"^[A-Za-z0-9_.+-]+$")]] | None = Field(None, min_length=1)
 
 
+RACE = 1.10  # measure.race's default
+
+
 class MeasureSpec(_Model):
     runs: int = Field(1, ge=1, le=1000)  # program runs per candidate in the search
     final_top_k: int = Field(3, ge=0, le=100)  # candidates re-measured for the selection
@@ -47,9 +50,10 @@ class MeasureSpec(_Model):
     max_noise: float = Field(0.05, gt=0, le=10)  # rows whose IQR/median stays above are marked noisy
     # Racing: a search candidate stops sampling once, after the stopping rule's minimum samples, its
     # lower quartile is above this many times the study's best median (a time the goal minimizes;
-    # the kernel runner): it has lost, and more samples would only say by how much. The baseline,
-    # the agents' variants and the finals sample in full. null: every candidate samples in full.
-    race: float | None = Field(1.25, gt=1, le=100)
+    # the kernel runner): it has lost, and more samples would only say by how much. Contenders (within
+    # 10% by default) sample in full, as do the baseline, the agents' variants and the finals (which
+    # re-measure the best few anyway). null: every candidate samples in full.
+    race: float | None = Field(RACE, gt=1, le=100)
 
 
 class ProfileSpec(_Model):

@@ -21,6 +21,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from cluster.config.run import RACE
 from scripts.kt_compare import rehearsal
 from scripts.kt_compare.records import Block, RunResult, read_table, run_records, stamp, write_part
 from scripts.kt_compare.spaces import KERNEL_SPACES, write_wf_target
@@ -41,7 +42,7 @@ class Settings:
     wf_compile_workers: int | None = 4
     wf_final_top_k: int = 2
     wf_final_runs: int = 1
-    wf_race: float | None = 1.25  # measure.race: losers stop sampling at 1.25x the study's best; None: never
+    wf_race: float | None = RACE  # measure.race: losers stop sampling past it x the study's best; None: never
     wf_keep_fleet: bool = True  # one warpfleet fleet (actors, CUDA contexts) for the lane's runs: KeptFleet
     kt_best: str = "genetic_algorithm"
     ray_cpus: int = 8

@@ -16,6 +16,7 @@ from typing import Any
 import pandas as pd
 import yaml
 
+from cluster.config.run import RACE
 from scripts.kt_compare.records import Evaluation, RunResult
 from scripts.kt_compare.spaces import KernelSpace, config_key
 
@@ -24,7 +25,7 @@ SAMPLERS = {"best": "tpe", "random": "random"}
 
 def write_run_config(folder: Path, target: Path, space: KernelSpace, kind: str, seed: int, max_evals: int,
                      time_limit_s: float, compile_workers: int | None, final_top_k: int, final_runs: int,
-                     race: float | None = 1.25) -> Path:
+                     race: float | None = RACE) -> Path:
     spec: dict[str, Any] = {
         "name": f"{space.name}-{kind}-s{seed}", "targets": [str(target.resolve())],
         "output_dir": str((folder / "runs").resolve()),

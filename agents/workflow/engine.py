@@ -8,9 +8,10 @@ fails verification is reverted: it is recorded, and only accepted proposals leav
 from __future__ import annotations
 
 import hashlib
+import threading
 import traceback
-from collections.abc import Sequence
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Callable, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 
 from agents._base import AnalysisContext, Proposal
@@ -71,15 +72,19 @@ def _failure(step: str, exc: BaseException) -> str:
 
 
 def run_workflow(context: AnalysisContext, steps: Sequence[Steps], verifier: Verifier,
-                 retries: int = 1, parallel: int = 1) -> list[Outcome]:
+                 retries: int = 1, parallel: int = 1, findings_at_once: int = 1) -> list[Outcome]:
     """Every finding of every analyst, with the fate of each proposal made for it.
 
     A transformer that ``takes_feedback`` gets up to ``retries`` more tries per plan, each with
     the last verification failure; identical proposals are verified once. ``parallel``: how many
-    analysts' workflows run at once (threads), so that their verifications overlap; the outcomes
-    keep the order of ``steps``.
+    analysts' workflows run at once (threads), so that their verifications overlap;
+    ``findings_at_once``: how many findings of one analyst are pursued at once (threads), where its
+    planner and transformer are ``concurrent`` (the experts; an LLM's findings go in turn). A
+    program with many loops gets many findings, each verified by a build, a run, the sanitizer and
+    the cheat checks: in turn, they took minutes a study. The outcomes keep the order of ``steps``
+    and of each analyst's findings.
     """
-    verified: dict[str, Verification] = {}
+    verified = _Once()
 
     def one(step: Steps) -> list[Outcome]:
         try:
@@ -88,7 +93,15 @@ def run_workflow(context: AnalysisContext, steps: Sequence[Steps], verifier: Ver
             level = getattr(step.analyst, "level", Level.KERNEL)
             missing = Finding(step.analyst.name, level, "", False, reason="analysis failed")
             return [Outcome(missing, step.analyst.name, error=_failure("analyse", exc))]
-        return [o for finding in findings for o in _pursue(context, step, finding, verifier, retries, verified)]
+
+        def pursue(finding: Finding) -> list[Outcome]:
+            return _pursue(context, step, finding, verifier, retries, verified)
+
+        threads = min(findings_at_once, sum(f.applies for f in findings))
+        if threads > 1 and step.planner.concurrent and step.transformer.concurrent:
+            with ThreadPoolExecutor(threads) as pool:
+                return [o for outcomes in pool.map(pursue, findings) for o in outcomes]
+        return [o for finding in findings for o in pursue(finding)]
 
     if parallel > 1 and len(steps) > 1:
         with ThreadPoolExecutor(min(parallel, len(steps))) as pool:
@@ -96,8 +109,29 @@ def run_workflow(context: AnalysisContext, steps: Sequence[Steps], verifier: Ver
     return [o for step in steps for o in one(step)]
 
 
+class _Once:
+    """Each proposal verified once, however many threads propose it: the others wait for it."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._futures: dict[str, Future[Verification]] = {}
+
+    def get(self, key: str, verify: Callable[[], Verification]) -> Verification:
+        with self._lock:
+            future = self._futures.get(key)
+            mine = future is None
+            if future is None:
+                future = self._futures[key] = Future()
+        if mine:
+            try:
+                future.set_result(verify())
+            except Exception as exc:
+                future.set_exception(exc)
+        return future.result()
+
+
 def _pursue(context: AnalysisContext, step: Steps, finding: Finding, verifier: Verifier, retries: int,
-            verified: dict[str, Verification]) -> list[Outcome]:
+            verified: _Once) -> list[Outcome]:
     base = Outcome(finding, step.analyst.name)
     if not finding.applies:
         return [base]
@@ -124,15 +158,14 @@ def _pursue(context: AnalysisContext, step: Steps, finding: Finding, verifier: V
             break
         failures = []
         for proposal in proposals:
-            key = proposal_key(proposal)
-            if key not in verified:
-                try:
-                    verified[key] = verifier.verify(context, plan, proposal)
-                except Exception as exc:
-                    results.append(Outcome(finding, plan=plan, proposal=proposal, attempt=attempt,
-                                           error=_failure("verify", exc), **names))
-                    continue
-            outcome = Outcome(finding, plan=plan, proposal=proposal, verification=verified[key], attempt=attempt,
+            try:
+                verification = verified.get(proposal_key(proposal),
+                                            lambda p=proposal: verifier.verify(context, plan, p))
+            except Exception as exc:
+                results.append(Outcome(finding, plan=plan, proposal=proposal, attempt=attempt,
+                                       error=_failure("verify", exc), **names))
+                continue
+            outcome = Outcome(finding, plan=plan, proposal=proposal, verification=verification, attempt=attempt,
                               **names)
             results.append(outcome)
             if not outcome.accepted:

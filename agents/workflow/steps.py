@@ -105,6 +105,7 @@ class Planner(ABC):
     """Step 2, optimization analysis: a plan for one applicable finding."""
 
     name: str
+    concurrent: bool = True  # findings may be planned in threads at once (an LLM's conversation: no)
 
     @abstractmethod
     def plan(self, context: AnalysisContext, finding: Finding) -> Plan | None:
@@ -116,6 +117,7 @@ class Transformer(ABC):
 
     name: str
     takes_feedback: bool = False  # whether a retry with the verification failure can differ
+    concurrent: bool = True  # findings may be transformed in threads at once (an LLM's conversation: no)
 
     @abstractmethod
     def transform(self, context: AnalysisContext, plan: Plan, feedback: str | None = None) -> list[Proposal]:

@@ -43,6 +43,7 @@ if TYPE_CHECKING:
 
 MAX_ENQUEUED = 64  # points per variant entered ahead of the sampler; the rest is the sampler's
 ENQUEUED_SHARE = 0.5  # of the trial budget, at most, spent on agents' points ahead of the sampler
+FINDINGS_AT_ONCE = 8  # an expert's findings verified at once (their jobs spread over the cluster)
 
 
 
@@ -102,7 +103,8 @@ class AgentStage:
             self.steps_used = steps
         self.log(f"{study.name}: analysis, plans and transformations by "
                  f"{', '.join(s.analyst.name for s in steps)}; each proposal verified before it joins")
-        outcomes = run_workflow(context, steps, verifier, self.spec.retries, parallel=len(steps))
+        outcomes = run_workflow(context, steps, verifier, self.spec.retries, parallel=len(steps),
+                                findings_at_once=FINDINGS_AT_ONCE)
         outcomes += self._iterate(context, outcomes, verifier, study, metrics, steps)
         with self._lock, ResultWriter(self.run_dir, VARIANT_SCHEMA, subdir=RunDir.VARIANTS) as writer:
             for outcome in outcomes:

@@ -112,3 +112,49 @@ def test_steps_mix_implementations_per_step():
     agent = Agent([finding("a")], [[prop("good")]])
     [outcome] = run_workflow(CONTEXT, [Steps(agent, OtherPlanner(), agent)], ByText())
     assert outcome.planner == "other" and outcome.plan.changes == ("something else",) and outcome.accepted
+
+
+def test_an_experts_findings_are_verified_at_once_in_order_and_each_proposal_once():
+    """findings_at_once: an expert's findings are pursued in threads, so their verifications (jobs on
+    the cluster) overlap; the outcomes keep the findings' order, and a proposal made for two
+    findings is verified once. An LLM's steps (concurrent False) take their findings in turn."""
+    import threading
+
+    class ByFinding(Agent):
+        def transform(self, context, plan, feedback=None):
+            name = plan.finding.optimization
+            return [prop("good")] if name in ("b", "c") else [prop(f"good {name}")]
+
+    class Overlapping(ByText):
+        """Each verification waits until another is under way (or times out): in turn, none overlap."""
+
+        def __init__(self):
+            super().__init__()
+            self.lock, self.running, self.most = threading.Lock(), 0, 0
+            self.together = threading.Event()
+
+        def verify(self, context, plan, proposal):
+            with self.lock:
+                self.calls += 1
+                self.running += 1
+                self.most = max(self.most, self.running)
+                if self.running >= 2:
+                    self.together.set()
+            self.together.wait(timeout=0.5)
+            with self.lock:
+                self.running -= 1
+            return Verification((Verdict("outputs", VerdictStatus.PASSED, ""),))
+
+    names = ["a", "b", "c", "d", "e"]
+    verifier = Overlapping()
+    outcomes = run_workflow(CONTEXT, [Steps.of(ByFinding([finding(n) for n in names], []))], verifier,
+                            findings_at_once=4)
+    assert [o.finding.optimization for o in outcomes] == names and all(o.accepted for o in outcomes)
+    assert verifier.most >= 2 and verifier.calls == 4  # b and c proposed the same change: verified once
+
+    class InTurn(ByFinding):
+        concurrent = False  # as agents.llm's steps
+
+    verifier = Overlapping()
+    run_workflow(CONTEXT, [Steps.of(InTurn([finding(n) for n in names], []))], verifier, findings_at_once=4)
+    assert verifier.most == 1

@@ -22,6 +22,8 @@
 #   scripts/gpu_session.sh agents OUT    every GPU: the suite with the agents on (bench_agents.py)
 #   scripts/gpu_session.sh public OUT    every GPU: the public suite with the agents on (bench_public.py);
 #                                        TARGETS=a,b,... for some of them
+#   scripts/gpu_session.sh last OUT      one GPU: the Kernel Tuner comparison's one-GPU runs, the kernel
+#                                        runner's fixed cost, the public cs_transpose with the agents on
 #   scripts/gpu_session.sh kernels OUT   every GPU: Kernel Tuner against warpfleet's kernel targets on 1, 2
 #                                        and 4 GPUs (bench_kerneltuner.py), the kernel runner's fixed cost
 #
@@ -34,7 +36,7 @@
 # (a device lease returns few files).
 set -uo pipefail
 cd "$(dirname "$0")/.."
-session=${1:?single, scaling, scaling12, scaling4, halves, sim, agents, public or kernels}
+session=${1:?single, scaling, scaling12, scaling4, halves, sim, agents, public, kernels or last}
 OUT=$(mkdir -p "${2:?OUT}" && cd "$2" && pwd)
 mkdir -p "$OUT/logs"
 scale=${STEP_SCALE:-1}
@@ -153,6 +155,16 @@ case "$session" in
     step agents 555 "$PY" scripts/bench_agents.py --out "$OUT/agents" --trials 8 --hand-repeats 2 --search-s 60 \
       --no-profile
     pack agents agents ;;
+  last)  # one GPU, one call: the Kernel Tuner comparison's one-GPU runs (the tools in turn; 3 runs of seed
+    # 0 a kernel, for the same-winner rate), the kernel runner's fixed cost, then the public suite's
+    # cs_transpose with the agents on (its hand version is the sample's padded tile)
+    machine
+    step kt_compare 245 "$PY" scripts/bench_kerneltuner.py --out "$OUT/kt" --gpus 1 --wf-kind kernel --seeds 1 \
+      --repeats 3 --strategies best --max-evals 40 --budget-s 230 --wf-compile-workers 8
+    step kernel_fixed 30 "$PY" scripts/bench_runners.py configs/kernels.yaml --repeats 5 --out "$OUT/kernel_fixed"
+    step public 290 "$PY" scripts/bench_public.py --out "$OUT/public" --trials 8 --hand-repeats 2 --search-s 45 \
+      --no-profile --targets cs_transpose
+    pack last kt/report.md kt/summary.parquet kt/meta.json kt/raw kt/logs kernel_fixed public ;;
   public)  # every GPU: the public suite with the agents on (on two H200s, 555 s finished four of eight, a fifth in its finals)
     machine
     step public 555 "$PY" scripts/bench_public.py --out "$OUT/public" --trials 8 --hand-repeats 2 --search-s 60 \

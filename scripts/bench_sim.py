@@ -37,7 +37,8 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 
-def point(workers: int, run_s: float, candidates: int, sampler: str, out: Path) -> dict:
+def point(workers: int, run_s: float, candidates: int, sampler: str, out: Path,
+          compile_s: float | None = None, compile_workers: int | None = None) -> dict:
     import ray
     from ray.cluster_utils import Cluster
 
@@ -48,7 +49,9 @@ def point(workers: int, run_s: float, candidates: int, sampler: str, out: Path) 
     from cluster.store.rundir import RunDir
 
     per_node = 8
-    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": workers + 2})
+    compile_workers = compile_workers or workers + 2
+    # A CPU for each measuring actor and each compile in flight, as on a GPU host with cores to spare.
+    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": workers + compile_workers})
     for _ in range((workers + per_node - 1) // per_node):
         cluster.add_node(num_cpus=0, num_gpus=per_node)
     ray.init(address=cluster.address, include_dashboard=False, log_to_driver=False, configure_logging=False)
@@ -58,12 +61,13 @@ def point(workers: int, run_s: float, candidates: int, sampler: str, out: Path) 
         config = plan.config.model_copy(update={
             "output_dir": str(out / f"runs-{workers}-{run_s}"), "targets": ["targets/saxpy/target.yaml"],
             "search": plan.config.search.model_copy(update={"sampler": sampler, "trials": candidates}),
-            "cluster": plan.config.cluster.model_copy(update={"compile_workers": workers + 2}),
+            "cluster": plan.config.cluster.model_copy(update={"compile_workers": compile_workers}),
             "measure": plan.config.measure.model_copy(update={"final_top_k": 1, "final_runs": 1}),
             "profile": plan.config.profile.model_copy(update={"candidates": "none"})})
         plan = RunPlan(config, plan.file, saxpy)
         run_dir = RunDir.create(plan)
-        fleet, compile_model = simulated_fleet(workers, Model(compile_s=run_s, run_s=run_s))
+        modelled = Model(compile_s=run_s if compile_s is None else compile_s, run_s=run_s)
+        fleet, compile_model = simulated_fleet(workers, modelled)
         started = time.time()
         cpu_before = _cpu_s()
         summary = Sweep(plan, run_dir, log=lambda m: None, fleet=fleet, compile=compile_model).run(
@@ -75,7 +79,8 @@ def point(workers: int, run_s: float, candidates: int, sampler: str, out: Path) 
         cluster.shutdown()
     search = rows[rows["phase"] == "search"]
     busy = float(rows["run_s"].fillna(0).sum()) / (workers * summary.ready_s)
-    return {**structure(rows, workers), "workers": workers, "run_s": run_s, "sampler": sampler,
+    return {**structure(rows, workers), "workers": workers, "run_s": run_s, "compile_s": modelled.compile_s,
+            "compile_workers": config.cluster.compile_workers, "sampler": sampler,
             "candidates": len(search),
             "rows": len(rows), "wall_s": round(time.time() - started, 2), "ready_s": round(summary.ready_s, 2),
             "busy": round(busy, 4), "candidates_per_s": round(len(search) / summary.ready_s, 2),
@@ -113,14 +118,15 @@ def _cpu_s() -> float:
 
 
 def table(results: list[dict]) -> str:
-    lines = ["| simulated GPUs | modelled run and compile | sampler | candidates | busy | candidates/s | "
+    lines = ["| simulated GPUs | modelled run, compile | sampler | candidates | busy | candidates/s | "
              "busy, mid-search | candidates/s, mid-search | baseline, first search, finals (s) | "
              "driver per candidate (wall) | driver CPU per candidate |", "|" + "---|" * 11]
     for r in results:
         mid = (f"{100 * r['busy_mid_search']:.1f}% | {r['rate_mid_search_per_s']:.1f} | "
                f"{r['baseline_s']:.1f}, {r['first_search_s']:.1f}, {_num(r.get('finals_s'))}"
                if "busy_mid_search" in r else "- | - | -")
-        lines.append(f"| {r['workers']} | {r['run_s'] * 1000:.0f} ms | {r['sampler']} | {r['candidates']} | "
+        lines.append(f"| {r['workers']} | {r['run_s'] * 1000:.0f} ms, {r.get('compile_s', r['run_s']) * 1000:.0f} ms"
+                     f" | {r['sampler']} | {r['candidates']} | "
                      f"{100 * r['busy']:.1f}% | {r['candidates_per_s']:.1f} | {mid} | "
                      f"{r['driver_ms_per_candidate']:.2f} ms | {r['driver_cpu_ms_per_candidate']:.2f} ms |")
     return "\n".join(lines) + "\n"
@@ -136,6 +142,8 @@ def main() -> None:
     parser.add_argument("--run-s", default="1.0,0.05")
     parser.add_argument("--candidates-per-worker", type=int, default=20)
     parser.add_argument("--sampler", default="tpe", choices=["tpe", "random"])
+    parser.add_argument("--compile-s", type=float, help="the modelled compile (default: the run time)")
+    parser.add_argument("--compile-workers", type=int, help="compiles in flight (default: workers + 2)")
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--point", help=argparse.SUPPRESS)
     parser.add_argument("--from-run", type=Path, help="no sweep: the structure figures of this stored run "
@@ -151,14 +159,17 @@ def main() -> None:
         return
     if args.point:
         workers, run_s = args.point.split(":")
-        result = point(int(workers), float(run_s), int(workers) * args.candidates_per_worker, args.sampler, args.out)
+        result = point(int(workers), float(run_s), int(workers) * args.candidates_per_worker, args.sampler, args.out,
+                       args.compile_s, args.compile_workers)
         print(json.dumps(result))
         return
     results = []
     for run_s in (float(s) for s in args.run_s.split(",")):
         for workers in (int(w) for w in args.workers.split(",")):
             command = [sys.executable, __file__, "--point", f"{workers}:{run_s}", "--out", str(args.out),
-                       "--candidates-per-worker", str(args.candidates_per_worker), "--sampler", args.sampler]
+                       "--candidates-per-worker", str(args.candidates_per_worker), "--sampler", args.sampler,
+                       *(["--compile-s", str(args.compile_s)] if args.compile_s is not None else []),
+                       *(["--compile-workers", str(args.compile_workers)] if args.compile_workers else [])]
             done = subprocess.run(command, capture_output=True, text=True, check=False)
             lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
             if done.returncode or not lines:

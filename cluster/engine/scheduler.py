@@ -14,6 +14,7 @@ stage): ``submit_threadsafe`` returns a future that the driver completes.
 from __future__ import annotations
 
 import heapq
+import math
 import queue
 import time
 from collections import OrderedDict, defaultdict
@@ -30,6 +31,7 @@ from cluster.engine.workers import compile_task
 
 BUILD_CACHE = 512  # builds whose binaries stay in the object store for later jobs (finals, profiles)
 EMA = 0.2  # weight of the newest compile or run time in the look-ahead's estimates
+LOOKAHEAD_SPARE = 1.25  # compiles in flight beyond what the workers finish during one, for its spread
 
 
 class Scheduler:
@@ -189,9 +191,18 @@ class Scheduler:
                                    error=f"lost: {exc}"[-4096:]))
             return
         if job.kind is JobKind.SEARCH:
-            self._average(self.run_s, job.device_type, worker_s)
-            self._average(self.compile_s, job.device_type, job.artifacts[0].compile_s)
+            self._learn(job, value, worker_s)
         self._finish(JobResult(job, job.artifacts[0], value, worker_s=worker_s))
+
+    def _learn(self, job: Job, value: Any, worker_s: float) -> None:
+        """The look-ahead's inputs, from a search job done: the actor's own time on it (dispatch to
+        result also counts its wait behind the job before it on the actor, which with two a worker
+        halved the look-ahead), and the compile's time in the pipeline (asked to compiled: the
+        task's start and its wait for a CPU too, not only the compiler's own time)."""
+        started, finished = getattr(value, "started_at", 0.0), getattr(value, "finished_at", 0.0)
+        self._average(self.run_s, job.device_type, finished - started if finished > started > 0 else worker_s)
+        self._average(self.compile_s, job.device_type, max(job.compiled_at - job.submitted_at,
+                                                           job.artifacts[0].compile_s))
 
     def _finish(self, result: JobResult) -> None:
         self.counts[(result.job.device_type, result.job.kind)] -= 1
@@ -276,5 +287,5 @@ class Scheduler:
         compile_s, run_s = self.compile_s.get(device_type), self.run_s.get(device_type)
         if compile_s is None or run_s is None:
             return slots + min(self.cpu_slots, max(workers, 2))
-        during_compile = int(workers * compile_s / max(run_s, 1e-3)) + 1
+        during_compile = math.ceil(LOOKAHEAD_SPARE * workers * compile_s / max(run_s, 1e-3)) + 1
         return slots + min(self.cpu_slots, max(during_compile, workers))

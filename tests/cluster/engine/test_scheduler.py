@@ -104,13 +104,30 @@ def test_the_lookahead_covers_what_the_workers_finish_during_one_compile():
     a = device("A").device_type
     assert scheduler.lookahead(a) == 8 + 4  # before any figures: the slots and one per worker
     scheduler.compile_s[a], scheduler.run_s[a] = 2.0, 0.5  # 4 workers finish 16 candidates per compile
-    assert scheduler.lookahead(a) == 8 + 17
+    assert scheduler.lookahead(a) == 8 + 21  # 16, a quarter to spare (LOOKAHEAD_SPARE), and one
     scheduler.compile_s[a], scheduler.run_s[a] = 0.1, 2.0  # compiles are cheap: one ahead per worker
     assert scheduler.lookahead(a) == 8 + 4
     small = Scheduler([object()] * 4, [device("A")] * 4, per_worker=2, cpu_slots=3)
     small.compile_s[a], small.run_s[a] = 2.0, 0.5
     assert small.lookahead(a) == 8 + 3  # no more compiles ahead than there are CPUs to run them
     assert scheduler.lookahead(device("B").device_type) == 0  # no worker of that type
+
+
+def test_the_lookahead_learns_the_actors_own_time_and_the_compiles_time_in_the_pipeline():
+    """A job waits on its actor behind the one before it: the time from dispatch to result is not
+    the actor's time on it. And a compile takes longer in the pipeline than in the compiler."""
+    import types
+
+    scheduler = Scheduler([object()], [device("A")], per_worker=2, cpu_slots=64)
+    a = device("A").device_type
+    job = types.SimpleNamespace(device_type=a, submitted_at=100.0, compiled_at=100.1,
+                                artifacts=[types.SimpleNamespace(compile_s=0.076)])
+    measured = types.SimpleNamespace(started_at=200.0, finished_at=200.013)
+    scheduler._learn(job, measured, worker_s=0.030)  # 17 ms of it behind another job
+    assert scheduler.run_s[a] == pytest.approx(0.013) and scheduler.compile_s[a] == pytest.approx(0.1)
+    assert scheduler.lookahead(a) == 2 + 11  # ceil(1.25 x 0.1 / 0.013) + 1: one 13 ms actor, 100 ms compiles
+    scheduler._learn(job, None, worker_s=0.030)  # no actor times (a failure): dispatch to result
+    assert scheduler.run_s[a] == pytest.approx(0.8 * 0.013 + 0.2 * 0.030)
 
 
 def test_baselines_go_first_then_every_studys_work_in_turn_and_the_winners_profiles_last():

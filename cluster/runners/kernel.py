@@ -4,7 +4,8 @@
         cuModuleLoadData(cubin) ─► arguments (allocated once per layout, filled from the seed)
         ─► warm-up ─► batches of samples (each: L2 flush, event, launch, event), one wait a batch
         ─► the stopping rule, racing against the study's best (kernel_harness.bench) ─► the protocol lines
-        ─► outputs to <name>.bin ─► cuModuleUnload
+        ─► outputs checked against the baseline's in the host (KernelRunner), else to <name>.bin
+        ─► cuModuleUnload
 
 The host (cluster/runners/host.py) keeps the CUDA context and this module's device state between
 candidates: the stream, the events, the L2-flush buffer and the argument buffers. A launch that

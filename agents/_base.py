@@ -20,6 +20,9 @@ class AnalysisContext:
     baseline_median: float | None = None
     kernels: tuple[KernelResources, ...] = ()
     metrics: dict[str, float] = field(default_factory=dict)  # profiler metrics, when profiled
+    # The kernels the baseline's profile saw launched (their names: no return type, template
+    # arguments or parameters); empty when not profiled.
+    launched: frozenset[str] = frozenset()
 
 
 @dataclass(frozen=True)

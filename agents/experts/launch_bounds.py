@@ -85,7 +85,8 @@ class LaunchBoundsExpert(Expert):
         reason = (f"{kernel.name}: {registers} registers per thread hold occupancy at {now.percent:.0f}% "
                   f"({now.active_warps_per_sm} of {now.max_warps_per_sm} warps); __launch_bounds__({text}, ...) "
                   f"for {levels} caps this kernel's registers alone")
-        return Finding(self.name, self.level, where, True, tuple(evidence), reason, (path, kernel, text, tuple(warps)))
+        return Finding(self.name, self.level, where, True, tuple(evidence), reason, (path, kernel, text, tuple(warps)),
+                       kernel=kernel.name)
 
     def plan(self, context: AnalysisContext, finding: Finding) -> Plan | None:
         _, kernel, text, warps = finding.detail

@@ -56,7 +56,7 @@ class RestrictExpert(Expert):
                     reason = (f"{', '.join(eligible)} of {kernel.name}: never written, and no launch hands them memory "
                               f"the kernel writes: const __restrict__" + (f" ({'; '.join(notes)})" if notes else ""))
                     findings.append(Finding(self.name, self.level, where, True, evidence, reason,
-                                            (path, kernel, tuple(eligible))))
+                                            (path, kernel, tuple(eligible)), kernel=kernel.name))
         return findings
 
     def plan(self, context: AnalysisContext, finding: Finding) -> Plan | None:

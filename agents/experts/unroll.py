@@ -62,7 +62,7 @@ class UnrollExpert(Expert):
                         full = loop.trip_count is not None and 0 < loop.trip_count <= MAX_FULL_UNROLL
                         reason = f"{count} is a small constant: unroll fully" if full else f"{count}: search a factor"
                         findings.append(Finding(self.name, self.level, where, True, evidence, reason,
-                                                (path, kernel, loop, full)))
+                                                (path, kernel, loop, full), kernel=kernel.name))
         return findings
 
     def plan(self, context: AnalysisContext, finding: Finding) -> Plan | None:

@@ -65,7 +65,7 @@ class VectorizeExpert(Expert):
                                                 "the profile shows no global loads or stores"))
                     else:
                         findings.append(Finding(self.name, self.level, where, True, evidence, _why(verdict),
-                                                (path, kernel, line)))
+                                                (path, kernel, line), kernel=kernel.name))
         return findings
 
     def plan(self, context: AnalysisContext, finding: Finding) -> Plan | None:

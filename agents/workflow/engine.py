@@ -7,6 +7,7 @@ fails verification is reverted: it is recorded, and only accepted proposals leav
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import threading
 import traceback
@@ -94,6 +95,8 @@ def run_workflow(context: AnalysisContext, steps: Sequence[Steps], verifier: Ver
             missing = Finding(step.analyst.name, level, "", False, reason="analysis failed")
             return [Outcome(missing, step.analyst.name, error=_failure("analyse", exc))]
 
+        findings = not_launched(context, findings)
+
         def pursue(finding: Finding) -> list[Outcome]:
             return _pursue(context, step, finding, verifier, retries, verified)
 
@@ -107,6 +110,26 @@ def run_workflow(context: AnalysisContext, steps: Sequence[Steps], verifier: Ver
         with ThreadPoolExecutor(min(parallel, len(steps))) as pool:
             return [o for outcomes in pool.map(one, steps) for o in outcomes]
     return [o for step in steps for o in one(step)]
+
+
+def not_launched(context: AnalysisContext, findings: list[Finding]) -> list[Finding]:
+    """Findings about a kernel that the baseline's profile never saw launched, made not applicable:
+    a change there cannot change what the program measures (a sample's other variants, kernels
+    selected at run time). Only where the profile names some of these findings' kernels: a profile
+    that names none (another naming, or no launch profiled) decides nothing."""
+    named = {f.kernel for f in findings if f.applies and f.kernel}
+    if not context.launched or not named & context.launched:
+        return findings
+    return [dataclasses.replace(f, applies=False, detail=None,
+                                reason=f"{f.kernel} is never launched in the baseline's profile "
+                                       f"(launched: {', '.join(sorted(context.launched))})")
+            if f.applies and f.kernel and f.kernel not in context.launched else f for f in findings]
+
+
+def kernel_name(profiled: str) -> str:
+    """A profiler's kernel name as the source names it: ``void ns::mm<32>(float *, int)`` -> ``mm``."""
+    head = profiled.split("(", 1)[0].split("<", 1)[0].strip()
+    return head.split()[-1].split("::")[-1] if head else ""
 
 
 class _Once:

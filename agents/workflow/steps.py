@@ -33,6 +33,7 @@ class Finding:
     evidence: tuple[str, ...] = ()  # the facts that decided it: metrics, ptxas, source
     reason: str = ""  # one line: why it applies or why not
     detail: object = field(default=None, compare=False, repr=False)  # the analyst's own data, for its planner
+    kernel: str = ""  # the __global__ function an applicable finding is about, where it is about one
 
 
 @dataclass(frozen=True)

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING
 from agents._base import AnalysisContext
 from agents.patch import variant_target
 from agents.workflow import Outcome, Steps, Verifier, run_workflow
+from agents.workflow.engine import kernel_name
 from cluster.config import AgentsSpec, ProfileSpec, Target
 from cluster.core.encodings import optuna_point, speedup
 from cluster.core.registry import EXPERTS
@@ -96,8 +97,8 @@ class AgentStage:
                      f"(give the target a smaller one, README: Bounded verification)")
         verifier = QueueVerifier(jobs, self.runs, tuple(self.spec.sanitizer) if gpu else (),
                                  self.spec.sanitizer_timeout_s, guardrails=self.spec.guardrails)
-        metrics = self._baseline_metrics(study, jobs)
-        context = AnalysisContext(study.target, study.arch, study.baseline_median, kernels, metrics)
+        metrics, launched = self._baseline_metrics(study, jobs)
+        context = AnalysisContext(study.target, study.arch, study.baseline_median, kernels, metrics, launched)
         with self._lock:
             steps = self.steps(verifier)
             self.steps_used = steps
@@ -195,11 +196,12 @@ class AgentStage:
                      f"{study.name}: {outcome.finding.optimization}: profile-guided rounds found nothing better")
         return extra
 
-    def _baseline_metrics(self, study: StudyState, jobs: StudyJobs) -> dict[str, float]:
-        """Nsight Compute on the baseline for the analysts, as a job ahead of the search."""
+    def _baseline_metrics(self, study: StudyState, jobs: StudyJobs) -> tuple[dict[str, float], frozenset[str]]:
+        """Nsight Compute on the baseline for the analysts, as a job ahead of the search: its
+        metrics, and the kernels it saw launched."""
         if (study.device.kind != "gpu" or not self.spec.profile_baseline
                 or self.profile_spec.candidates == "none"):
-            return {}
+            return {}, frozenset()
         self.log(f"{study.name}: Nsight Compute on the baseline, for the analysts")
         metrics = tuple(self.profile_spec.metrics or DEFAULT_METRICS)
         done = jobs.profile(None, metrics, self.profile_spec.timeout_s, self.profile_spec.launches,
@@ -211,7 +213,8 @@ class AgentStage:
                 writer.append_record(record)
         if profile.status is not Status.OK:
             self.log(f"{study.name}: baseline profile failed ({profile.status.value}); analysing without metrics")
-        return context_metrics(profile)
+            return {}, frozenset()
+        return context_metrics(profile), frozenset(filter(None, (kernel_name(v.kernel) for v in profile.values)))
 
     def _join(self, study: StudyState, variant: AcceptedVariant, enqueue: bool, limit: int = MAX_ENQUEUED) -> None:
         if variant.files_changed:

@@ -158,3 +158,30 @@ def test_an_experts_findings_are_verified_at_once_in_order_and_each_proposal_onc
     verifier = Overlapping()
     run_workflow(CONTEXT, [Steps.of(InTurn([finding(n) for n in names], []))], verifier, findings_at_once=4)
     assert verifier.most == 1
+
+
+def test_a_finding_on_a_kernel_the_profile_never_saw_launched_does_not_apply(tmp_path):
+    """An expert's finding about a kernel the baseline's profile never saw launched (a sample's
+    other variants, a kernel chosen at run time) is a not_applicable row, with the kernels that ran;
+    a profile naming none of the findings' kernels (another naming) decides nothing."""
+    from agents.experts.restrict import RestrictExpert
+    from agents.workflow.engine import kernel_name
+    from tests.agents.test_restrict import target
+
+    class PassAll(Verifier):
+        def verify(self, context, plan, proposal):
+            return Verification((Verdict("outputs", VerdictStatus.PASSED, ""),))
+
+    assert kernel_name("void ns::gather<float>(const float *, const int *, float *, int)") == "gather"
+    assert kernel_name("axpy(float, float *, float *, int)") == "axpy"
+
+    def stages(launched: frozenset[str]) -> dict[str, tuple[str, str]]:
+        context = AnalysisContext(target(tmp_path), "sm_90", launched=launched)
+        outcomes = run_workflow(context, [Steps.of(RestrictExpert())], PassAll())
+        return {o.finding.location.split()[-1]: (o.stage, o.reason) for o in outcomes}
+
+    assert stages(frozenset())["gather"][0] == "accepted"  # no profile: the source decides
+    found = stages(frozenset({"axpy"}))
+    assert found["axpy"][0] == "accepted"
+    assert found["gather"] == ("not_applicable", "gather is never launched in the baseline's profile (launched: axpy)")
+    assert stages(frozenset({"_Z4axpyfPfS_i"}))["gather"][0] == "accepted"  # mangled names: no match, no verdict

@@ -303,8 +303,10 @@ class _Unfolder:
             self.expression(arg, frame)
         op = self.ops.get(node.start_byte)
         name = _ts.callee_name(node)
-        for arg in _ts.arguments(node):  # `cudaMalloc(&p, ...)`: p names a buffer of its own
-            pointee = arg.child_by_field_name("argument") if arg.type == "pointer_expression" else None
+        for given in _ts.arguments(node):  # `cudaMalloc(&p, ...)`: p names a buffer of its own
+            arg = _ts.unwrap(given)  # also `(void **)&p`, `reinterpret_cast<void **>(&p)`
+            pointee = arg.child_by_field_name("argument") if arg is not None and arg.type == "pointer_expression" \
+                else None
             if pointee is not None and pointee.type == "identifier" and self.text(arg).startswith("&"):
                 frame.names[_ts.text(pointee)] = _ts.text(pointee) if name in _ALLOCATIONS \
                     else self.token(_ts.text(pointee))
@@ -383,10 +385,11 @@ def assigned(node: Node) -> set[str]:
 
 
 def _allocated(node: Node) -> set[str]:
-    """Names whose address an allocation call in `node` takes (`cudaMalloc(&p, ...)`)."""
+    """Names whose address an allocation call in `node` takes (`cudaMalloc(&p, ...)`, through a
+    cast too: `cudaMalloc((void **)&p, ...)`, `reinterpret_cast<void **>(&p)`)."""
     return {_ts.text(a.child_by_field_name("argument")) for n in _walk_code(node)
             if n.type == "call_expression" and _ts.callee_name(n) in _ALLOCATIONS
-            for a in _ts.arguments(n)[:1] if a.type == "pointer_expression"
+            for a in map(_ts.unwrap, _ts.arguments(n)[:1]) if a is not None and a.type == "pointer_expression"
             and a.child_by_field_name("argument") is not None}
 
 

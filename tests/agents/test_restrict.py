@@ -88,6 +88,16 @@ def test_a_reason_names_buffers_the_analysis_lost_as_the_source_does(tmp_path: P
     assert not any("__wf_any" in f.reason for f in found.values())
 
 
+def test_an_allocation_through_a_cast_is_a_buffer_of_its_own(tmp_path: Path) -> None:
+    """`cudaMalloc((void **)&x, ...)` and `cudaMalloc(reinterpret_cast<void **>(&y), ...)`, the
+    CUDA samples' idiom, allocate as `cudaMalloc(&x, ...)` does: x and y are separate buffers."""
+    allocated = "  cudaMalloc(&x, 4096); cudaMalloc(&y, 4096);"
+    for cast in ("cudaMalloc((void **)&x, 4096); cudaMalloc((void**)&y, 4096);",
+                 "cudaMalloc(reinterpret_cast<void **>(&x), 4096); cudaMalloc(reinterpret_cast<void **>(&y), 4096);"):
+        found = findings(tmp_path / cast[11:15], SOURCE.replace(allocated, "  " + cast))
+        assert found["axpy"].applies and found["axpy"].reason.startswith("x of axpy: never written"), cast
+
+
 def test_a_prototype_or_no_launch_is_a_reason(tmp_path: Path) -> None:
     declared = SOURCE.replace("#include <cuda_runtime.h>\n", "#include <cuda_runtime.h>\n__global__ void axpy(float, "
                                                             "float*, float*, int);\n")

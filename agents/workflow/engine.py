@@ -126,14 +126,9 @@ def not_launched(context: AnalysisContext, findings: list[Finding]) -> list[Find
             if f.applies and f.kernel and f.kernel not in context.launched else f for f in findings]
 
 
-def kernel_name(profiled: str) -> str:
-    """A profiler's kernel name as the source names it: ``void ns::mm<32>(float *, int)`` -> ``mm``."""
-    head = profiled.split("(", 1)[0].split("<", 1)[0].strip()
-    return head.split()[-1].split("::")[-1] if head else ""
-
-
 class _Once:
-    """Each proposal verified once, however many threads propose it: the others wait for it."""
+    """Each proposal verified once, however many threads propose it: the others wait for it. A
+    verification that raised is not kept: a later proposal of the same change tries again."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
@@ -149,6 +144,8 @@ class _Once:
             try:
                 future.set_result(verify())
             except Exception as exc:
+                with self._lock:
+                    del self._futures[key]
                 future.set_exception(exc)
         return future.result()
 

@@ -20,7 +20,6 @@ from typing import TYPE_CHECKING
 from agents._base import AnalysisContext
 from agents.patch import variant_target
 from agents.workflow import Outcome, Steps, Verifier, run_workflow
-from agents.workflow.engine import kernel_name
 from cluster.config import AgentsSpec, ProfileSpec, Target
 from cluster.core.encodings import optuna_point, speedup
 from cluster.core.registry import EXPERTS
@@ -214,7 +213,7 @@ class AgentStage:
         if profile.status is not Status.OK:
             self.log(f"{study.name}: baseline profile failed ({profile.status.value}); analysing without metrics")
             return {}, frozenset()
-        return context_metrics(profile), frozenset(filter(None, (kernel_name(v.kernel) for v in profile.values)))
+        return context_metrics(profile), profile.launched()
 
     def _join(self, study: StudyState, variant: AcceptedVariant, enqueue: bool, limit: int = MAX_ENQUEUED) -> None:
         if variant.files_changed:

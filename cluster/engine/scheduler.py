@@ -199,8 +199,8 @@ class Scheduler:
         result also counts its wait behind the job before it on the actor, which with two a worker
         halved the look-ahead), and the compile's time in the pipeline (asked to compiled: the
         task's start and its wait for a CPU too, not only the compiler's own time)."""
-        started, finished = getattr(value, "started_at", 0.0), getattr(value, "finished_at", 0.0)
-        self._average(self.run_s, job.device_type, finished - started if finished > started > 0 else worker_s)
+        actor_s = value.finished_at - value.started_at if isinstance(value, Measurement) else 0.0
+        self._average(self.run_s, job.device_type, actor_s if actor_s > 0 else worker_s)
         self._average(self.compile_s, job.device_type, max(job.compiled_at - job.submitted_at,
                                                            job.artifacts[0].compile_s))
 

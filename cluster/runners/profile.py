@@ -84,6 +84,16 @@ class Profile:
     def metric(self, name: str) -> list[float]:
         return [v.value for v in self.values if v.metric == name and v.value is not None]
 
+    def launched(self) -> frozenset[str]:
+        """The kernels it saw launched, as the source names them (``kernel_name``)."""
+        return frozenset(filter(None, (kernel_name(v.kernel) for v in self.values)))
+
+
+def kernel_name(profiled: str) -> str:
+    """A profiler's kernel name as the source names it: ``void ns::mm<32>(float *, int)`` -> ``mm``."""
+    head = profiled.split("(", 1)[0].split("<", 1)[0].strip()
+    return head.split()[-1].split("::")[-1] if head else ""
+
 
 @dataclass(frozen=True)
 class LaunchFilter:

@@ -165,7 +165,7 @@ def test_a_finding_on_a_kernel_the_profile_never_saw_launched_does_not_apply(tmp
     other variants, a kernel chosen at run time) is a not_applicable row, with the kernels that ran;
     a profile naming none of the findings' kernels (another naming) decides nothing."""
     from agents.experts.restrict import RestrictExpert
-    from agents.workflow.engine import kernel_name
+    from cluster.runners.profile import kernel_name
     from tests.agents.test_restrict import target
 
     class PassAll(Verifier):
@@ -185,3 +185,21 @@ def test_a_finding_on_a_kernel_the_profile_never_saw_launched_does_not_apply(tmp
     assert found["axpy"][0] == "accepted"
     assert found["gather"] == ("not_applicable", "gather is never launched in the baseline's profile (launched: axpy)")
     assert stages(frozenset({"_Z4axpyfPfS_i"}))["gather"][0] == "accepted"  # mangled names: no match, no verdict
+
+
+def test_a_verification_that_raised_is_tried_again_for_the_same_change():
+    """Identical proposals share one verification, but one that raised (a worker lost) is not
+    kept: the same change proposed again is verified again."""
+    agent = Agent([finding("a"), finding("b")], [[prop("flaky")], [prop("flaky")]])
+
+    class OnceFlaky(ByText):
+        def verify(self, context, plan, proposal):
+            self.calls += 1
+            if self.calls == 1:
+                raise OSError("worker lost")
+            return Verification((Verdict("outputs", VerdictStatus.PASSED, ""),))
+
+    verifier = OnceFlaky()
+    first, second = run_workflow(CONTEXT, [Steps.of(agent)], verifier)
+    assert first.stage == "error" and "worker lost" in first.error
+    assert second.accepted and verifier.calls == 2

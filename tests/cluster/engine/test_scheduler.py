@@ -13,7 +13,7 @@ from agents._base import AnalysisContext, Proposal
 from agents.patch import source_files
 from agents.workflow import Analyst, Finding, Level, Plan, Planner, Steps, Transformer
 from cluster.config import load_run
-from cluster.core.types import DeviceInfo
+from cluster.core.types import DeviceInfo, Measurement, Status
 from cluster.engine.driver import Sweep
 from cluster.engine.jobs import PRIORITY, JobKind
 from cluster.engine.scheduler import Scheduler
@@ -122,7 +122,7 @@ def test_the_lookahead_learns_the_actors_own_time_and_the_compiles_time_in_the_p
     a = device("A").device_type
     job = types.SimpleNamespace(device_type=a, submitted_at=100.0, compiled_at=100.1,
                                 artifacts=[types.SimpleNamespace(compile_s=0.076)])
-    measured = types.SimpleNamespace(started_at=200.0, finished_at=200.013)
+    measured = Measurement("k", Status.OK, device("A"), (1.0,), started_at=200.0, finished_at=200.013)
     scheduler._learn(job, measured, worker_s=0.030)  # 17 ms of it behind another job
     assert scheduler.run_s[a] == pytest.approx(0.013) and scheduler.compile_s[a] == pytest.approx(0.1)
     assert scheduler.lookahead(a) == 2 + 11  # ceil(1.25 x 0.1 / 0.013) + 1: one 13 ms actor, 100 ms compiles

@@ -38,7 +38,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from cluster.config.run import RACE  # noqa: E402
+from cluster.config.run import RACE, SEARCH_SAMPLES  # noqa: E402
 from cluster.runners.devices import visible_gpu_count  # noqa: E402
 from cluster.runners.sandbox import stop_command  # noqa: E402
 from scripts.kt_compare.records import Block, stamp  # noqa: E402
@@ -277,6 +277,10 @@ def main() -> None:
     parser.add_argument("--wf-race", type=lambda v: None if v == "none" else float(v), default=RACE,
                         help="warpfleet's measure.race (losers stop sampling at this many times the study's "
                         "best); none: every configuration samples to the stopping rule, as the first comparisons")
+    parser.add_argument("--wf-search-samples", type=lambda v: None if v == "none" else int(v),
+                        default=SEARCH_SAMPLES, help="warpfleet's measure.search_samples (a search candidate's "
+                        "samples at most; the finals sample by the full rule); none: the full rule in the search "
+                        "too, as the comparisons before 2026-11-26's fourth lease")
     parser.add_argument("--wf-fresh-fleet", action="store_true", help="start warpfleet's measuring actors for "
                         "every run (the default keeps them for a lane's runs, as Kernel Tuner's lane keeps its "
                         "process and CUDA context; the runs of the first comparisons were fresh)")
@@ -313,7 +317,7 @@ def main() -> None:
         "max_evals": args.max_evals, "run_limit_s": args.run_limit_s,
         "wf_harness_args": ["--min-time", str(args.wf_min_time)], "wf_compile_workers": args.wf_compile_workers,
         "wf_kind": args.wf_kind, "wf_min_time": args.wf_min_time, "wf_keep_fleet": not args.wf_fresh_fleet,
-        "wf_race": args.wf_race, "kt_best": args.kt_strategy,
+        "wf_race": args.wf_race, "wf_search_samples": args.wf_search_samples, "kt_best": args.kt_strategy,
         "ray_cpus": max(2, cpus // args.gpus if args.gpus >= 2 else cpus),
         "jobs": max(2, cpus // 4), "dry_run": args.dry_run, "rehearsal_pace_s": args.rehearsal_pace_s,
         **({"ref_samples": 5, "ref_refine_top": 3, "ref_refine_samples": 5, "remeasure_rounds": 1,

@@ -16,14 +16,18 @@
 #                                        runner's fixed cost
 #   scripts/gpu_session.sh scaling4 OUT  four GPUs: the same sweep on all four (16 cores a GPU), then the
 #                                        simulated fleet (sim): merge with scaling12's by bench_scaling --report
-#   scripts/gpu_session.sh halves OUT    four GPUs: the suite with the agents on (cards 0-1) and the public
-#                                        suite with the agents on (cards 2-3) at the same time
+#   scripts/gpu_session.sh halves OUT    the suite with the agents on (cards 0-1, or 0 of two) and the public
+#                                        suite with the agents on (cards 2-3, or 1) at the same time; TARGETS=
+#                                        a,b,... for some public programs, SUITE=a,b,... for some suite targets
 #   scripts/gpu_session.sh sim OUT       the driver on a simulated fleet of 64 and 16 workers (bench_sim.py)
 #   scripts/gpu_session.sh agents OUT    every GPU: the suite with the agents on (bench_agents.py)
 #   scripts/gpu_session.sh public OUT    every GPU: the public suite with the agents on (bench_public.py);
 #                                        TARGETS=a,b,... for some of them
 #   scripts/gpu_session.sh last OUT      one GPU: the Kernel Tuner comparison's one-GPU runs, the kernel
 #                                        runner's fixed cost, the public cs_transpose with the agents on
+#   scripts/gpu_session.sh ab OUT        one GPU: the Kernel Tuner comparison's one-GPU runs twice, with the
+#                                        search's sample cap (measure.search_samples) and without, the tools
+#                                        in turn on the card; the kernel runner's fixed cost
 #   scripts/gpu_session.sh kernels OUT   every GPU: Kernel Tuner against warpfleet's kernel targets on 1, 2
 #                                        and 4 GPUs (bench_kerneltuner.py), the kernel runner's fixed cost
 #
@@ -36,7 +40,7 @@
 # (a device lease returns few files).
 set -uo pipefail
 cd "$(dirname "$0")/.."
-session=${1:?single, scaling, scaling12, scaling4, halves, sim, agents, public, kernels or last}
+session=${1:?single, scaling, scaling12, scaling4, halves, sim, agents, public, kernels, ab or last}
 OUT=$(mkdir -p "${2:?OUT}" && cd "$2" && pwd)
 mkdir -p "$OUT/logs"
 scale=${STEP_SCALE:-1}
@@ -128,10 +132,11 @@ case "$session" in
       sim sim50 ;;
   halves)  # the suite (cards 0-1) and the public suite (cards 2-3) with the agents on, at the same time
     machine
-    step agents 555 env CUDA_VISIBLE_DEVICES=0,1 "$PY" scripts/bench_agents.py --out "$OUT/agents" --trials 8 \
-      --hand-repeats 2 --search-s 60 --no-profile &
-    step public 555 env CUDA_VISIBLE_DEVICES=2,3 "$PY" scripts/bench_public.py --out "$OUT/public" --trials 8 \
-      --hand-repeats 2 --search-s 60 --no-profile &
+    first=0,1 second=2,3; [ "$ngpu" -ge 4 ] || { first=0; second=1; }
+    step agents 555 env CUDA_VISIBLE_DEVICES=$first "$PY" scripts/bench_agents.py --out "$OUT/agents" --trials 8 \
+      --hand-repeats 2 --search-s 60 --no-profile ${SUITE:+--targets "$SUITE"} &
+    step public 555 env CUDA_VISIBLE_DEVICES=$second "$PY" scripts/bench_public.py --out "$OUT/public" --trials 8 \
+      --hand-repeats 2 --search-s 60 --no-profile ${TARGETS:+--targets "$TARGETS"} &
     wait
     pack halves agents public ;;
   sim)  # the driver on a simulated fleet of 64 workers, on a host with the cores for it
@@ -165,6 +170,15 @@ case "$session" in
     step public 290 "$PY" scripts/bench_public.py --out "$OUT/public" --trials 8 --hand-repeats 2 --search-s 45 \
       --no-profile --targets cs_transpose
     pack last kt/report.md kt/summary.parquet kt/meta.json kt/raw kt/logs kernel_fixed public ;;
+  ab)  # one GPU: the one-GPU comparison with the search's sample cap (the default) and without, in turn
+    machine
+    step kt_cap 245 "$PY" scripts/bench_kerneltuner.py --out "$OUT/kt_cap" --gpus 1 --wf-kind kernel --seeds 1 \
+      --repeats 3 --strategies best --max-evals 40 --budget-s 230 --wf-compile-workers 8
+    step kt_nocap 245 "$PY" scripts/bench_kerneltuner.py --out "$OUT/kt_nocap" --gpus 1 --wf-kind kernel --seeds 1 \
+      --repeats 3 --strategies best --max-evals 40 --budget-s 230 --wf-compile-workers 8 --wf-search-samples none
+    step kernel_fixed 30 "$PY" scripts/bench_runners.py configs/kernels.yaml --repeats 5 --out "$OUT/kernel_fixed"
+    pack ab kt_cap/report.md kt_cap/summary.parquet kt_cap/meta.json kt_cap/raw kt_cap/logs kt_nocap/report.md \
+      kt_nocap/summary.parquet kt_nocap/meta.json kt_nocap/raw kt_nocap/logs kernel_fixed ;;
   public)  # every GPU: the public suite with the agents on (on two H200s, 555 s finished four of eight, a fifth in its finals)
     machine
     step public 555 "$PY" scripts/bench_public.py --out "$OUT/public" --trials 8 --hand-repeats 2 --search-s 60 \

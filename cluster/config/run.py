@@ -41,6 +41,7 @@ class ClusterSpec(_Model):
 
 
 RACE = 1.10  # measure.race's default
+SEARCH_SAMPLES = 100  # measure.search_samples' default
 
 
 class MeasureSpec(_Model):
@@ -54,6 +55,13 @@ class MeasureSpec(_Model):
     # 10% by default) sample in full, as do the baseline, the agents' variants and the finals (which
     # re-measure the best few anyway). null: every candidate samples in full.
     race: float | None = Field(RACE, gt=1, le=100)
+    # At most this many timed samples per run of a search candidate, where the harness applies its
+    # stopping rule (the kernel runner; a program built with the harness, run as a process or in the
+    # persistent runner's host): the rule's 0.5% noise is rarely met by a short kernel flushed before
+    # each launch, which then samples to the rule's cap of 1000. The baseline, the agents' variants
+    # and the finals (the best few, re-measured) sample by the full rule. null: the full rule in the
+    # search too.
+    search_samples: int | None = Field(SEARCH_SAMPLES, ge=1, le=1_000_000)
 
 
 class ProfileSpec(_Model):

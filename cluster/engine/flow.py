@@ -338,10 +338,13 @@ class StudyFlow(Flow):
         candidate = asked[1]
         self.state.pending.add(candidate.key)
         source = self.state.source_of(candidate)[0]
+        measure = self.ctx.config.measure
         bound = self.race_bound()
-        job = self.jobs.job(JobKind.SEARCH, self.jobs.build(source, candidate), runs=self.ctx.config.measure.runs,
-                            reference=self.state.reference, reusable=True,
-                            args={"stop_above": bound} if bound is not None else {})
+        args = {"stop_above": bound} if bound is not None else {}
+        if measure.search_samples is not None:
+            args["max_samples"] = measure.search_samples
+        job = self.jobs.job(JobKind.SEARCH, self.jobs.build(source, candidate), runs=measure.runs,
+                            reference=self.state.reference, reusable=True, args=args)
         self.search_in_flight += 1
         self.ctx.scheduler.submit(job)
         return True

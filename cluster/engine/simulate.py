@@ -54,7 +54,8 @@ class SimulatedWorker:
         """Nothing runs beside it to stop (cluster.engine.workers.stop_fleet)."""
 
     def measure(self, target: Target, candidate: Candidate, binary: bytes | None, reference: Reference | None,
-                runs: int, submitted_at: float, first_seed: int = 0, stop_above: float | None = None) -> Measurement:
+                runs: int, submitted_at: float, first_seed: int = 0, stop_above: float | None = None,
+                max_samples: int | None = None) -> Measurement:
         started = time.time()
         time.sleep(self.run_s * runs)
         # A deterministic time per configuration, so that the search has something to find.
@@ -62,9 +63,13 @@ class SimulatedWorker:
         sample = 1.0 + (digest % 1000) / 1000
         outputs = tuple(RunOutputs() for _ in range(runs)) if reference is None else ()
         raced = stop_above is not None and sample > stop_above  # as the kernel runner's racing decides it
-        return Measurement(candidate.key, Status.OK, self.device, (sample,) * 10 * runs, self.run_s * runs, 0.0,
+        per_run = min(SAMPLES_PER_RUN, max_samples or SAMPLES_PER_RUN)  # the search's cap, as a harness applies it
+        return Measurement(candidate.key, Status.OK, self.device, (sample,) * per_run * runs, self.run_s * runs, 0.0,
                            max(0.0, started - submitted_at), started_at=started, finished_at=time.time(),
                            outputs=outputs, raced=raced)
+
+
+SAMPLES_PER_RUN = 10  # what a simulated run reports without a cap (measure.search_samples)
 
 
 def simulated_fleet(workers: int, model: Model):

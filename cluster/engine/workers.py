@@ -76,12 +76,13 @@ class MeasureWorker:
 
     def measure(self, target: Target, candidate: Candidate, binary: bytes | None,
                 reference: Reference | None, runs: int, submitted_at: float, first_seed: int = 0,
-                stop_above: float | None = None) -> Measurement:
+                stop_above: float | None = None, max_samples: int | None = None) -> Measurement:
         queue_s = max(0.0, time.time() - submitted_at)
         artifact = BuildArtifact(candidate.key, Status.OK, binary)
         monitor = Monitor(self.nvml) if self.nvml else None
         result = measure_candidate(target, candidate, artifact, self.device, reference, runs,
-                                   self.runner(candidate.runner), monitor, first_seed, stop_above)
+                                   self.runner(candidate.runner), monitor, first_seed, stop_above,
+                                   max_samples)
         return dataclasses.replace(result, queue_s=queue_s)
 
     def sanitize(self, target: Target, candidate: Candidate, binary: bytes | None, tools: tuple[str, ...],

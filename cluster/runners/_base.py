@@ -43,6 +43,9 @@ class Invocation:
     # Racing (measure.race): the metric value above which a run may stop sampling once its
     # lower quartile is past it; a runner that cannot stop early ignores it (the kernel runner can).
     stop_above: float | None = None
+    # At most this many timed samples (measure.search_samples): the harness's stopping rule capped
+    # there, its minimum samples too; a run that does not sample through the harness ignores it.
+    max_samples: int | None = None
     # The outputs this run must reproduce (the baseline's for its seed), for a runner that checks
     # them where they are made (the kernel runner's host); None: the worker compares the files.
     reference: RunOutputs | None = field(default=None, repr=False, compare=False)
@@ -108,7 +111,7 @@ class Runner(ABC):
         runner's sandbox: what every runner does for commands it cannot run in-process."""
         spec = staged.target.spec
         timeout = invocation.timeout if invocation.timeout is not None else spec.timeouts.run
-        return run_command(staged.argv(invocation), staged.workdir, timeout, env=_env(invocation.env),
+        return run_command(staged.argv(invocation), staged.workdir, timeout, env=_env(harness_env(invocation)),
                            limits=spec.limits.for_run(), sandbox=self.sandbox)
 
     def verified_outputs(self, staged: Staged, reference: RunOutputs) -> frozenset[str]:
@@ -128,6 +131,17 @@ class ProcessRunner(Runner):
 
     def execute(self, staged: Staged, invocation: Invocation) -> ProcessResult:
         return self.run_process(staged, invocation)
+
+
+MAX_SAMPLES_ENV = "WARPFLEET_MAX_SAMPLES"  # read by the harness (harness_core.hpp: parse_options)
+
+
+def harness_env(invocation: Invocation) -> dict[str, str]:
+    """The invocation's variables, with those the harness reads for its fields (``max_samples``)."""
+    env = dict(invocation.env)
+    if invocation.max_samples is not None:
+        env[MAX_SAMPLES_ENV] = str(invocation.max_samples)
+    return env
 
 
 def _env(extra: Mapping[str, str]) -> dict[str, str] | None:

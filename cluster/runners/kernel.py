@@ -33,7 +33,7 @@ from cluster.core.types import RunOutputs
 from cluster.runners._base import BINARY_FILE, Invocation, Staged
 from cluster.runners.host import STDERR_FILE, STDOUT_FILE, HostRunner, host_python
 from cluster.runners.kernel_build import KernelBinary
-from cluster.runners.kernel_harness import bench, host_values, profile_options, write_output
+from cluster.runners.kernel_harness import bench, capped_options, host_values, profile_options, write_output
 from cluster.runners.sandbox import ProcessResult, run_command
 
 REQUEST_FILE = "request.json"
@@ -219,6 +219,8 @@ def run_kernel(request: Mapping[str, Any]) -> int:
     options = BenchOptions(**request.get("bench", {}))
     if request.get("profile"):
         options = profile_options(options)
+    elif request.get("max_samples"):
+        options = capped_options(options, int(request["max_samples"]))
     values = dev.host_values(plan, int(request.get("seed", 0)), workdir)
     module = _check(cu.cuModuleLoadData(binary.cubin), "cuModuleLoadData")
     try:
@@ -330,7 +332,7 @@ class KernelRunner(HostRunner):
         request = {"loader": "kernel", "binary": str(staged.workdir / BINARY_FILE), "seed": invocation.seed,
                    "bench": kernel.bench.model_dump(), "poison": _on(env.get(POISON_ENV)),
                    "profile": _on(env.get(PROFILE_ENV)), "cwd": str(staged.workdir),
-                   "stop_above_ms": invocation.stop_above,
+                   "stop_above_ms": invocation.stop_above, "max_samples": invocation.max_samples,
                    "stdout": str(staged.workdir / STDOUT_FILE), "stderr": str(staged.workdir / STDERR_FILE)}
         if invocation.reference is not None:
             request["verify"] = self._checks(staged, invocation.reference)

@@ -131,6 +131,14 @@ def profile_options(options: BenchOptions) -> BenchOptions:
     return options.model_copy(update={"min_samples": 1, "min_time_s": 0.0, "warmup": 0, "max_samples": 1})
 
 
+def capped_options(options: BenchOptions, max_samples: int) -> BenchOptions:
+    """At most ``max_samples`` samples (the search's cap, ``Invocation.max_samples``): the rule's
+    hard stop lowered there, and its minimum with it, as the harness's WARPFLEET_MAX_SAMPLES does."""
+    cap = max(1, max_samples)
+    return options.model_copy(update={"max_samples": min(options.max_samples, cap),
+                                      "min_samples": min(options.min_samples, cap)})
+
+
 def sample_line(ms: float) -> str:
     return f"@warpfleet time_ms={ms:.9g}\n"
 

@@ -175,13 +175,15 @@ def measure_candidate(
     monitor: Monitor | None = None,
     first_seed: int = 0,
     stop_above: float | None = None,
+    max_samples: int | None = None,
 ) -> Measurement:
     """Run a built candidate ``runs`` times through ``runner`` (default: a process per run), each
     run with its own ``{seed}``: ``first_seed``, ``first_seed + 1``, ...
 
     ``reference`` None: this is the baseline, and its outputs (one per seed) are returned as the
     reference. ``monitor``: device telemetry (NVML) recorded over the runs. ``stop_above``: racing
-    (``Invocation.stop_above``), for a runner that can stop sampling early.
+    (``Invocation.stop_above``), for a runner that can stop sampling early. ``max_samples``: the
+    search's cap on samples a run (``Invocation.max_samples``).
     """
     started = time.time()
     spec = target.spec
@@ -206,7 +208,8 @@ def measure_candidate(
             # The baseline runs seeds 0..runs-1; candidates cycle through the seeds it ran.
             seed = index if reference is None or not reference.runs else index % len(reference.runs)
             wanted = reference.for_run(seed) if reference else None
-            result = staged.run(Invocation(seed=seed, stop_above=stop_above, reference=wanted))
+            result = staged.run(Invocation(seed=seed, stop_above=stop_above, max_samples=max_samples,
+                                              reference=wanted))
             run_s += result.seconds
             if result.timed_out:
                 return done(Status.TIMEOUT, result.tail())

@@ -15,17 +15,38 @@ import _ctypes
 import contextlib
 import ctypes
 import os
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
-from cluster.runners._base import BINARY_FILE, Invocation, Staged
+from cluster.runners._base import BINARY_FILE, Invocation, Staged, harness_env
 from cluster.runners.host import STDERR_FILE, STDOUT_FILE, HostRunner, host_python
 from cluster.runners.sandbox import ProcessResult
 
 
 def call_program(request: Mapping[str, Any]) -> int:
-    """In the host: load ``request["library"]``, run its ``wf_entry`` with ``request["argv"]``, unload."""
+    """In the host: load ``request["library"]``, run its ``wf_entry`` with ``request["argv"]`` and
+    the harness's variables ``request["env"]`` (set for this run only), unload."""
+    with _variables(request.get("env") or {}):
+        return _call_entry(request)
+
+
+@contextlib.contextmanager
+def _variables(env: Mapping[str, str]) -> Iterator[None]:
+    """``env`` in the host's environment (the harness's getenv reads it) for the block, then as before."""
+    before = {name: os.environ.get(name) for name in env}
+    os.environ.update(env)
+    try:
+        yield
+    finally:
+        for name, value in before.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+
+
+def _call_entry(request: Mapping[str, Any]) -> int:
     libc = ctypes.CDLL(None)
     with contextlib.suppress(ValueError):  # a libc without the symbol
         ctypes.c_int.in_dll(libc, "optind").value = 0  # getopt starts afresh (glibc: 0 re-initializes)
@@ -59,7 +80,7 @@ class PersistentRunner(HostRunner):
         argv = staged.argv(invocation, binary=library)  # {binary}: the library itself, in the host
         spec = staged.target.spec
         timeout = invocation.timeout if invocation.timeout is not None else spec.timeouts.run
-        request = {"loader": "program", "library": library, "argv": argv,
+        request = {"loader": "program", "library": library, "argv": argv, "env": harness_env(invocation),
                    "cwd": str(staged.workdir), "stdout": str(staged.workdir / STDOUT_FILE),
                    "stderr": str(staged.workdir / STDERR_FILE)}
         return self.call(staged, request, timeout)

@@ -21,7 +21,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from cluster.config.run import RACE
+from cluster.config.run import RACE, SEARCH_SAMPLES
 from scripts.kt_compare import rehearsal
 from scripts.kt_compare.records import Block, RunResult, read_table, run_records, stamp, write_part
 from scripts.kt_compare.spaces import KERNEL_SPACES, write_wf_target
@@ -43,6 +43,7 @@ class Settings:
     wf_final_top_k: int = 2
     wf_final_runs: int = 1
     wf_race: float | None = RACE  # measure.race: losers stop sampling past it x the study's best; None: never
+    wf_search_samples: int | None = SEARCH_SAMPLES  # measure.search_samples; None: the full rule in the search
     wf_keep_fleet: bool = True  # one warpfleet fleet (actors, CUDA contexts) for the lane's runs: KeptFleet
     kt_best: str = "genetic_algorithm"
     ray_cpus: int = 8
@@ -217,7 +218,8 @@ class Lane:
         folder = self.work / "wf" / block.id
         folder.mkdir(parents=True, exist_ok=True)
         config = write_run_config(folder, target, space, block.strategy, block.seed, s.max_evals, s.run_limit_s,
-                                  s.wf_compile_workers, s.wf_final_top_k, s.wf_final_runs, s.wf_race)
+                                  s.wf_compile_workers, s.wf_final_top_k, s.wf_final_runs, s.wf_race,
+                                  s.wf_search_samples)
         if s.wf_keep_fleet and self._fleet is None:
             from cluster.engine.workers import KeptFleet
 

@@ -16,7 +16,7 @@ from typing import Any
 import pandas as pd
 import yaml
 
-from cluster.config.run import RACE
+from cluster.config.run import RACE, SEARCH_SAMPLES
 from scripts.kt_compare.records import Evaluation, RunResult
 from scripts.kt_compare.spaces import KernelSpace, config_key
 
@@ -25,14 +25,15 @@ SAMPLERS = {"best": "tpe", "random": "random"}
 
 def write_run_config(folder: Path, target: Path, space: KernelSpace, kind: str, seed: int, max_evals: int,
                      time_limit_s: float, compile_workers: int | None, final_top_k: int, final_runs: int,
-                     race: float | None = RACE) -> Path:
+                     race: float | None = RACE, search_samples: int | None = SEARCH_SAMPLES) -> Path:
     spec: dict[str, Any] = {
         "name": f"{space.name}-{kind}-s{seed}", "targets": [str(target.resolve())],
         "output_dir": str((folder / "runs").resolve()),
         "search": {"sampler": SAMPLERS[kind], "seed": seed, "trials": max(1, max_evals - 1),
                    "time_budget_s": time_limit_s},
         "cluster": {"compile_workers": compile_workers, "inflight_per_worker": 2},
-        "measure": {"runs": 1, "final_top_k": final_top_k, "final_runs": final_runs, "race": race},
+        "measure": {"runs": 1, "final_top_k": final_top_k, "final_runs": final_runs, "race": race,
+                    "search_samples": search_samples},
         "profile": {"candidates": "none"},
         "flush_interval_s": 1.0,
     }

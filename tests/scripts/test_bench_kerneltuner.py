@@ -424,6 +424,24 @@ def test_the_generated_warpfleet_targets_build_for_sm90(space: KernelSpace, tmp_
 # --- warpfleet: a real sweep becomes a trace -------------------------------------------------------
 
 
+def test_the_run_config_carries_the_search_sample_cap(tmp_path: Path) -> None:
+    """--wf-search-samples: measure.search_samples in the written config, which loads; none: the full rule."""
+    from cluster.config import load_run
+    from cluster.config.run import SEARCH_SAMPLES
+    from scripts.kt_compare.wf_run import write_run_config
+
+    target = write_target(tmp_path, params={"N": [1, 2]}, defaults={"N": 1})
+    space = KernelSpace("tiny", "main", target, target, {"N": (1, 2)}, {"N": 1}, (), ("1",), (1,), ((),), (),
+                        lambda seed: Inputs([], 0, {}), 0.0, 0.0)
+    common = {"time_limit_s": 60.0, "compile_workers": None, "final_top_k": 1, "final_runs": 1}
+    default = write_run_config(tmp_path, target, space, "random", seed=1, max_evals=3, **common)
+    assert load_run(default).config.measure.search_samples == SEARCH_SAMPLES
+    (tmp_path / "full").mkdir()
+    full = write_run_config(tmp_path / "full", target, space, "random", seed=1, max_evals=3, search_samples=None,
+                            **common)
+    assert load_run(full).config.measure.search_samples is None
+
+
 def test_a_real_warpfleet_sweep_becomes_a_trace(tmp_path: Path, ray_local: None) -> None:
     """wf_run on the CPU: the run config it writes loads, the sweep runs (a C target standing in for
     a GPU one, params only), and its rows come back as evaluations in the order they finished."""

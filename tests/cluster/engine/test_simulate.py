@@ -10,7 +10,7 @@ import pytest
 from cluster.config import RunPlan, load_run
 from cluster.config.run import RACE
 from cluster.engine.driver import Sweep
-from cluster.engine.simulate import SIMULATED_GPU, Model, simulated_fleet
+from cluster.engine.simulate import SAMPLES_PER_RUN, SIMULATED_GPU, Model, simulated_fleet
 from cluster.store.results import read_results
 from cluster.store.rundir import RunDir
 from tests.conftest import REPO
@@ -37,7 +37,7 @@ def test_eight_simulated_gpus_on_two_nodes_share_the_queue(tmp_path, two_gpu_nod
     config = plan.config.model_copy(update={
         "output_dir": str(tmp_path), "targets": ["targets/saxpy/target.yaml"],
         "search": plan.config.search.model_copy(update={"sampler": "random", "trials": 64}),
-        "measure": plan.config.measure.model_copy(update={"final_top_k": 1, "final_runs": 1}),
+        "measure": plan.config.measure.model_copy(update={"final_top_k": 1, "final_runs": 1, "search_samples": 4}),
         "profile": plan.config.profile.model_copy(update={"candidates": "none"})})
     plan = RunPlan(config, plan.file, tuple(saxpy))
     run_dir = RunDir.create(plan)
@@ -56,3 +56,7 @@ def test_eight_simulated_gpus_on_two_nodes_share_the_queue(tmp_path, two_gpu_nod
     raced = rows[rows["raced"].eq(True)]
     assert len(raced) > 0 and set(raced["phase"]) == {"search"}
     assert (raced["median"] > RACE * rows["median"].min()).all()
+    # measure.search_samples caps the search's samples a run; the baseline and finals take the full rule.
+    assert search["n_samples"].eq(4).all()
+    others = rows[rows["phase"] != "search"]["n_samples"]
+    assert len(others) >= 2 and (others % SAMPLES_PER_RUN).eq(0).all() and others.ge(SAMPLES_PER_RUN).all()

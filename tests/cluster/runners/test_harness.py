@@ -230,6 +230,23 @@ def test_profile_mode_takes_exactly_one_sample(driver):
     assert noisy["samples"] == 1
 
 
+def test_the_engines_sample_cap_lowers_max_and_min_samples(driver):
+    """WARPFLEET_MAX_SAMPLES (measure.search_samples): the flags cannot raise it; it caps the
+    rule's minimum too; a bad value exits 2."""
+    args = ["--min-samples", "50", "--max-samples", "800", "--min-time", "0"]
+    capped = _options(_call(driver, "parse", *args, env={"WARPFLEET_MAX_SAMPLES": "20"}))
+    assert (capped["min_samples"], capped["max_samples"]) == (20, 20)
+    roomy = _options(_call(driver, "parse", *args, env={"WARPFLEET_MAX_SAMPLES": "5000"}))
+    assert (roomy["min_samples"], roomy["max_samples"]) == (50, 800)
+    unset = _options(_call(driver, "parse", *args, env={"WARPFLEET_MAX_SAMPLES": ""}))
+    assert unset["max_samples"] == 800
+    noisy = _simulate(driver, ["--min-time", "0"], [1.0, 9.0] * 100, env={"WARPFLEET_MAX_SAMPLES": "30"})
+    assert noisy["samples"] == 30 and noisy["converged"] == 0
+    environ = {**os.environ, "WARPFLEET_MAX_SAMPLES": "0"}
+    bad = _run([driver, "parse"], env=environ)
+    assert bad.returncode == 2 and "WARPFLEET_MAX_SAMPLES" in bad.stderr
+
+
 def test_parse_options_defaults_match_the_api(driver):
     assert _options(_call(driver, "parse")) == {
         "seed": 0, "min_samples": 10, "min_time_s": 0.5, "max_noise": 0.005, "max_samples": 1000,

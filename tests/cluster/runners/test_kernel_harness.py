@@ -160,3 +160,13 @@ def test_outputs_as_files(tmp_path):
     assert np.array_equal(np.fromfile(tmp_path / "c.bin", dtype=np.float32), values)
     write_output(tmp_path, _array("p", 3, "constant", output=True, compare="sum"), values)
     assert np.fromfile(tmp_path / "p.bin", dtype=np.float64).tolist() == [3.0]
+
+
+def test_capped_options_lower_the_hard_stop_and_the_minimum_only():
+    from cluster.runners.kernel_harness import capped_options
+
+    rule = BenchOptions(min_samples=10, max_samples=1000, min_time_s=0.5)
+    assert (capped_options(rule, 100).min_samples, capped_options(rule, 100).max_samples) == (10, 100)
+    assert (capped_options(rule, 3).min_samples, capped_options(rule, 3).max_samples) == (3, 3)
+    assert capped_options(rule, 5000).max_samples == 1000  # a cap never raises the rule's own
+    assert capped_options(rule, 100).min_time_s == 0.5 and rule.max_samples == 1000  # a copy

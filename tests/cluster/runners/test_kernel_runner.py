@@ -171,6 +171,29 @@ def test_call_kernel_races_a_loser_and_batches_its_samples(target, tmp_path, fak
     assert len(parse_samples(capsys.readouterr().out, MetricSpec())) == 1
 
 
+def test_call_kernel_caps_a_search_candidates_samples(target, tmp_path, fake, capsys):
+    """measure.search_samples: at most max_samples samples, its minimum lowered with it; the
+    profile's one launch wins over the cap; the request carries the invocation's cap."""
+    import itertools
+
+    from cluster.config import MetricSpec
+    from cluster.runners.kernel import call_kernel
+    from cluster.runners.measure import parse_samples
+
+    times = itertools.cycle([0.02, 0.03])  # never quiet enough to converge: the full rule takes 1000
+    fake.elapsed_ms = lambda: next(times)
+    assert call_kernel(_request(target, tmp_path, max_samples=25)) == 0
+    assert len(parse_samples(capsys.readouterr().out, MetricSpec())) == 25
+    assert call_kernel(_request(target, tmp_path, max_samples=4)) == 0  # under min_samples (10): 4
+    assert len(parse_samples(capsys.readouterr().out, MetricSpec())) == 4
+    assert call_kernel(_request(target, tmp_path, max_samples=25, profile=True)) == 0
+    assert len(parse_samples(capsys.readouterr().out, MetricSpec())) == 1
+    runner = KernelRunner(scratch_root=tmp_path / "scratch", cuda=False)
+    with runner.stage(target, target.baseline_params, "sm_90", b"binary") as staged:
+        assert runner.request(staged, Invocation(max_samples=25))["max_samples"] == 25
+        assert runner.request(staged, Invocation())["max_samples"] is None
+
+
 def test_call_kernel_reports_a_broken_launch_in_one_line(target, tmp_path, fake, capsys):
     from cluster.runners.kernel import call_kernel
 

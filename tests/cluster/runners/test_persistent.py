@@ -38,6 +38,8 @@ PROGRAM = textwrap.dedent(r"""
         if (!strcmp(mode, "segv")) raise(SIGSEGV);
         if (!strcmp(mode, "exit")) exit(3);
         if (!strcmp(mode, "hang")) for (;;) sleep(1);
+        const char* cap = getenv("WARPFLEET_MAX_SAMPLES");
+        if (!strcmp(mode, "cap")) printf("cap=%s\n", cap ? cap : "none");
         calls++;
         FILE* f = fopen("out.bin", "wb");
         float v[3] = {(float)seed, (float)calls, 2.0f};
@@ -115,6 +117,22 @@ def test_runs_that_must_not_share_the_host_run_the_library_as_a_process(tmp_path
         assert result.ok and "@warpfleet time_ms=5.25" in result.stdout
         assert host.host.proc is None  # no host was started for it
     host.close()
+
+
+def test_the_search_cap_reaches_the_harness_in_the_host_for_one_run_and_in_a_process(tmp_path):
+    """Invocation.max_samples (measure.search_samples) is the harness's WARPFLEET_MAX_SAMPLES: set in
+    the host for that run only (the host's next run has none), and in a process's environment."""
+    target = with_mode(target_with(tmp_path), "cap")
+    host = PersistentRunner(cuda=False)
+    _, artifact = built(target_with(tmp_path))
+    try:
+        with host.stage(target, {}, "host", artifact.binary) as staged:
+            assert "cap=7" in staged.run(Invocation(seed=1, max_samples=7)).stdout
+            assert "cap=none" in staged.run(Invocation(seed=1)).stdout
+            assert host.host.starts == 1  # both in the one host
+            assert "cap=9" in host.run_process(staged, Invocation(max_samples=9)).stdout  # the library as a process
+    finally:
+        host.close()
 
 
 def test_auto_takes_the_persistent_runner_for_harness_programs_only():

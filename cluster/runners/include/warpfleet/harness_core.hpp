@@ -94,7 +94,9 @@ inline bool set_option(Options* opt, const std::string& flag, const char* value)
 // Arguments that are not ours go to `rest` in order, argv[0] excluded; with `rest` null they exit
 // 2, since a program that takes no arguments of its own should not ignore one it was given.
 // WARPFLEET_PROFILE set (to anything but "" or "0") forces min_samples=1, min_time_s=0, warmup=0
-// and max_samples=1, whatever the flags say: exactly one launch, for profilers.
+// and max_samples=1, whatever the flags say: exactly one launch, for profilers. Else
+// WARPFLEET_MAX_SAMPLES=N (N >= 1) lowers max_samples, and min_samples with it, to N: the
+// engine's cap on a search candidate's samples (measure.search_samples); the flags cannot raise it.
 inline Options parse_options(int argc, char** argv, std::vector<std::string>* rest = nullptr) {
   Options opt;
   for (int i = 1; i < argc; ++i) {
@@ -119,6 +121,12 @@ inline Options parse_options(int argc, char** argv, std::vector<std::string>* re
     opt.min_time_s = 0;
     opt.warmup = 0;
     opt.max_samples = 1;
+  } else if (std::getenv("WARPFLEET_MAX_SAMPLES") && *std::getenv("WARPFLEET_MAX_SAMPLES")) {
+    const char* cap = std::getenv("WARPFLEET_MAX_SAMPLES");
+    int n = 0;
+    if (!detail::parse_int(cap, 1, &n)) detail::die("WARPFLEET_MAX_SAMPLES must be an integer >= 1", cap);
+    opt.max_samples = std::min(opt.max_samples, n);
+    opt.min_samples = std::min(opt.min_samples, n);
   }
   return opt;
 }

@@ -7,16 +7,18 @@ caps every kernel of the file alike).
         ─► the resident warps per SM at each step ─► `__launch_bounds__(B, warps * 32 / B)`, the
            warps searched through WF_LB_WARPS_<kernel> (a -D param, as the sweep passes it)
 
-The bound's first argument must hold every launch: the block size as a constant, the params' macro
-it follows (`BLOCK`), or the template parameter every instance is launched with. The minimum
-blocks come from a number of warps, so that they stay right when a searched param changes the
-block size. A kernel that declares launch bounds already, or whose block size the analysis cannot
-tell, is left alone, with the reason.
+The bound's first argument must hold every launch: the block size as a constant, the params' macros
+it follows (`BLOCK`; `(BX) * (BY)` for `dim3(BX, BY)`, given in place or as a local `dim3 block(BX,
+BY)` that nothing changes: agents.launch_sites), or the template parameter every instance is
+launched with. The minimum blocks come from a number of warps, so that they stay right when a
+searched param changes the block size. A kernel that declares launch bounds already, or whose
+block size the analysis cannot tell, is left alone, with the reason.
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 
 from agents._base import AnalysisContext, Proposal
 from agents._ts import split_top
@@ -127,12 +129,16 @@ def max_threads(model: SourceModel, kernel: Kernel, sites: list[LaunchSite],
     sizes = [(site, site.threads(model)) for site in sites]
     unknown = next((site for site, threads in sizes if threads is None), None)
     if unknown is not None:
-        return f"the block size `{unknown.launch.block}` (line {unknown.launch.line}) is not a compile-time constant"
+        block, variable = unknown.launch.block, unknown.block_variable
+        shown = f"`{variable}` = `{block}`" if variable and variable != block else f"`{block}`"
+        return (f"the block size {shown} (line {unknown.launch.line}) is not a compile-time constant"
+                + (f": {unknown.changed}" if unknown.changed else ""))
     values = {threads for _, threads in sizes}
     first = sizes[0][1] or 0
     texts = {site.launch.block.strip() for site in sites}
     names = {n for t in texts for n in re.findall(r"[A-Za-z_]\w*", t)} - {"dim3"}
-    if len(values) == 1 and not names & params:
+    followed = params_followed(names, model.macros, params)
+    if len(values) == 1 and not followed:
         return str(first), first
     if len(texts) == 1 and names and names <= set(model.macros):  # follows the params' macros
         text = texts.pop()
@@ -142,5 +148,18 @@ def max_threads(model: SourceModel, kernel: Kernel, sites: list[LaunchSite],
         if all(dict(k.template_values).get(param) == threads for site, threads in sizes
                if (k := instance_of(model, site.launch)) is not None):
             return param, first
-    return f"launched with block sizes {sorted(values)}" + (f" that follow {', '.join(sorted(names & params))}"
-                                                             if names & params else "")
+    return f"launched with block sizes {sorted(values)}" + (f" that follow {', '.join(sorted(followed))}"
+                                                             if followed else "")
+
+
+def params_followed(names: set[str], macros: Mapping[str, str], params: set[str]) -> set[str]:
+    """The params that `names` are or expand to through the file's macros (`BLOCK_SIZE` defined
+    as `WG_SIZE`, a param, follows it): a bound written as a number would not."""
+    seen: set[str] = set()
+    todo = list(names)
+    while todo:
+        name = todo.pop()
+        if name not in seen:
+            seen.add(name)
+            todo += re.findall(r"[A-Za-z_]\w*", macros.get(name, ""))
+    return seen & params

@@ -5,12 +5,15 @@ parameter); the verifier's contracts reject a bound that a launch exceeds."""
 from __future__ import annotations
 
 import dataclasses
+import subprocess
 from pathlib import Path
 
 import pytest
 
 from agents._base import AnalysisContext, Proposal
-from agents.experts.launch_bounds import LaunchBoundsExpert
+from agents.cuda_source import analyze
+from agents.experts.launch_bounds import LaunchBoundsExpert, max_threads
+from agents.launch_sites import launch_sites
 from cluster.config import Target
 from cluster.core.types import Candidate, KernelResources, Phase, Status
 from cluster.engine.verify import contracts_verdict, static_verdicts
@@ -20,13 +23,8 @@ from tests.conftest import needs
 
 ARCH = "sm_90"
 
-SOURCE = r"""#include <cuda_runtime.h>
-#ifndef BLOCK
-#define BLOCK 256
-#endif
-__global__ void heavy(const float* x, float* y, int n) {
-  const int i = blockIdx.x * blockDim.x + threadIdx.x;
-  if (i >= n) return;
+# A register-heavy body (40 live values a thread), after a kernel's first line computing i.
+HEAVY_BODY = r"""  if (i >= n) return;
   float acc[40];
 #pragma unroll
   for (int k = 0; k < 40; ++k) acc[k] = x[(i + k * 977) % n];
@@ -37,7 +35,15 @@ __global__ void heavy(const float* x, float* y, int n) {
     for (int k = 0; k < 40; ++k) s += acc[k] * acc[(k + r) % 40];
   y[i] = s;
 }
-template <int B>
+"""
+
+SOURCE = r"""#include <cuda_runtime.h>
+#ifndef BLOCK
+#define BLOCK 256
+#endif
+__global__ void heavy(const float* x, float* y, int n) {
+  const int i = blockIdx.x * blockDim.x + threadIdx.x;
+""" + HEAVY_BODY + r"""template <int B>
 __global__ void tiled(const float* x, float* y, int n) {
   const int i = blockIdx.x * B + threadIdx.x;
   if (i < n) y[i] = x[i];
@@ -137,3 +143,136 @@ def test_the_bound_caps_the_registers_ptxas_gives_the_kernel(tmp_path: Path) -> 
         assert built.status is Status.OK, built.error_tail
         [capped] = [k for k in built.kernels if "heavy" in k.kernel]
         assert capped.registers <= 65536 // (warps * 32) < heavy.registers
+
+
+# A block given as a local dim3 of the params' macros (PolyBench-ACC's idiom), and block variables
+# that are changed: by a field, as a whole, after the launch (in a loop), through a reference, in a
+# branch (an int, which the host flow follows until then).
+LOCAL_SOURCE = r"""#include <cuda_runtime.h>
+#ifndef BX
+#define BX 8
+#endif
+#ifndef BY
+#define BY 8
+#endif
+__global__ void heavy2d(const float* x, float* y, int n) {
+  const int i = (blockIdx.x * blockDim.y + threadIdx.y) * blockDim.x + threadIdx.x;
+""" + HEAVY_BODY + r"""__global__ void widened(float* y) { y[threadIdx.x] = 0.0f; }
+__global__ void reassigned(float* y) { y[threadIdx.x] = 0.0f; }
+__global__ void stepped(float* y) { y[threadIdx.x] = 0.0f; }
+__global__ void grown(float* y) { y[threadIdx.x] = 0.0f; }
+__global__ void branched(float* y) { y[threadIdx.x] = 0.0f; }
+
+void grow(dim3& b) { b.x *= 2; }
+
+void run(const float* x, float* y, int n) {
+  dim3 block(BX, BY);
+  dim3 grid((n + BX * BY - 1) / (BX * BY));
+  heavy2d<<<grid, block>>>(x, y, n);
+  dim3 wide(BX, BY);
+  wide.x = 2 * BX;
+  widened<<<1, wide>>>(y);
+  dim3 other = dim3(BX);
+  other = dim3(2 * BX);
+  reassigned<<<1, other>>>(y);
+  dim3 step{BX, BY};
+  for (int r = 0; r < 2; ++r) {
+    stepped<<<1, step>>>(y);
+    step.x *= 2;
+  }
+  dim3 by_reference(BX);
+  grow(by_reference);
+  grown<<<1, by_reference>>>(y);
+  int t = BX;
+  if (n > 1) t = 2 * BX;
+  branched<<<1, t>>>(y);
+}
+int main() { return 0; }  // linked, never run
+"""
+
+LOCAL_PTXAS = (KernelResources("_Z7heavy2dPKfPfi", ARCH, registers=94),
+               *(KernelResources(f"_Z{len(name)}{name}Pf", ARCH, registers=94)
+                 for name in ("widened", "reassigned", "stepped", "grown", "branched")))
+
+
+def local_target(folder: Path) -> Target:
+    return kernel_target(folder, LOCAL_SOURCE, {"BX": [8, 16, 32], "BY": [8, 4]})  # the baseline: 8 x 8
+
+
+def test_a_local_dim3_of_macros_is_read_as_its_value(tmp_path: Path) -> None:
+    tgt = local_target(tmp_path)
+    model = analyze(LOCAL_SOURCE, "kernel.cu", defines={k: str(v) for k, v in tgt.baseline_params.items()})
+    [site] = [s for s in launch_sites(model) if s.launch.kernel == "heavy2d"]
+    assert (site.launch.block, site.threads(model), site.changed) == ("dim3(BX, BY)", 64, None)
+    assert max_threads(model, model.kernel("heavy2d"), [site], {"BX", "BY"}) == ("(BX) * (BY)", 64)
+    found = LaunchBoundsExpert().analyse(AnalysisContext(tgt, ARCH, kernels=LOCAL_PTXAS))
+    [heavy] = [f for f in found if f.location.endswith(" heavy2d")]
+    assert heavy.applies and "__launch_bounds__((BX) * (BY), ...) for " in heavy.reason
+    assert "ptxas: 94 registers, 0 B shared; 64 threads per block" in heavy.evidence
+
+
+def test_a_changed_block_variable_is_named_with_where_it_changes(tmp_path: Path) -> None:
+    found = LaunchBoundsExpert().analyse(AnalysisContext(local_target(tmp_path), ARCH, kernels=LOCAL_PTXAS))
+    reasons = {f.location.split()[-1]: f.reason for f in found if not f.applies}
+    not_constant = "is not a compile-time constant"
+    assert reasons == {
+        "widened": f"the block size `wide` (line 35) {not_constant}: `wide.x` is written on line 34",
+        "reassigned": f"the block size `other` (line 38) {not_constant}: `other` is written on line 37",
+        "stepped": f"the block size `step` (line 41) {not_constant}: `step.x` is written on line 42",
+        "grown": f"the block size `by_reference` (line 46) {not_constant}: `by_reference` is handed to grow's "
+                 "reference parameter on line 45",
+        "branched": f"the block size `t` (line 49) {not_constant}: `t` is written on line 48",
+    }
+
+
+def local_proposal(tgt: Target) -> Proposal:
+    made = LaunchBoundsExpert().propose(AnalysisContext(tgt, ARCH, kernels=LOCAL_PTXAS))
+    assert [next(iter(p.search_params)) for p in made] == ["WF_LB_WARPS_heavy2d"]
+    return made[0]
+
+
+def test_the_bound_follows_a_local_dim3_of_macros(tmp_path: Path) -> None:
+    tgt = local_target(tmp_path)
+    text = dict(local_proposal(tgt).files)["kernel.cu"]
+    assert "__global__ void __launch_bounds__((BX) * (BY), (WF_LB_WARPS_heavy2d * 32 / ((BX) * (BY)) > 1 ? " \
+           "WF_LB_WARPS_heavy2d * 32 / ((BX) * (BY)) : 1)) heavy2d(" in text
+    assert [v.status.value for v in static_verdicts(tgt, local_proposal(tgt))] == ["passed", "passed", "passed"]
+    planted = text.replace("__launch_bounds__((BX) * (BY), ", "__launch_bounds__(32, ")
+    verdict = contracts_verdict(local_target(tmp_path / "t"), Proposal("planted", "", (("kernel.cu", planted),)))
+    assert verdict.failed and verdict.detail == ("kernel.cu: heavy2d declares __launch_bounds__(32) but is launched "
+                                                 "with 64 threads per block (line 35)")  # 32 + the 3-line prelude
+
+
+def test_a_block_macro_defined_as_a_param_follows_it() -> None:
+    source = ("#ifndef WG\n#define WG 16\n#endif\n#define TILE WG\n__global__ void k(float* y) { y[0] = 0.0f; }\n"
+              "void run(float* y) {\n  dim3 block(TILE, TILE);\n  k<<<1, block>>>(y);\n}\n")
+    model = analyze(source, "kernel.cu", defines={"WG": "16"})
+    sites = launch_sites(model)
+    assert max_threads(model, model.kernel("k"), sites, {"WG"}) == ("(TILE) * (TILE)", 256)
+    assert max_threads(model, model.kernel("k"), sites, set()) == ("256", 256)  # nothing swept: a number
+
+
+@pytest.mark.nvcc
+@needs("nvcc")
+def test_the_local_dim3_bound_compiles_and_follows_the_defines(tmp_path: Path) -> None:
+    from agents.patch import variant_target
+
+    tgt = local_target(tmp_path / "t")
+    proposal = local_proposal(tgt)
+    variant = variant_target(tgt, proposal)
+    warps = proposal.search_params["WF_LB_WARPS_heavy2d"][0]
+    patched = tmp_path / "patched.cu"
+    patched.write_text(dict(proposal.files)["kernel.cu"])
+    base = Candidate(tgt.name, "nvcc", "H100", ARCH, variant.bundle.hash, (), (), Phase.BASELINE)
+    for bx, by in ((8, 8), (16, 8)):
+        params = (("BX", bx), ("BY", by), ("WF_LB_WARPS_heavy2d", warps))
+        built = compile_candidate(variant, dataclasses.replace(base, params=params))
+        assert built.status is Status.OK, built.error_tail
+        [capped] = [k for k in built.kernels if "heavy2d" in k.kernel]
+        assert capped.registers <= 65536 // (warps * 32)
+        # The bound is the block that the defines give: the PTX's .maxntid
+        ptx = tmp_path / f"{bx}x{by}.ptx"
+        subprocess.run(["nvcc", f"-arch={ARCH}", "-ptx", f"-DBX={bx}", f"-DBY={by}",
+                        f"-DWF_LB_WARPS_heavy2d={warps}", "-o", str(ptx), str(patched)], check=True)
+        entry = ptx.read_text().split(".entry _Z7heavy2dPKfPfi", 1)[1].split("{", 1)[0]
+        assert f".maxntid {bx * by}, 1, 1" in entry, entry

@@ -11,6 +11,14 @@ output compare against the first run's outputs (what the runner did not check it
 runner's host checks outputs where they are, ``Runner.verified_outputs``). The fixed cost is the
 sum of the three: what a candidate pays besides its timed samples. Medians per target and runner;
 DIR/runners.json, DIR/runners.md.
+
+    python scripts/bench_runners.py [CONFIG] --actor --repeats 30 --out DIR
+
+Where a measuring actor's time goes per job besides the run (``--actor``): the baseline measured
+``--repeats`` times as GpuWorker.measure measures a search candidate (``measure_candidate`` with the
+NVML monitor, capped at ``--max-samples``), with and without the monitor, against the run's and the
+verify's own times; and the pieces alone: one NVML reading, the monitor's start and stop with its
+summary, staging the binary. Medians; DIR/actor.json, DIR/actor.md.
 """
 
 from __future__ import annotations
@@ -70,6 +78,84 @@ def runs(target, runner_name: str, repeats: int) -> list[dict]:
     return out
 
 
+def actor_jobs(target, runner_name: str, repeats: int, max_samples: int, source=None) -> dict:
+    """Per job, as the measuring actor does it: measure_candidate's wall time with the monitor on
+    ``source`` (NVML on a GPU) and without, the run's and the verify's times within it, and the
+    pieces alone (an NVML reading, the monitor, the staging). Seconds, medians over ``repeats``."""
+    from cluster.core.registry import RUNNERS
+    from cluster.core.types import Candidate, Phase, Status
+    from cluster.runners.build import compile_candidate
+    from cluster.runners.devices import cpu_device, gpu_device
+    from cluster.runners.measure import Reference, measure_candidate
+    from cluster.runners.telemetry import Monitor, NvmlSource
+    from cluster.toolchains import get_toolchain
+
+    gpu = target.spec.toolchain != "cc"
+    device = gpu_device(0, "bench") if gpu else cpu_device("bench")
+    source = source if source is not None else NvmlSource(0)
+    arch = get_toolchain(target.spec.toolchain).arch_for(device)
+    candidate = Candidate(target.name, target.spec.toolchain, device.device_type, arch, target.bundle.hash,
+                          tuple(target.space.baseline.items()), tuple(target.baseline_params.items()),
+                          Phase.SEARCH, runner=runner_name)
+    artifact = compile_candidate(target, candidate)
+    if artifact.status is not Status.OK:
+        raise RuntimeError(f"{target.name} ({runner_name}) did not build: {artifact.error_tail[-500:]}")
+    runner = RUNNERS.load(runner_name)(cuda=gpu) if runner_name != "process" else RUNNERS.load("process")()
+    figures: dict[str, list[float]] = {k: [] for k in ("job_s", "run_s", "verify_s", "job_plain_s", "run_plain_s",
+                                                       "nvml_read_s", "monitor_s", "stage_s")}
+    try:
+        base = measure_candidate(target, candidate, artifact, device, None, 1, runner)  # warms up; the reference
+        if base.status is not Status.OK:
+            raise RuntimeError(f"{target.name} ({runner_name}): {base.status.value} {base.error_tail[-500:]}")
+        reference = Reference(base.outputs)
+        for _ in range(repeats):
+            for monitored in (True, False):
+                t0 = time.perf_counter()
+                m = measure_candidate(target, candidate, artifact, device, reference, 1, runner,
+                                      Monitor(source) if monitored else None, max_samples=max_samples)
+                wall = time.perf_counter() - t0
+                if m.status is not Status.OK:
+                    raise RuntimeError(f"{target.name} ({runner_name}): {m.status.value} {m.error_tail[-500:]}")
+                if monitored:
+                    figures["job_s"].append(wall)
+                    figures["run_s"].append(m.run_s)
+                    figures["verify_s"].append(m.verify_s)
+                else:
+                    figures["job_plain_s"].append(wall)
+                    figures["run_plain_s"].append(m.run_s)
+            t0 = time.perf_counter()
+            source.read()
+            figures["nvml_read_s"].append(time.perf_counter() - t0)
+            t0 = time.perf_counter()
+            with Monitor(source) as monitor:
+                pass
+            monitor.summary([], 1)
+            figures["monitor_s"].append(time.perf_counter() - t0)
+            t0 = time.perf_counter()
+            with runner.stage(target, dict(candidate.params), arch, artifact.binary):
+                pass
+            figures["stage_s"].append(time.perf_counter() - t0)
+    finally:
+        runner.close()
+    row = {"target": target.name, "runner": runner_name, "jobs": repeats, "max_samples": max_samples,
+           **{k: median(v) for k, v in figures.items()}}
+    row["outside_run_s"] = row["job_s"] - row["run_s"] - row["verify_s"]
+    row["outside_run_plain_s"] = row["job_plain_s"] - row["run_plain_s"]
+    return row
+
+
+def actor_table(rows: list[dict]) -> str:
+    lines = ["| target | runner | job (monitor on) | its run | its verify | outside the run | job (monitor off) | "
+             "outside the run, monitor off | one NVML reading | monitor alone | staging alone |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        ms = {k: f"{1e3 * v:.2f} ms" for k, v in r.items() if k.endswith("_s")}
+        lines.append(f"| {r['target']} | {r['runner']} | {ms['job_s']} | {ms['run_s']} | {ms['verify_s']} | "
+                     f"**{ms['outside_run_s']}** | {ms['job_plain_s']} | {ms['outside_run_plain_s']} | "
+                     f"{ms['nvml_read_s']} | {ms['monitor_s']} | {ms['stage_s']} |")
+    return "\n".join(lines) + "\n"
+
+
 def median(values: list[float]) -> float:
     return statistics.median(values) if values else float("nan")
 
@@ -79,10 +165,19 @@ def main() -> None:
     parser.add_argument("config", nargs="?", default=str(REPO / "configs" / "suite.yaml"))
     parser.add_argument("--repeats", type=int, default=10)
     parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--actor", action="store_true", help="where a measuring actor's time goes per job")
+    parser.add_argument("--max-samples", type=int, default=10, help="--actor: samples a job (a raced candidate: 10)")
     args = parser.parse_args()
     from cluster.config import load_run
 
     args.out.mkdir(parents=True, exist_ok=True)
+    if args.actor:
+        rows = [actor_jobs(t, "kernel" if t.spec.kind == "kernel" else "persistent", args.repeats, args.max_samples)
+                for t in load_run(args.config).targets]
+        (args.out / "actor.json").write_text(json.dumps(rows, indent=1) + "\n")
+        (args.out / "actor.md").write_text(actor_table(rows))
+        print(actor_table(rows))
+        return
     results = []
     for target in load_run(args.config).targets:
         kernel = target.spec.kind == "kernel"  # a kernel target: the kernel runner (configs/kernels.yaml)

@@ -28,6 +28,8 @@
 #   scripts/gpu_session.sh ab OUT        one GPU: the Kernel Tuner comparison's one-GPU runs twice, with the
 #                                        search's sample cap (measure.search_samples) and without, the tools
 #                                        in turn on the card; the kernel runner's fixed cost
+#   scripts/gpu_session.sh actor OUT     one GPU: where a measuring actor's time goes per job besides the run
+#                                        (bench_runners.py --actor: the NVML monitor, staging, the run)
 #   scripts/gpu_session.sh kernels OUT   every GPU: Kernel Tuner against warpfleet's kernel targets on 1, 2
 #                                        and 4 GPUs (bench_kerneltuner.py), the kernel runner's fixed cost
 #
@@ -40,7 +42,7 @@
 # (a device lease returns few files).
 set -uo pipefail
 cd "$(dirname "$0")/.."
-session=${1:?single, scaling, scaling12, scaling4, halves, sim, agents, public, kernels, ab or last}
+session=${1:?single, scaling, scaling12, scaling4, halves, sim, agents, public, kernels, ab, actor or last}
 OUT=$(mkdir -p "${2:?OUT}" && cd "$2" && pwd)
 mkdir -p "$OUT/logs"
 scale=${STEP_SCALE:-1}
@@ -179,6 +181,10 @@ case "$session" in
     step kernel_fixed 30 "$PY" scripts/bench_runners.py configs/kernels.yaml --repeats 5 --out "$OUT/kernel_fixed"
     pack ab kt_cap/report.md kt_cap/summary.parquet kt_cap/meta.json kt_cap/raw kt_cap/logs kt_nocap/report.md \
       kt_nocap/summary.parquet kt_nocap/meta.json kt_nocap/raw kt_nocap/logs kernel_fixed ;;
+  actor)  # one GPU, about a minute: the measuring actor's time per job besides the run
+    machine
+    step actor 120 "$PY" scripts/bench_runners.py configs/kernels.yaml --actor --repeats 30 --out "$OUT/actor"
+    pack actor actor ;;
   public)  # every GPU: the public suite with the agents on (on two H200s, 555 s finished four of eight, a fifth in its finals)
     machine
     step public 555 "$PY" scripts/bench_public.py --out "$OUT/public" --trials 8 --hand-repeats 2 --search-s 60 \

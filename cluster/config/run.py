@@ -62,6 +62,12 @@ class MeasureSpec(_Model):
     # and the finals (the best few, re-measured) sample by the full rule. null: the full rule in the
     # search too.
     search_samples: int | None = Field(SEARCH_SAMPLES, ge=1, le=1_000_000)
+    # NVML telemetry (energy, power, clocks, temperature, clock event reasons) on the search's rows.
+    # An NVML reading takes about 3 ms on an H200, and a monitored job took 14 ms more than one
+    # without (bench_runners.py --actor, BENCHMARKS.md): a third of a short kernel's job. The
+    # baseline, the agents' variants and the finals are always monitored, and so is every candidate
+    # of an objective other than time (energy, edp, time_energy). true: every search row too.
+    search_telemetry: bool = False
 
 
 class ProfileSpec(_Model):

@@ -343,6 +343,8 @@ class StudyFlow(Flow):
         args = {"stop_above": bound} if bound is not None else {}
         if measure.search_samples is not None:
             args["max_samples"] = measure.search_samples
+        if not measure.search_telemetry and self.state.objective == "time":
+            args["telemetry"] = False  # the NVML monitor costs a short job a third of its time
         job = self.jobs.job(JobKind.SEARCH, self.jobs.build(source, candidate), runs=measure.runs,
                             reference=self.state.reference, reusable=True, args=args)
         self.search_in_flight += 1

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import ray
 
 from cluster.config import ClusterSpec, Target
-from cluster.core.types import BuildArtifact, Candidate, DeviceInfo, Measurement, RunOutputs, Status
+from cluster.core.types import BuildArtifact, Candidate, DeviceInfo, Measurement, RunOutputs, Status, Telemetry
 from cluster.runners.measure import Reference
 
 SIMULATED_GPU = "Simulated GPU"
@@ -55,7 +55,7 @@ class SimulatedWorker:
 
     def measure(self, target: Target, candidate: Candidate, binary: bytes | None, reference: Reference | None,
                 runs: int, submitted_at: float, first_seed: int = 0, stop_above: float | None = None,
-                max_samples: int | None = None) -> Measurement:
+                max_samples: int | None = None, telemetry: bool = True) -> Measurement:
         started = time.time()
         time.sleep(self.run_s * runs)
         # A deterministic time per configuration, so that the search has something to find.
@@ -64,9 +64,11 @@ class SimulatedWorker:
         outputs = tuple(RunOutputs() for _ in range(runs)) if reference is None else ()
         raced = stop_above is not None and sample > stop_above  # as the kernel runner's racing decides it
         per_run = min(SAMPLES_PER_RUN, max_samples or SAMPLES_PER_RUN)  # the search's cap, as a harness applies it
+        # A monitored job's telemetry (measure.search_telemetry), as a GPU worker's NVML monitor gives one.
         return Measurement(candidate.key, Status.OK, self.device, (sample,) * per_run * runs, self.run_s * runs, 0.0,
                            max(0.0, started - submitted_at), started_at=started, finished_at=time.time(),
-                           outputs=outputs, raced=raced)
+                           outputs=outputs, raced=raced,
+                           telemetry=Telemetry(0.3 * sample, 300.0, 1980.0, 2619.0, 40.0) if telemetry else None)
 
 
 SAMPLES_PER_RUN = 10  # what a simulated run reports without a cap (measure.search_samples)

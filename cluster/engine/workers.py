@@ -76,10 +76,11 @@ class MeasureWorker:
 
     def measure(self, target: Target, candidate: Candidate, binary: bytes | None,
                 reference: Reference | None, runs: int, submitted_at: float, first_seed: int = 0,
-                stop_above: float | None = None, max_samples: int | None = None) -> Measurement:
+                stop_above: float | None = None, max_samples: int | None = None,
+                telemetry: bool = True) -> Measurement:
         queue_s = max(0.0, time.time() - submitted_at)
         artifact = BuildArtifact(candidate.key, Status.OK, binary)
-        monitor = Monitor(self.nvml) if self.nvml else None
+        monitor = Monitor(self.nvml) if self.nvml and telemetry else None  # measure.search_telemetry
         result = measure_candidate(target, candidate, artifact, self.device, reference, runs,
                                    self.runner(candidate.runner), monitor, first_seed, stop_above,
                                    max_samples)

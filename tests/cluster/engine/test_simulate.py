@@ -60,3 +60,24 @@ def test_eight_simulated_gpus_on_two_nodes_share_the_queue(tmp_path, two_gpu_nod
     assert search["n_samples"].eq(4).all()
     others = rows[rows["phase"] != "search"]["n_samples"]
     assert len(others) >= 2 and (others % SAMPLES_PER_RUN).eq(0).all() and others.ge(SAMPLES_PER_RUN).all()
+    # measure.search_telemetry (default off for a time objective): no NVML monitor on the search's jobs,
+    # always on the baseline's and the finals'.
+    assert search["energy_j"].isna().all() and search["power_w"].isna().all()
+    assert rows[rows["phase"] != "search"]["energy_j"].notna().all()
+
+
+def test_search_telemetry_and_an_energy_objective_monitor_every_search_job(tmp_path, two_gpu_nodes):
+    plan = load_run(REPO / "configs" / "demo.yaml")
+    saxpy = [t for t in plan.targets if t.name == "saxpy"]
+    for name, search, measure in (("on", {}, {"search_telemetry": True}), ("energy", {"objective": "energy"}, {})):
+        config = plan.config.model_copy(update={
+            "name": f"telemetry-{name}", "output_dir": str(tmp_path), "targets": ["targets/saxpy/target.yaml"],
+            "search": plan.config.search.model_copy(update={"sampler": "random", "trials": 8, **search}),
+            "measure": plan.config.measure.model_copy(update={"final_top_k": 1, "final_runs": 1, **measure}),
+            "profile": plan.config.profile.model_copy(update={"candidates": "none"})})
+        run_dir = RunDir.create(RunPlan(config, plan.file, tuple(saxpy)))
+        fleet, compile_model = simulated_fleet(2, Model(compile_s=0.01, run_s=0.01))
+        Sweep(RunPlan(config, plan.file, tuple(saxpy)), run_dir, log=lambda m: None, fleet=fleet,
+              compile=compile_model).run(show_progress=False)
+        search_rows = read_results(run_dir.path).query("phase == 'search' and status == 'ok'")
+        assert len(search_rows) == 8 and search_rows["energy_j"].notna().all(), name

@@ -280,10 +280,10 @@ def check(original: KernelGraph, transformed: KernelGraph) -> CheckResult:
     occurrence) and orders every pair the original's dependencies need ordered. A dependency the
     original itself leaves unordered as far as the analysis sees (a launch on a stream passed in,
     which the analysis cannot resolve) is not the transformation's to keep."""
-    violations = _membership(original, transformed)
+    order, kept_by_original = ordering(transformed), ordering(original)
+    staged, violations = _staging_copies(original, transformed, order, kept_by_original)
+    violations += _membership(original, transformed, staged)
     matched = {n.key: n for n in transformed.nodes if n.is_data}
-    order = ordering(transformed)
-    kept_by_original = ordering(original)
     for dep in original.edges:
         if (dep.source, dep.target) not in kept_by_original:
             continue
@@ -296,14 +296,61 @@ def check(original: KernelGraph, transformed: KernelGraph) -> CheckResult:
     return CheckResult(tuple(violations))
 
 
-def _membership(original: KernelGraph, transformed: KernelGraph) -> list[Violation]:
+def _membership(original: KernelGraph, transformed: KernelGraph,
+                staged: frozenset[tuple[str, int]] = frozenset()) -> list[Violation]:
     ours = {n.key: n for n in original.nodes if n.is_data}
     theirs = {n.key: n for n in transformed.nodes if n.is_data}
     dropped = [Violation(f"{_name(n)} (line {n.line}) is in the original but not in the transformed program")
                for key, n in ours.items() if key not in theirs]
     added = [Violation(f"{_name(n)} (line {n.line}) is in the transformed program but not in the original")
-             for key, n in theirs.items() if key not in ours]
+             for key, n in theirs.items() if key not in ours and key not in staged]
     return dropped + added
+
+
+def _staging_copies(original: KernelGraph, transformed: KernelGraph, order: set[tuple[int, int]],
+                    kept_by_original: set[tuple[int, int]]) -> tuple[frozenset[tuple[str, int]], list[Violation]]:
+    """Copies the transformation added into memory the original never touches (a new
+    `__constant__` table staged from a buffer before the launch that reads it): they change none
+    of the original's buffers, so they may be added, provided each sees what the launch it stages
+    for (the next one on its stream) would have read: it runs after every write of its source
+    issued before that launch, and before every write issued after it, where the original orders
+    that write with the launch (as `check` keeps only what the original orders). That the launch
+    reads the new memory is the transformation's to keep (the analysis does not see a kernel's
+    reads of a file-scope symbol)."""
+    before_in_original = {n.key: n.index for n in original.nodes}
+    ours = {n.key for n in original.nodes if n.is_data}
+    # The buffers the original names. A pointer it lost (ANY) may be any of them, never memory that
+    # only the transformed program declares.
+    named = {r.split("[", 1)[0] for n in original.nodes for r in n.reads | n.writes if r != ANY}
+    staged, violations = set(), []
+    for node in transformed.nodes:
+        if node.kind is not HostOpKind.MEMCPY or node.key in ours or not node.writes:
+            continue
+        if any(w == ANY or w.split("[", 1)[0] in named for w in node.writes):
+            continue  # it writes the original's memory: an added operation like any other
+        staged.add(node.key)
+        launch = next((n for n in transformed.nodes[node.index + 1:] if n.kind is HostOpKind.LAUNCH
+                       and _stream_key(n.stream) == _stream_key(node.stream)), None)
+        if launch is None:
+            violations.append(Violation(f"{_name(node)} (line {node.line}) stages memory that no later launch on "
+                                        f"its stream reads"))
+            continue
+        for other in transformed.nodes:
+            if other.index == node.index or not other.is_data:
+                continue
+            if not any(overlap(w, r) for w in other.writes for r in node.reads):
+                continue
+            earlier = other.index < launch.index
+            pair = (other.index, node.index) if earlier else (node.index, other.index)
+            w, k = before_in_original.get(other.key), before_in_original.get(launch.key)
+            if w is not None and k is not None and ((w, k) if earlier else (k, w)) not in kept_by_original:
+                continue  # the original leaves the launch unordered with this write: not the copy's to keep
+            if pair not in order:
+                verb = "after" if other.index < launch.index else "before"
+                violations.append(Violation(
+                    f"{_name(node)} (line {node.line}) reads {', '.join(sorted(map(pretty, node.reads)))}, "
+                    f"which {_name(other)} (line {other.line}) writes, but may not run {verb} it"))
+    return frozenset(staged), violations
 
 
 def _name(node: Node) -> str:

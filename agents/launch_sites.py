@@ -121,7 +121,7 @@ def _block(model: SourceModel, launch: Launch, at: int) -> tuple[str, str | None
     """The block of `launch` (its call at byte `at`) as the analysis reads it, the local variable
     it is given as, and why that variable holds no one value."""
     bound = launch.block
-    call = _call_at(model, at)
+    call = call_at(model, at)
     given = _block_argument(call) if call is not None else None
     if call is None or given is None or given.type != "identifier":
         return bound, None, None
@@ -134,7 +134,8 @@ def _block(model: SourceModel, launch: Launch, at: int) -> tuple[str, str | None
     return (value, name, None) if isinstance(value, str) else (name, name, value.why)
 
 
-def _call_at(model: SourceModel, at: int) -> Node | None:
+def call_at(model: SourceModel, at: int) -> Node | None:
+    """The call expression starting at byte `at` (a host operation's `at`), if any."""
     if model.root is None or at < 0:
         return None
     leaf = model.root.descendant_for_byte_range(at, at)

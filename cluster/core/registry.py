@@ -49,6 +49,7 @@ EXPERTS = Registry("expert", {
     "launch_bounds": "agents.experts.launch_bounds:LaunchBoundsExpert",
     "restrict": "agents.experts.restrict:RestrictExpert",
     "vectorize": "agents.experts.vectorize:VectorizeExpert",
+    "constant": "agents.experts.constant:ConstantExpert",
 })
 
 # `warpfleet export --format NAME`: each a function (best configs, rows, run dir) -> text (cluster/outputs/exports/).

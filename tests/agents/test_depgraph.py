@@ -282,6 +282,27 @@ def test_a_broken_war_dependency_is_rejected() -> None:
                                             "cudaStreamCreate(&s2)").replace(", s2>>>", ", s1>>>")) == []
 
 
+STAGED_SERIAL = """
+    cudaMemcpy(d_x, h_x, n * sizeof(float), cudaMemcpyHostToDevice);
+    poly_kernel<<<grid, block>>>(d_x, d_y, n);
+"""
+STAGE_LINE = "    cudaMemcpyToSymbolAsync(wf_table, d_x, 4 * sizeof(float), 0, cudaMemcpyDeviceToDevice, 0);\n"
+
+
+def test_a_copy_staging_new_memory_before_its_launch_passes_and_a_misplaced_one_does_not() -> None:
+    """The constant expert's copy into a new __constant__ table: it writes nothing the original
+    touches, so it may be added, if it sees what its launch would have read."""
+    h2d, launch = STAGED_SERIAL.splitlines(keepends=True)[1:]
+    assert reasons(STAGED_SERIAL, h2d + STAGE_LINE + launch) == []
+    early = reasons(STAGED_SERIAL, STAGE_LINE + h2d + launch)  # reads d_x before it is filled
+    assert len(early) == 1 and early[0].startswith("memcpy(wf_table, d_x) (line ")
+    assert "which memcpy(d_x, h_x) (line" in early[0] and "may not run after it" in early[0]
+    late = reasons(STAGED_SERIAL, h2d + launch + STAGE_LINE)  # after the launch it should stage for
+    assert len(late) == 1 and "stages memory that no later launch on its stream reads" in late[0]
+    into_old = reasons(STAGED_SERIAL, h2d + STAGE_LINE.replace("wf_table", "d_y") + launch)  # the original's memory
+    assert len(into_old) == 1 and "is in the transformed program but not in the original" in into_old[0]
+
+
 # -- the programs are real CUDA ------------------------------------------------------------------
 
 

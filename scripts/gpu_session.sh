@@ -30,6 +30,9 @@
 #                                        in turn on the card; the kernel runner's fixed cost
 #   scripts/gpu_session.sh actor OUT     one GPU: where a measuring actor's time goes per job besides the run
 #                                        (bench_runners.py --actor: the NVML monitor, staging, the run)
+#   scripts/gpu_session.sh recheck OUT   one GPU: the comparison's one-GPU runs again (the search unmonitored),
+#                                        regpressure and conv2d with the agents on (the constant expert), the
+#                                        GPU tests of the sweep's telemetry and of the constant expert
 #   scripts/gpu_session.sh kernels OUT   every GPU: Kernel Tuner against warpfleet's kernel targets on 1, 2
 #                                        and 4 GPUs (bench_kerneltuner.py), the kernel runner's fixed cost
 #
@@ -42,7 +45,7 @@
 # (a device lease returns few files).
 set -uo pipefail
 cd "$(dirname "$0")/.."
-session=${1:?single, scaling, scaling12, scaling4, halves, sim, agents, public, kernels, ab, actor or last}
+session=${1:?single, scaling, scaling12, scaling4, halves, sim, agents, public, kernels, ab, actor, recheck or last}
 OUT=$(mkdir -p "${2:?OUT}" && cd "$2" && pwd)
 mkdir -p "$OUT/logs"
 scale=${STEP_SCALE:-1}
@@ -181,6 +184,15 @@ case "$session" in
     step kernel_fixed 30 "$PY" scripts/bench_runners.py configs/kernels.yaml --repeats 5 --out "$OUT/kernel_fixed"
     pack ab kt_cap/report.md kt_cap/summary.parquet kt_cap/meta.json kt_cap/raw kt_cap/logs kt_nocap/report.md \
       kt_nocap/summary.parquet kt_nocap/meta.json kt_nocap/raw kt_nocap/logs kernel_fixed ;;
+  recheck)  # one GPU, about 8 minutes
+    machine
+    step kt_compare 245 "$PY" scripts/bench_kerneltuner.py --out "$OUT/kt" --gpus 1 --wf-kind kernel --seeds 1 \
+      --repeats 3 --strategies best --max-evals 40 --budget-s 230 --wf-compile-workers 8
+    step gpu_tests 120 "$PY" -m pytest -q -p no:cacheprovider -m gpu tests/cluster/engine/test_gpu.py \
+      tests/agents/test_constant.py
+    step agents 300 "$PY" scripts/bench_agents.py --out "$OUT/agents" --trials 8 --hand-repeats 2 --search-s 60 \
+      --no-profile --targets regpressure,conv2d
+    pack recheck kt/report.md kt/summary.parquet kt/meta.json kt/raw kt/logs agents ;;
   actor)  # one GPU, about a minute: the measuring actor's time per job besides the run
     machine
     step actor 120 "$PY" scripts/bench_runners.py configs/kernels.yaml --actor --repeats 30 --out "$OUT/actor"

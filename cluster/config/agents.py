@@ -203,6 +203,9 @@ class AgentsSpec(_Model):
     custom: list[CustomSpec] = []
     replay: bool = False  # answer the LLM steps from the exchanges stored in the run directory
     iterate: bool = True  # profile-guided rounds (llm.rounds) for plans whose transformer is an LLM
+    # The accepted source changes of a study also merged into one variant (agents.workflow.stack),
+    # verified like the others and measured beside each change alone.
+    stack: bool = True
 
     @field_validator("experts")
     @classmethod

@@ -18,8 +18,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from agents._base import AnalysisContext
-from agents.patch import variant_target
+from agents.patch import source_files, variant_target
 from agents.workflow import Outcome, Steps, Verifier, run_workflow
+from agents.workflow.stack import OPTIMIZATION as STACK
+from agents.workflow.stack import Part, stack, stack_plan
 from cluster.config import AgentsSpec, ProfileSpec, Target
 from cluster.core.encodings import optuna_point, speedup
 from cluster.core.registry import EXPERTS
@@ -106,6 +108,8 @@ class AgentStage:
         outcomes = run_workflow(context, steps, verifier, self.spec.retries, parallel=len(steps),
                                 findings_at_once=FINDINGS_AT_ONCE)
         outcomes += self._iterate(context, outcomes, verifier, study, metrics, steps)
+        if self.spec.stack:
+            outcomes += self._stack(context, outcomes, verifier)
         with self._lock, ResultWriter(self.run_dir, VARIANT_SCHEMA, subdir=RunDir.VARIANTS) as writer:
             for outcome in outcomes:
                 writer.append_record(outcome_record(self.run_id, study.name, study.target, outcome))
@@ -149,6 +153,20 @@ class AgentStage:
             kit = dataclasses.replace(kit, services=Services(build=build_report, verify=verifier.verify))
         only = [*spec.experts, *(c.name for c in spec.custom)]
         return build_steps(spec.llm, choices_of(spec.steps, spec.custom, only=only), custom=spec.custom, kit=kit)
+
+    def _stack(self, context: AnalysisContext, outcomes: list[Outcome], verifier: Verifier) -> list[Outcome]:
+        """The accepted source changes merged into one variant, verified as the others were."""
+        parts = [Part(f"{o.finding.optimization} {o.finding.location}", o.finding.level, o.proposal)
+                 for o in outcomes if o.accepted and o.proposal is not None and o.proposal.files]
+        merged = stack(source_files(context.target), parts)
+        if merged is None:
+            return []
+        plan = stack_plan(merged, context.target.name)
+        try:
+            verification = verifier.verify(context, plan, merged.proposal)
+        except Exception as exc:  # a verifier that raised: a failed stack, never the stage's end
+            return [Outcome(plan.finding, STACK, plan, STACK, merged.proposal, STACK, error=f"verification: {exc}")]
+        return [Outcome(plan.finding, STACK, plan, STACK, merged.proposal, STACK, verification)]
 
     def _iterate(self, context: AnalysisContext, outcomes: list[Outcome], verifier: QueueVerifier,
                  study: StudyState, metrics: dict[str, float], steps: list[Steps]) -> list[Outcome]:

@@ -20,14 +20,18 @@ pytestmark = [pytest.mark.nvcc, needs("nvcc")]
 ARCH = "sm_90"
 
 
-def workflow(name: str):
+def setup(name: str) -> tuple[AnalysisContext, LocalVerifier]:
     target = load_target(REPO / "configs" / "targets" / name / "target.yaml")
     baseline = Candidate(target.name, "nvcc", "H100", ARCH, target.bundle.hash, tuple(target.space.baseline.items()),
                          tuple(target.baseline_params.items()), Phase.BASELINE)
     artifact = compile_candidate(target, baseline)
     assert artifact.status is Status.OK, artifact.error_tail
-    context = AnalysisContext(target, ARCH, kernels=artifact.kernels)
-    verifier = LocalVerifier(baseline, cpu_device("test"), run=False)
+    return AnalysisContext(target, ARCH, kernels=artifact.kernels), LocalVerifier(baseline, cpu_device("test"),
+                                                                                   run=False)
+
+
+def workflow(name: str):
+    context, verifier = setup(name)
     return run_workflow(context, [Steps.of(EXPERTS.load(name)()) for name in EXPERTS], verifier)
 
 
@@ -67,3 +71,21 @@ def test_every_accepted_variant_of_the_tunable_kernels_builds(name):
     for o in outcomes:
         if o.proposal is not None and o.proposal.files:
             assert o.accepted, o.reason
+
+
+def test_the_agent_stage_stacks_the_accepted_source_changes_and_verifies_the_stack(tmp_path):
+    """AgentStage._stack on regpressure: its accepted source changes (the constant table, unroll,
+    launch bounds, ...) as one variant, verified (guards, dependence graph, contracts, build) and
+    recorded as a `stack` outcome that joins the search like the others."""
+    from cluster.config import AgentsSpec, ProfileSpec
+    from cluster.engine.agent_stage import AgentStage
+
+    context, verifier = setup("regpressure")
+    outcomes = run_workflow(context, [Steps.of(EXPERTS.load(name)()) for name in EXPERTS], verifier)
+    stage = AgentStage(tmp_path, "run", AgentsSpec(enabled=True), ProfileSpec(), 1, log=lambda m: None)
+    [stacked] = stage._stack(context, outcomes, verifier)
+    assert stacked.finding.optimization == "stack" and stacked.accepted, stacked.reason
+    assert {"constant", "unroll"} <= {part.split()[0] for part in stacked.finding.evidence}
+    checks = {v.check: v.status.value for v in stacked.verification.verdicts}
+    assert checks["build"] == "passed" and checks["depgraph"] == "passed"
+    assert "WF_UNROLL_N" in stacked.proposal.search_params

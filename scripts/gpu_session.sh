@@ -33,6 +33,8 @@
 #   scripts/gpu_session.sh recheck OUT   one GPU: the comparison's one-GPU runs again (the search unmonitored),
 #                                        regpressure and conv2d with the agents on (the constant expert), the
 #                                        GPU tests of the sweep's telemetry and of the constant expert
+#   scripts/gpu_session.sh stack OUT     one GPU: the suite's targets where several changes are accepted
+#                                        (regpressure, conv2d, multikernel) with the agents on and stacking
 #   scripts/gpu_session.sh kernels OUT   every GPU: Kernel Tuner against warpfleet's kernel targets on 1, 2
 #                                        and 4 GPUs (bench_kerneltuner.py), the kernel runner's fixed cost
 #
@@ -45,7 +47,7 @@
 # (a device lease returns few files).
 set -uo pipefail
 cd "$(dirname "$0")/.."
-session=${1:?single, scaling, scaling12, scaling4, halves, sim, agents, public, kernels, ab, actor, recheck or last}
+session=${1:?single, scaling, scaling12, scaling4, halves, sim, agents, public, kernels, ab, actor, recheck, stack or last}
 OUT=$(mkdir -p "${2:?OUT}" && cd "$2" && pwd)
 mkdir -p "$OUT/logs"
 scale=${STEP_SCALE:-1}
@@ -184,6 +186,11 @@ case "$session" in
     step kernel_fixed 30 "$PY" scripts/bench_runners.py configs/kernels.yaml --repeats 5 --out "$OUT/kernel_fixed"
     pack ab kt_cap/report.md kt_cap/summary.parquet kt_cap/meta.json kt_cap/raw kt_cap/logs kt_nocap/report.md \
       kt_nocap/summary.parquet kt_nocap/meta.json kt_nocap/raw kt_nocap/logs kernel_fixed ;;
+  stack)  # one GPU, about 6 minutes
+    machine
+    step agents 520 "$PY" scripts/bench_agents.py --out "$OUT/agents" --trials 12 --hand-repeats 2 --search-s 60 \
+      --no-profile --targets regpressure,conv2d,multikernel
+    pack stack agents ;;
   recheck)  # one GPU, about 8 minutes
     machine
     step kt_compare 245 "$PY" scripts/bench_kerneltuner.py --out "$OUT/kt" --gpus 1 --wf-kind kernel --seeds 1 \

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import bisect
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, MutableMapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -45,10 +45,13 @@ def fill_uniform(n: int, seed: int, lo: float = -1.0, hi: float = 1.0, dtype: st
     return v.astype(np.float32 if dtype == "float32" else dtype)
 
 
-def host_values(plan: LaunchPlan, seed: int, workdir: Path) -> dict[str, np.ndarray]:
+def host_values(plan: LaunchPlan, seed: int, workdir: Path,
+                kept: MutableMapping[tuple, np.ndarray] | None = None) -> dict[str, np.ndarray]:
     """Every argument's and constant's initial values for a run on ``seed``: the uniform arrays take
     consecutive stretches of one stream, in the order arguments then constants (so that inputs
-    filled in one program as A then B are filled alike)."""
+    filled in one program as A then B are filled alike). ``kept``: uniform arrays already generated,
+    by what determines them (dtype, shape, bounds, seed, place in the stream), so that plans that
+    differ in another argument (an output sized by a param) generate an input once; never written to."""
     values: dict[str, np.ndarray] = {}
     position = 0
     for arg in (*plan.arguments, *plan.constants):
@@ -59,7 +62,14 @@ def host_values(plan: LaunchPlan, seed: int, workdir: Path) -> dict[str, np.ndar
             values[arg.name] = np.ascontiguousarray(data.reshape(arg.shape) if arg.shape else data, dtype=arg.dtype)
         elif arg.fill == "uniform":
             count = int(np.prod(arg.shape))
-            values[arg.name] = fill_uniform(count, seed, arg.lo, arg.hi, arg.dtype, position).reshape(arg.shape)
+            key = (arg.dtype, tuple(arg.shape), arg.lo, arg.hi, seed, position)
+            data = kept.get(key) if kept is not None else None
+            if data is None:
+                data = fill_uniform(count, seed, arg.lo, arg.hi, arg.dtype, position).reshape(arg.shape)
+                data.flags.writeable = False
+                if kept is not None:
+                    kept[key] = data
+            values[arg.name] = data
             position += count
         else:
             values[arg.name] = np.full(arg.shape or (), arg.constant, dtype=arg.dtype)

@@ -51,6 +51,23 @@ def test_uniform_inputs_continue_one_stream_in_argument_order(tmp_path):
     assert not np.array_equal(host_values(plan, 12, tmp_path)["a"], values["a"])  # fresh inputs per seed
 
 
+def test_kept_inputs_are_generated_once_across_plans_that_differ_in_an_output(tmp_path):
+    """A param that sizes only an output (a reduction's partial sums) reuses the input generated for
+    another plan; the kept arrays are the uncached ones, read-only; another seed or place in the
+    stream is another array."""
+    def plan(partials):
+        return LaunchPlan("k", (1, 1, 1), (1, 1, 1), 0, (),
+                          (_array("x", 1000, lo=-1, hi=1), _array("out", partials, "constant", constant=0.0,
+                                                                  output=True)))
+
+    kept: dict = {}
+    first = host_values(plan(4), 3, tmp_path, kept)
+    second = host_values(plan(16), 3, tmp_path, kept)
+    assert second["x"] is first["x"] and len(kept) == 1 and second["out"].shape == (16,)
+    assert np.array_equal(first["x"], host_values(plan(4), 3, tmp_path)["x"]) and not first["x"].flags.writeable
+    assert host_values(plan(4), 4, tmp_path, kept)["x"] is not first["x"] and len(kept) == 2
+
+
 def test_file_inputs_are_read_and_shaped(tmp_path):
     np.save(tmp_path / "w.npy", np.arange(6, dtype=np.float64))
     plan = LaunchPlan("k", (1, 1, 1), (1, 1, 1), 0, (),

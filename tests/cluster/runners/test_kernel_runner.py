@@ -250,3 +250,13 @@ def test_outputs_are_checked_in_the_host_and_each_reference_handed_over_once(tar
     result = measure_candidate(target, candidate, artifact, device, reference, 1, runner)
     assert result.status is Status.VERIFY_FAILED and "values differ" in result.error_tail
     assert calls[-1] == frozenset() and np.isfinite(result.samples).all()
+
+
+def test_the_hosts_kept_inputs_hold_the_last_used_few():
+    from cluster.runners.kernel import _Kept
+
+    kept = _Kept(2)
+    kept["a"], kept["b"] = 1, 2
+    assert kept.get("a") == 1  # used: now the newest
+    kept["c"] = 3
+    assert list(kept) == ["a", "c"] and kept.get("b") is None

@@ -35,6 +35,8 @@
 #                                        GPU tests of the sweep's telemetry and of the constant expert
 #   scripts/gpu_session.sh stack OUT     one GPU: the suite's targets where several changes are accepted
 #                                        (regpressure, conv2d, multikernel) with the agents on and stacking
+#   scripts/gpu_session.sh inputs OUT    one GPU: the comparison's one-GPU runs (inputs kept per array), the
+#                                        kernel runner's and the persistent runner's GPU tests
 #   scripts/gpu_session.sh kernels OUT   every GPU: Kernel Tuner against warpfleet's kernel targets on 1, 2
 #                                        and 4 GPUs (bench_kerneltuner.py), the kernel runner's fixed cost
 #
@@ -47,7 +49,7 @@
 # (a device lease returns few files).
 set -uo pipefail
 cd "$(dirname "$0")/.."
-session=${1:?single, scaling, scaling12, scaling4, halves, sim, agents, public, kernels, ab, actor, recheck, stack or last}
+session=${1:?single, scaling, scaling12, scaling4, halves, sim, agents, public, kernels, ab, actor, recheck, stack, inputs or last}
 OUT=$(mkdir -p "${2:?OUT}" && cd "$2" && pwd)
 mkdir -p "$OUT/logs"
 scale=${STEP_SCALE:-1}
@@ -186,6 +188,13 @@ case "$session" in
     step kernel_fixed 30 "$PY" scripts/bench_runners.py configs/kernels.yaml --repeats 5 --out "$OUT/kernel_fixed"
     pack ab kt_cap/report.md kt_cap/summary.parquet kt_cap/meta.json kt_cap/raw kt_cap/logs kt_nocap/report.md \
       kt_nocap/summary.parquet kt_nocap/meta.json kt_nocap/raw kt_nocap/logs kernel_fixed ;;
+  inputs)  # one GPU, about 4 minutes
+    machine
+    step kt_compare 245 "$PY" scripts/bench_kerneltuner.py --out "$OUT/kt" --gpus 1 --wf-kind kernel --seeds 1 \
+      --repeats 3 --strategies best --max-evals 40 --budget-s 230 --wf-compile-workers 8
+    step gpu_tests 150 "$PY" -m pytest -q -p no:cacheprovider -m gpu tests/cluster/runners/test_kernel_gpu.py \
+      tests/cluster/runners/test_persistent.py
+    pack inputs kt/report.md kt/summary.parquet kt/meta.json kt/raw kt/logs ;;
   stack)  # one GPU, about 6 minutes
     machine
     step agents 520 "$PY" scripts/bench_agents.py --out "$OUT/agents" --trials 12 --hand-repeats 2 --search-s 60 \

@@ -109,7 +109,12 @@ def test_a_kept_fleet_serves_the_next_sweep_and_stops_when_closed(tmp_path):
         assert kept.starts == 2 and seen[2] != seen[1]
         [last] = kept._fleet[0]
     with pytest.raises(ray.exceptions.RayActorError):  # closed: the actors are gone
-        ray.get(last.device_info.remote(), timeout=30)
+        # ray.kill is asynchronous: a call sent just after it may still be served, so ask until the
+        # death is seen (a live actor answers every time, and the test fails at the deadline).
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            ray.get(last.device_info.remote(), timeout=30)
+            time.sleep(0.2)
     # What decides a fleet: the cluster, the CPU workers, the GPU types, the device kinds; not the
     # driver's own settings.
     spec = plan.config.cluster

@@ -29,6 +29,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from enum import StrEnum
 
+from agents import _ts
 from agents.hostflow import Site, Step, unfold
 from agents.regions import ANY, base_buffer, overlap, pretty, region, strip_parentheses
 from agents.source_model import DEFAULT_STREAMS, HostOp, HostOpKind, SourceModel, read_params, written_params
@@ -190,14 +191,40 @@ def _blocks_host(op: HostOp) -> bool:
 
 
 def _blocking_streams(model: SourceModel) -> frozenset[str]:
-    """Streams the file creates blocking (plain cudaStreamCreate, or flags without NonBlocking);
-    a stream also created non-blocking anywhere counts as non-blocking."""
-    blocking, nonblocking = set(), set()
+    """Streams the file creates blocking (plain cudaStreamCreate, or flags without NonBlocking),
+    and the stream parameter of a launch lambda the harness runs on the legacy default stream
+    (`wf::bench(opt, [&](cudaStream_t s) {...})`: bench hands it its stream argument, 0 by
+    default); a stream also created non-blocking anywhere counts as non-blocking."""
+    blocking, nonblocking = set(_harness_default_streams(model)), set()
     for op in model.host_ops:
         if op.kind == HostOpKind.STREAM_CREATE and op.args and (name := base_buffer(op.args[0])):
             flags = op.args[1] if op.api != "cudaStreamCreate" and len(op.args) > 1 else ""
             (nonblocking if "cudaStreamNonBlocking" in flags else blocking).add(name)
     return frozenset(blocking - nonblocking)
+
+
+HARNESS_BENCH = "wf::bench"  # the timing harness's loop (HARNESS_API.md): bench(opt, launch, stream = 0)
+
+
+def _harness_default_streams(model: SourceModel) -> set[str]:
+    """The first parameter's name of each lambda handed to `wf::bench` with no stream, or with a
+    default stream: the legacy default stream under another name."""
+    names = set()
+    for call in _ts.walk(model.root) if model.root is not None else ():
+        if call.type != "call_expression" or _ts.text(call.child_by_field_name("function")).replace(" ", "") \
+                != HARNESS_BENCH:
+            continue
+        args = _ts.arguments(call)
+        if len(args) > 2 and _ts.text(args[2]).strip() not in DEFAULT_STREAMS:
+            continue
+        for arg in args[1:2]:
+            if arg.type != "lambda_expression" or (declarator := arg.child_by_field_name("declarator")) is None:
+                continue
+            plist = next((n for n in _ts.walk(declarator) if n.type == "parameter_list"), None)
+            params = [p for p in (plist.named_children if plist else ()) if p.type.endswith("parameter_declaration")]
+            if params and (name := _ts.declared_name(params[0].child_by_field_name("declarator"))):
+                names.add(name)
+    return names
 
 
 def _hazards(nodes: list[Node]) -> list[Dependency]:

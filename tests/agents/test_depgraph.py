@@ -303,6 +303,32 @@ def test_a_copy_staging_new_memory_before_its_launch_passes_and_a_misplaced_one_
     assert len(into_old) == 1 and "is in the transformed program but not in the original" in into_old[0]
 
 
+TIMED = """
+    cudaMemcpy(d_y, h_out, n * sizeof(float), cudaMemcpyHostToDevice);
+    wf::bench(opt, [&](cudaStream_t stream) {
+        combine_kernel<<<grid, block, 0, stream>>>(d_y, d_out, n);
+    }STREAM);
+"""
+
+
+def test_the_harness_hands_its_launch_lambda_the_default_stream_unless_told_otherwise() -> None:
+    """wf::bench(opt, launch) runs `launch` on the legacy default stream: the copy before it is
+    ordered with the timed kernel, so a schedule that breaks that order is refused; a non-blocking
+    stream handed to bench orders nothing with the copy."""
+    timed = graph(TIMED.replace("STREAM", ""))
+    copy, kernel = index(timed, "memcpy(d_y, h_out)"), index(timed, "combine_kernel")
+    assert (copy, kernel) in ordering(timed) and "stream" in timed.blocking_streams
+    moved = TIMED.replace("STREAM", "").replace(", 0, stream>>>", ", 0, s_new>>>").replace(
+        "    wf::bench", "    cudaStream_t s_new;\n    cudaStreamCreateWithFlags(&s_new, cudaStreamNonBlocking);\n"
+        "    wf::bench")
+    found = reasons(TIMED.replace("STREAM", ""), moved)
+    assert len(found) == 1 and "combine_kernel (line" in found[0] and "reads d_y written by memcpy" in found[0]
+    handed = graph("    cudaStream_t s_nb;\n    cudaStreamCreateWithFlags(&s_nb, cudaStreamNonBlocking);\n"
+                   + TIMED.replace("STREAM", ", s_nb"))
+    assert "stream" not in handed.blocking_streams
+    assert (index(handed, "memcpy(d_y, h_out)"), index(handed, "combine_kernel")) not in ordering(handed)
+
+
 # -- the programs are real CUDA ------------------------------------------------------------------
 
 

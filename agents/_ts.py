@@ -414,6 +414,13 @@ def callee_name(call: Node) -> str:
     return text(fn) if fn is not None and fn.type in ("identifier", "field_identifier") else ""
 
 
+def parameters(fn: Node) -> list[Node]:
+    """The parameter declarations of a function definition or a lambda."""
+    declarator = fn.child_by_field_name("declarator")
+    plist = next((n for n in walk(declarator) if n.type == "parameter_list"), None) if declarator else None
+    return [p for p in (plist.named_children if plist else ()) if p.type.endswith("parameter_declaration")]
+
+
 def arguments(call: Node) -> list[Node]:
     args = call.child_by_field_name("arguments")
     return [a for a in args.named_children if a.type != "comment"] if args is not None else []

@@ -217,13 +217,9 @@ def _harness_default_streams(model: SourceModel) -> set[str]:
         args = _ts.arguments(call)
         if len(args) > 2 and _ts.text(args[2]).strip() not in DEFAULT_STREAMS:
             continue
-        for arg in args[1:2]:
-            if arg.type != "lambda_expression" or (declarator := arg.child_by_field_name("declarator")) is None:
-                continue
-            plist = next((n for n in _ts.walk(declarator) if n.type == "parameter_list"), None)
-            params = [p for p in (plist.named_children if plist else ()) if p.type.endswith("parameter_declaration")]
-            if params and (name := _ts.declared_name(params[0].child_by_field_name("declarator"))):
-                names.add(name)
+        params = _ts.parameters(args[1]) if len(args) > 1 and args[1].type == "lambda_expression" else []
+        if params and (name := _ts.declared_name(params[0].child_by_field_name("declarator"))):
+            names.add(name)
     return names
 
 

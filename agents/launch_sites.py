@@ -16,8 +16,8 @@ from dataclasses import dataclass, replace
 from agents import _ts
 from agents._ts import Node, split_top
 from agents.hostflow import ANY_PREFIX, substitute, unfold
-from agents.regions import overlap, region
-from agents.source_model import HostOpKind, Kernel, Launch, SourceModel
+from agents.regions import overlap, pretty, region
+from agents.source_model import HostOpKind, Kernel, Launch, SourceModel, written_params
 
 MAX_LOCAL_DEPTH = 4  # a local initialised from locals (`dim3 block(tx, ty)`) is followed this deep
 
@@ -90,14 +90,7 @@ def _parameters(model: SourceModel, function: str) -> list[str]:
 
 
 def _parameter_names(fn: Node) -> list[str]:
-    return [_ts.declared_name(p.child_by_field_name("declarator")) for p in _parameter_nodes(fn)]
-
-
-def _parameter_nodes(fn: Node) -> list[Node]:
-    """The parameter declarations of a function definition or a lambda."""
-    declarator = fn.child_by_field_name("declarator")
-    plist = next((n for n in _ts.walk(declarator) if n.type == "parameter_list"), None) if declarator else None
-    return [p for p in (plist.named_children if plist else ()) if p.type.endswith("parameter_declaration")]
+    return [_ts.declared_name(p.child_by_field_name("declarator")) for p in _ts.parameters(fn)]
 
 
 def instance_of(model: SourceModel, launch: Launch) -> Kernel | None:
@@ -252,9 +245,24 @@ def _by_reference(model: SourceModel, call: Node, argument: Node) -> bool:
     index = next((i for i, a in enumerate(_ts.arguments(call)) if a == argument), None)
     fn = next((n for n in _ts.walk(model.root) if n.type == "function_definition"
                and _ts.declared_name(n.child_by_field_name("declarator")) == callee), None) if model.root else None
-    params = _parameter_nodes(fn) if fn is not None else []
+    params = _ts.parameters(fn) if fn is not None else []
     if index is None or index >= len(params):
         return False
     param = params[index]
     const = any(c.type == "type_qualifier" and _ts.text(c) == "const" for c in param.children)
     return not const and any(n.type == "reference_declarator" for n in _ts.walk(param))
+
+
+def written_alias(kernel: Kernel, name: str, sites: list[LaunchSite]) -> tuple[str, int] | None:
+    """Where a launch hands parameter `name` memory that may be shared with a parameter the kernel
+    writes: "its argument `x` may share memory with y's `y`", and that launch's line; None when no
+    launch does (the read-only experts' aliasing rule)."""
+    written = written_params(kernel)
+    for site in sites:
+        regions = site.regions(kernel)
+        for other in sorted(q for q in written if q in regions and q != name):
+            if name in regions and site.may_alias(regions[name], regions[other]):
+                args = site.launch.bound_args(kernel)
+                return (f"its argument `{pretty(args[name])}` may share memory with {other}'s "
+                        f"`{pretty(args[other])}`"), site.launch.line
+    return None

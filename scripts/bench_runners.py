@@ -34,24 +34,33 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 
-def runs(target, runner_name: str, repeats: int) -> list[dict]:
+def built(target, runner_name: str, phase_name: str = "baseline"):
+    """The target's baseline configuration built for ``runner_name`` on GPU 0 (on the CPU for a
+    cc target), and a runner to run it: (device, arch, candidate, artifact, runner)."""
     from cluster.core.registry import RUNNERS
     from cluster.core.types import Candidate, Phase, Status
-    from cluster.runners._base import Invocation
     from cluster.runners.build import compile_candidate
-    from cluster.runners.devices import gpu_device
-    from cluster.runners.measure import _run_outputs, harness_region, verify_outputs
+    from cluster.runners.devices import cpu_device, gpu_device
     from cluster.toolchains import get_toolchain
 
-    device = gpu_device(0, "bench")
+    gpu = target.spec.toolchain != "cc"
+    device = gpu_device(0, "bench") if gpu else cpu_device("bench")
     arch = get_toolchain(target.spec.toolchain).arch_for(device)
     candidate = Candidate(target.name, target.spec.toolchain, device.device_type, arch, target.bundle.hash,
                           tuple(target.space.baseline.items()), tuple(target.baseline_params.items()),
-                          Phase.BASELINE, runner=runner_name)
+                          Phase(phase_name), runner=runner_name)
     artifact = compile_candidate(target, candidate)
     if artifact.status is not Status.OK:
         raise RuntimeError(f"{target.name} ({runner_name}) did not build: {artifact.error_tail[-500:]}")
-    runner = RUNNERS.load(runner_name)(cuda=True) if runner_name != "process" else RUNNERS.load("process")()
+    runner = RUNNERS.load(runner_name)(cuda=gpu) if runner_name != "process" else RUNNERS.load("process")()
+    return device, arch, candidate, artifact, runner
+
+
+def runs(target, runner_name: str, repeats: int) -> list[dict]:
+    from cluster.runners._base import Invocation
+    from cluster.runners.measure import _run_outputs, harness_region, verify_outputs
+
+    _, arch, candidate, artifact, runner = built(target, runner_name)
     out, reference = [], None
     try:
         for i in range(repeats + 1):  # the first run warms the runner up (a persistent host starts once)
@@ -82,25 +91,12 @@ def actor_jobs(target, runner_name: str, repeats: int, max_samples: int, source=
     """Per job, as the measuring actor does it: measure_candidate's wall time with the monitor on
     ``source`` (NVML on a GPU) and without, the run's and the verify's times within it, and the
     pieces alone (an NVML reading, the monitor, the staging). Seconds, medians over ``repeats``."""
-    from cluster.core.registry import RUNNERS
-    from cluster.core.types import Candidate, Phase, Status
-    from cluster.runners.build import compile_candidate
-    from cluster.runners.devices import cpu_device, gpu_device
+    from cluster.core.types import Status
     from cluster.runners.measure import Reference, measure_candidate
     from cluster.runners.telemetry import Monitor, NvmlSource
-    from cluster.toolchains import get_toolchain
 
-    gpu = target.spec.toolchain != "cc"
-    device = gpu_device(0, "bench") if gpu else cpu_device("bench")
+    device, arch, candidate, artifact, runner = built(target, runner_name, "search")
     source = source if source is not None else NvmlSource(0)
-    arch = get_toolchain(target.spec.toolchain).arch_for(device)
-    candidate = Candidate(target.name, target.spec.toolchain, device.device_type, arch, target.bundle.hash,
-                          tuple(target.space.baseline.items()), tuple(target.baseline_params.items()),
-                          Phase.SEARCH, runner=runner_name)
-    artifact = compile_candidate(target, candidate)
-    if artifact.status is not Status.OK:
-        raise RuntimeError(f"{target.name} ({runner_name}) did not build: {artifact.error_tail[-500:]}")
-    runner = RUNNERS.load(runner_name)(cuda=gpu) if runner_name != "process" else RUNNERS.load("process")()
     figures: dict[str, list[float]] = {k: [] for k in ("job_s", "run_s", "verify_s", "job_plain_s", "run_plain_s",
                                                        "nvml_read_s", "monitor_s", "stage_s")}
     try:

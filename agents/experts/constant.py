@@ -33,7 +33,7 @@ from agents.experts._expert import Change, Expert, derived_names, kernel_node, l
 from agents.experts.registers import names_kernel
 from agents.experts.restrict import profile_evidence
 from agents.hostflow import assigned, may_exit
-from agents.launch_sites import LaunchSite, call_at, launch_sites
+from agents.launch_sites import LaunchSite, call_at, launch_sites, written_alias
 from agents.patch import Edit, InsertBefore, Patched, Refused, apply, source_files
 from agents.regions import pretty
 from agents.source_model import DEFAULT_STREAMS, HostOpKind, Kernel, Param, SourceModel, read_params, written_params
@@ -505,15 +505,8 @@ def _copies(model: SourceModel, path: str, kernel: Kernel, tables: list[Table],
 def _aliased(kernel: Kernel, name: str, sites: list[LaunchSite]) -> str | None:
     """A launch whose argument for `name` may share memory with one the kernel writes: a table copied
     before the launch would miss those writes."""
-    written = written_params(kernel)
-    for site in sites:
-        regions = site.regions(kernel)
-        for other in sorted(q for q in written if q in regions and name in regions):
-            if site.may_alias(regions[name], regions[other]):
-                args = site.launch.bound_args(kernel)
-                return (f"its argument `{pretty(args[name])}` may share memory with {other}'s `{pretty(args[other])}`, "
-                        f"which the kernel writes (line {site.launch.line})")
-    return None
+    found = written_alias(kernel, name, sites)
+    return f"{found[0]}, which the kernel writes (line {found[1]})" if found else None
 
 
 def _patch(files: Mapping[str, str], model: SourceModel, move: Move, editable: Collection[str]) -> Patched | Refused:

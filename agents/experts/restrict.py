@@ -20,9 +20,8 @@ from agents import _ts
 from agents._base import AnalysisContext, Proposal
 from agents._ts import Node
 from agents.experts._expert import Change, Expert, kernel_node, line_edits, source_models
-from agents.launch_sites import LaunchSite, launch_sites
+from agents.launch_sites import LaunchSite, launch_sites, written_alias
 from agents.patch import Patched, apply, source_files
-from agents.regions import pretty
 from agents.source_model import Kernel, SourceModel, read_params, written_params
 from agents.workflow.steps import Finding, Level, Plan
 
@@ -118,15 +117,8 @@ def read_only(model: SourceModel, kernel: Kernel, sites: list[LaunchSite]) -> tu
 
 
 def _aliased(kernel: Kernel, name: str, sites: list[LaunchSite]) -> str | None:
-    written = written_params(kernel)
-    for site in sites:
-        regions = site.regions(kernel)
-        for other in (q for q in written if q in regions and q != name):
-            if name in regions and site.may_alias(regions[name], regions[other]):
-                args = site.launch.bound_args(kernel)
-                return f"its argument `{pretty(args[name])}` may share memory with {other}'s " \
-                       f"`{pretty(args[other])}` (line {site.launch.line})"
-    return None
+    found = written_alias(kernel, name, sites)
+    return f"{found[0]} (line {found[1]})" if found else None
 
 
 def _not_const(kernel: Node, name: str) -> str | None:

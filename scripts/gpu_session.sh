@@ -20,7 +20,8 @@
 #                                        suite with the agents on (cards 2-3, or 1) at the same time; TARGETS=
 #                                        a,b,... for some public programs, SUITE=a,b,... for some suite targets
 #   scripts/gpu_session.sh sim OUT       the driver on a simulated fleet of 64 and 16 workers (bench_sim.py)
-#   scripts/gpu_session.sh agents OUT    every GPU: the suite with the agents on (bench_agents.py)
+#   scripts/gpu_session.sh agents OUT    every GPU: the suite with the agents on (bench_agents.py); SUITE=a,b,...
+#                                        for some of its targets
 #   scripts/gpu_session.sh public OUT    every GPU: the public suite with the agents on (bench_public.py);
 #                                        TARGETS=a,b,... for some of them
 #   scripts/gpu_session.sh last OUT      one GPU: the Kernel Tuner comparison's one-GPU runs, the kernel
@@ -167,7 +168,7 @@ case "$session" in
     # included); the analysts' profile kept, the winners' not (--no-profile)
     machine
     step agents 555 "$PY" scripts/bench_agents.py --out "$OUT/agents" --trials 8 --hand-repeats 2 --search-s 60 \
-      --no-profile
+      --no-profile ${SUITE:+--targets "$SUITE"}
     pack agents agents ;;
   last)  # one GPU, one call: the Kernel Tuner comparison's one-GPU runs (the tools in turn; 3 runs of seed
     # 0 a kernel, for the same-winner rate), the kernel runner's fixed cost, then the public suite's

@@ -324,10 +324,7 @@ class _Unfolder:
     def inline(self, callee: Node | None, call: Node, frame: _Frame, captured: dict[str, str] | None = None) -> None:
         if callee is None:
             return
-        declarator = callee.child_by_field_name("declarator")
-        plist = next((n for n in _ts.walk(declarator) if n.type == "parameter_list"), None) if declarator else None
-        params = [_ts.declared_name(p.child_by_field_name("declarator")) for p in plist.named_children
-                  if p.type.endswith("parameter_declaration")] if plist is not None else []
+        params = [_ts.declared_name(p.child_by_field_name("declarator")) for p in _ts.parameters(callee)]
         args = [self.resolve(self.text(a), frame) or "" for a in _ts.arguments(call)]
         names = {**(captured or {}), **{p: a for p, a in zip(params, args, strict=False) if p}}
         inner = _Frame(names, frame.trail, frame.guards, frame.depth + 1, False, frame.call, times=frame.times)

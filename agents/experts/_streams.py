@@ -102,8 +102,6 @@ def stream_parameter(root: Node, helper: str) -> int | None:
     """The position of `helper`'s `cudaStream_t` parameter."""
     fn = next((n for n in _ts.walk(root) if n.type == "function_definition"
                and _ts.declared_name(n.child_by_field_name("declarator")) == helper), None)
-    plist = next((n for n in _ts.walk(fn.child_by_field_name("declarator")) if n.type == "parameter_list"),
-                 None) if fn is not None else None
-    params = [p for p in plist.named_children if p.type.endswith("parameter_declaration")] if plist else []
+    params = _ts.parameters(fn) if fn is not None else []
     return next((i for i, p in enumerate(params) if "cudaStream_t" in _ts.text(p.child_by_field_name("type") or p)),
                 None)

@@ -68,7 +68,7 @@ class RestrictExpert(Expert):
         files = source_files(context.target)
         source = files[path].encode("utf-8", "surrogateescape")
         model = source_models(context)[path]
-        changes = [change for node in _param_nodes(kernel_node(model, kernel))
+        changes = [change for node in _ts.parameters(kernel_node(model, kernel))
                    if (param := _ts.declared_name(node.child_by_field_name("declarator"))) in eligible
                    for change in _restricted(node, kernel.param(param).is_const_pointee,
                                              kernel.param(param).is_restrict)]
@@ -153,11 +153,6 @@ def _declarations(model: SourceModel, kernel: Kernel) -> list[int]:
     return [n.start_point[0] + 1 for n in _ts.walk(model.root) if n.type == "declaration"
             and any(d.type == "function_declarator" and _ts.declared_name(d) == kernel.name
                     for d in _ts.walk(n) if d.type == "function_declarator")]
-
-
-def _param_nodes(fn: Node) -> list[Node]:
-    plist = next((n for n in _ts.walk(fn.child_by_field_name("declarator")) if n.type == "parameter_list"), None)
-    return [p for p in plist.named_children if p.type.endswith("parameter_declaration")] if plist else []
 
 
 def _restricted(param: Node, const: bool, restrict: bool) -> list[Change]:

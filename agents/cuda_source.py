@@ -94,12 +94,7 @@ class _Analysis:
         self.functions = {declared_name(n.child_by_field_name("declarator")) for n in walk(self.root)
                           if n.type == "function_definition"}
         self.function_envs: dict[int, ConstEnv] = {}
-        self.env = ConstEnv(self.pre.macros)
-        for node in walk(self.root, skip=_FUNCTIONS):
-            if node.type == "declaration":
-                _declare_constants(node, self.env, hide_others=False)
-            elif node.type == "field_declaration":
-                _declare_member(node, self.env)
+        self.env = file_env(self.root, self.pre.macros)
 
     def model(self) -> SourceModel:
         launches, ops = self.host_ops()
@@ -139,12 +134,7 @@ class _Analysis:
 
     def scope_env(self, body: Node, hidden: set[str]) -> ConstEnv:
         """File constants, less the names a function rebinds (`hidden` and its locals), plus its own."""
-        env = self.env.child()
-        env.hidden |= hidden
-        for node in walk(body):
-            if node.type == "declaration":
-                _declare_constants(node, env, hide_others=True)
-        return env
+        return scope_env(self.env, body, hidden)
 
     # -- kernels ---------------------------------------------------------------------------
     def kernel(self, fn: Node, binding: Mapping[str, int | str] | None = None) -> Kernel:
@@ -487,6 +477,29 @@ def _char_offsets(raw: bytes) -> list[int]:
         chars += (byte & 0xC0) != 0x80
     table[len(raw)] = chars
     return table
+
+
+def file_env(root: Node | None, macros: Mapping[str, str]) -> ConstEnv:
+    """The constants of a file's scope: its macros (read through `macros`), its `const`/`constexpr`
+    declarations and the static constant members of its structs."""
+    env = ConstEnv(macros)
+    for node in walk(root, skip=_FUNCTIONS) if root is not None else ():
+        if node.type == "declaration":
+            _declare_constants(node, env, hide_others=False)
+        elif node.type == "field_declaration":
+            _declare_member(node, env)
+    return env
+
+
+def scope_env(outer: ConstEnv, body: Node, hidden: set[str]) -> ConstEnv:
+    """The constants a function body sees: `outer`'s, less `hidden` and the names its locals
+    rebind, plus its own constant declarations."""
+    env = outer.child()
+    env.hidden |= hidden
+    for node in walk(body):
+        if node.type == "declaration":
+            _declare_constants(node, env, hide_others=True)
+    return env
 
 
 def _is_kernel(fn: Node) -> bool:

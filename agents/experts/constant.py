@@ -26,7 +26,7 @@ import re
 from collections.abc import Collection, Iterator, Mapping
 from dataclasses import dataclass
 
-from agents import _ts
+from agents import _ts, cuda_source
 from agents._base import AnalysisContext, Proposal
 from agents._ts import ConstEnv, Node
 from agents.experts._expert import Change, Expert, derived_names, kernel_node, line_edits, mentions, source_models
@@ -396,42 +396,21 @@ class _Recorded(dict[str, str]):
 
 
 def file_env(model: SourceModel, macros: Mapping[str, str]) -> ConstEnv:
-    """The constants of the file's scope: its macros (through `macros`) and constant declarations."""
-    env = ConstEnv(macros)
-    for node in _ts.walk(model.root, skip=frozenset({"function_definition"})) if model.root else ():
-        if node.type == "declaration":
-            _declare(node, env, hide_others=False)
-    return env
+    """The constants of the file's scope, its macros read through `macros`."""
+    return cuda_source.file_env(model.root, macros)
 
 
 def kernel_env(model: SourceModel, fn: Node, kernel: Kernel, macros: Mapping[str, str]) -> ConstEnv:
     """The constants a kernel's body sees: the file's (through `macros`), the body's own, its
     template arguments; its parameters and other locals are no constants."""
-    env = file_env(model, macros).child()
-    env.hidden |= {p.name for p in kernel.params} | {t.name for t in kernel.template_params}
-    for node in _ts.walk(fn.child_by_field_name("body") or fn):
-        if node.type == "declaration":
-            _declare(node, env, hide_others=True)
+    hidden = {p.name for p in kernel.params} | {t.name for t in kernel.template_params}
+    env = cuda_source.scope_env(file_env(model, macros), fn.child_by_field_name("body") or fn, hidden)
     for name, value in kernel.template_values:
         if isinstance(value, int):
             env.bind(name, value)
         else:
             env.types[name] = value
     return env
-
-
-def _declare(declaration: Node, env: ConstEnv, hide_others: bool) -> None:
-    """A declaration's `const`/`constexpr` names with their initializers (as agents.cuda_source
-    declares them); with hide_others, its other names shadow constants of the same name."""
-    constant = any(_ts.text(c) in ("constexpr", "const") for c in declaration.children if c.type == "type_qualifier")
-    for declarator in declaration.children_by_field_name("declarator"):
-        name = _ts.name_node(declarator)
-        inner = declarator.child_by_field_name("declarator") if declarator.type == "init_declarator" else None
-        value = declarator.child_by_field_name("value") if inner is not None else None
-        if name is not None and constant and value is not None and inner is not None and inner.type == "identifier":
-            env.declare(_ts.text(name), value)
-        elif name is not None and hide_others:
-            env.hidden.add(_ts.text(name))
 
 
 def _constant_bytes(model: SourceModel) -> int | None:

@@ -123,6 +123,64 @@ def step_times(rows: pd.DataFrame, variants: pd.DataFrame) -> dict[str, float]:
     return steps
 
 
+CHEATS = ("timing_code", "poisoned_outputs", "cached_results", "untimed_work")
+
+
+def verification(variants: pd.DataFrame) -> dict[str, object]:
+    """What verification did with a study's variants: how many reached it, how many it rejected,
+    and each check's outcomes over them ({check: {passed/failed/skipped: count}}); the four cheat
+    checks count as one, `cheats`, failed when any of them failed."""
+    checked = variants[variants["verdicts"].fillna("").str.len() > 2]
+    checks: dict[str, dict[str, int]] = {}
+    for text in checked["verdicts"]:
+        verdicts = json.loads(text)
+        cheats = [v for v in verdicts if v["check"] in CHEATS]
+        others = [(v["check"], v["status"]) for v in verdicts if v["check"] not in CHEATS]
+        if cheats:
+            failed = any(v["status"] == "failed" for v in cheats)
+            passed = all(v["status"] == "passed" for v in cheats)
+            others.append(("cheats", "failed" if failed else "passed" if passed else "skipped"))
+        for check, status in others:
+            counts = checks.setdefault(check, {})
+            counts[status] = counts.get(status, 0) + 1
+    return {"variants": len(checked), "rejected": int((checked["stage"] == "rejected").sum()), "checks": checks}
+
+
+def _verification_cell(v: dict) -> str:
+    """`12 verified, 0 rejected; failed: outputs 1` (each check's failures), `none` when no variant
+    reached verification."""
+    if not v["variants"]:
+        return "none reached it"
+    failed = ", ".join(f"{check} {counts['failed']}" for check, counts in v["checks"].items() if counts.get("failed"))
+    ran = [check for check, counts in v["checks"].items() if counts.get("passed") or counts.get("failed")]
+    return (f"{v['variants']} verified, {v['rejected']} rejected" + (f" (failed: {failed})" if failed else "")
+            + f"; checks run: {', '.join(ran)}")
+
+
+def _variants_cell(found: list[dict]) -> str:
+    """Each accepted optimization's speedup alone (with flags): `restrict 1.30x (1.31x)`."""
+    def x(v: float | None) -> str:
+        return f"{v:.2f}x" if v else "-"
+    return "; ".join(f"{f['optimization']} {x(f['alone'])} ({x(f['best'])})" for f in found if f["accepted"]) or "-"
+
+
+def verdicts(run: Path) -> str:
+    """Each expert's verdict per program: accepted (with its evidence) or why it does not apply, one
+    line per program and optimization (the first of its reasons; `+N more` counts the rest)."""
+    variants = read_table(run, "variants", VARIANT_SCHEMA)
+    lines = ["| program | optimization | verdict | evidence or reason |", "|---|---|---|---|"]
+    for (target, optimization), group in variants.groupby(["target", "optimization"], sort=True):
+        stages = group["stage"].value_counts().to_dict()
+        verdict = ", ".join(f"{stage} x{n}" if n > 1 else stage for stage, n in sorted(stages.items()))
+        accepted = group[group["stage"] == "accepted"]
+        notes = [e for e in (accepted["evidence"] if len(accepted) else group["reason"]) if e]
+        notes = list(dict.fromkeys(notes))
+        note = (notes[0].replace("\n", "; ").replace("|", "/")[:200] + (f" (+{len(notes) - 1} more)" if len(notes) > 1
+                else "")) if notes else "-"
+        lines.append(f"| {target} | {optimization} | {verdict} | {note} |")
+    return "\n".join(lines) + "\n"
+
+
 def table(run: Path, hand: dict[str, dict]) -> tuple[str, list[dict]]:
     rows = read_results(run)
     variants = read_table(run, "variants", VARIANT_SCHEMA)
@@ -155,20 +213,21 @@ def table(run: Path, hand: dict[str, dict]) -> tuple[str, list[dict]]:
             "share": speedup / hand_speedup if speedup and hand_speedup and hand_speedup > 1 and finished else None,
             "finished": finished,
             "not_applicable": sorted(set(mine.loc[mine["stage"] == "not_applicable", "optimization"])),
-            "steps_s": steps,
+            "steps_s": steps, "verification": verification(mine),
         })
-    lines = ["| target | optimizations found (class) | motivating metrics | alone | speedup found | winner | "
-             "hand-optimized | share | steps (s) |", "|---|---|---|---|---|---|---|---|---|"]
+    lines = ["| target | optimizations found (class) | motivating metrics | alone (with flags) | speedup found | "
+             "winner | hand-optimized | share | steps (s) | verification |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
     for r in records:
         found = ", ".join(f"{f['optimization']} ({f['class']})" for f in r["found"] if f["accepted"]) or "none"
         evidence = "; ".join(f["evidence"] for f in r["found"] if f["accepted"] and f["evidence"])[:220]
-        alone = max((f["alone"] for f in r["found"] if f["alone"]), default=None)
-        cells = [r["target"], found, evidence.replace("|", "/") or "-", f"{alone:.2f}x" if alone else "-",
+        cells = [r["target"], found, evidence.replace("|", "/") or "-", _variants_cell(r["found"]),
                  (f"{r['speedup']:.2f}x" if r["speedup"] else "-") + ("" if r["finished"] else " (unfinished)"),
                  f"{r['winner']}: `{r['flags'] or '-'}`",
                  f"{r['hand_speedup']:.2f}x" if r["hand_speedup"] else "-",
                  f"{100 * r['share']:.0f}%" if r["share"] else "-",
-                 ", ".join(f"{k} {v:.0f}" for k, v in r["steps_s"].items()) or "-"]
+                 ", ".join(f"{k} {v:.0f}" for k, v in r["steps_s"].items()) or "-",
+                 _verification_cell(r["verification"])]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n", records
 
@@ -190,6 +249,7 @@ def main() -> None:
         hand = json.loads(args.hand.read_text())["hand"] if args.hand else {}
         text, _ = table(args.from_run, hand)
         (args.out / "agents_table.md").write_text(text)
+        (args.out / "verdicts.md").write_text(verdicts(args.from_run))
         print(text)
         return
     targets = [t for t in args.targets.split(",") if t]
@@ -204,6 +264,7 @@ def main() -> None:
     report = write_report(run)
     (args.out / f"report-{run.name}.md").write_text(report.read_text())
     (args.out / "agents_table.md").write_text(text)
+    (args.out / "verdicts.md").write_text(verdicts(run))
     (args.out / "agents.json").write_text(json.dumps({"run": str(run), "wall_s": time.time() - started,
                                                        "hand": hand, "targets": records}, indent=1, default=str))
     print(text)

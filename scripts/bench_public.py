@@ -26,7 +26,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(REPO), str(REPO / "scripts")]
 
-from bench_agents import budget, hand_speedups, log, no_profile, table  # noqa: E402
+from bench_agents import budget, hand_speedups, log, no_profile, table, verdicts  # noqa: E402
 
 from cluster.config import RunPlan, load_run, load_target  # noqa: E402
 from cluster.core.types import Candidate, DeviceInfo, Phase, Status  # noqa: E402
@@ -125,6 +125,7 @@ def main() -> None:
     if not args.no_agents:
         (args.out / f"report-{run.name}.md").write_text(write_report(run).read_text())
     (args.out / "public_table.md").write_text(text)
+    (args.out / "verdicts.md").write_text(verdicts(run))
     (args.out / "public.json").write_text(json.dumps({"run": str(run), "wall_s": time.time() - started,
                                                        "hand": hand, "targets": records}, indent=1, default=str))
     print(text)

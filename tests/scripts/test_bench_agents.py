@@ -36,7 +36,18 @@ def test_table_reports_the_runs_figures(tmp_path):
     assert row.startswith("| agent_c | fast (kernel) |") and f"{100 * record['share']:.0f}%" in row
     steps = record["steps_s"]  # the agents' step, the search and the finals, each took time
     assert set(steps) == {"agents", "search", "finals"} and all(v >= 0 for v in steps.values())
-    assert row.endswith(", ".join(f"{k} {v:.0f}" for k, v in steps.items()) + " |")
+    assert f"| {', '.join(f'{k} {v:.0f}' for k, v in steps.items())} |" in row
+    # Verification: both variants reached it; the wrong one was rejected by the outputs check.
+    checked = record["verification"]
+    assert checked["variants"] == 2 and checked["rejected"] == 1
+    assert checked["checks"]["outputs"] == {"passed": 1, "failed": 1} and checked["checks"]["build"] == {"passed": 2}
+    ran = ", ".join(c for c, n in checked["checks"].items() if n.get("passed") or n.get("failed"))
+    assert row.endswith(f"| 2 verified, 1 rejected (failed: outputs 1); checks run: {ran} |")
+    assert f"fast {fast['alone']:.2f}x ({fast['best']:.2f}x)" in row  # each accepted one alone and with flags
+    # Each optimization's verdict with its evidence or reason, a line each.
+    lines = bench.verdicts(run).splitlines()
+    assert any(line.startswith("| agent_c | fast | accepted |") for line in lines)
+    assert any(line.startswith("| agent_c | wrong | rejected |") for line in lines)
 
 
 def test_hand_figures_leave_out_a_target_without_a_hand_optimized_version(tmp_path):

@@ -33,6 +33,7 @@ sys.path[:0] = [str(REPO), str(REPO / "scripts")]
 from bench_suite import noise  # noqa: E402
 
 from cluster.config import RunPlan, load_run  # noqa: E402
+from cluster.core.types import BestConfig  # noqa: E402
 from cluster.engine.driver import Sweep  # noqa: E402
 from cluster.outputs.optimize_report import optimization_results, write_report  # noqa: E402
 from cluster.outputs.select import select_best  # noqa: E402
@@ -181,6 +182,22 @@ def verdicts(run: Path) -> str:
     return "\n".join(lines) + "\n"
 
 
+def winner_label(b: BestConfig | None, variants: pd.DataFrame) -> str:
+    """What won, in the experts' words: the accepted optimizations whose source the winner is, with
+    `+ -maxrregcount` where its flags hold a register cap the register expert proposed (the flags
+    space's own `-maxrregcount` values are flags like any other); `flags only` otherwise."""
+    winner = "flags only"
+    if b is not None and b.is_variant:
+        match = variants[(variants["source_hash"] == b.source_hash) & (variants["stage"] == "accepted")]
+        winner = ", ".join(dict.fromkeys(match["optimization"])) or "variant"
+    caps = {f"-maxrregcount={v}" for text in variants.loc[(variants["optimization"] == "registers")
+                                                          & (variants["stage"] == "accepted"), "search"]
+            for v in json.loads(text or "{}").get("maxrregcount", [])}
+    if b is not None and caps & set(b.flag_argv):
+        winner = f"{winner} + -maxrregcount" if winner != "flags only" else "registers (-maxrregcount)"
+    return winner
+
+
 def table(run: Path, hand: dict[str, dict]) -> tuple[str, list[dict]]:
     rows = read_results(run)
     variants = read_table(run, "variants", VARIANT_SCHEMA)
@@ -191,13 +208,7 @@ def table(run: Path, hand: dict[str, dict]) -> tuple[str, list[dict]]:
         results = [r for r in optimization_results(rows, mine) if r.target == target]
         found = [r for r in results if r.accepted]
         b = best.get(target)
-        winner = "flags only"
-        if b is not None and b.is_variant:
-            match = mine[(mine["source_hash"] == b.source_hash) & (mine["stage"] == "accepted")]
-            winner = ", ".join(dict.fromkeys(match["optimization"])) or "variant"
-        if b is not None and any(r.optimization == "registers" for r in found) and "-maxrregcount" in " ".join(
-                b.flag_argv):
-            winner = f"{winner} + -maxrregcount" if winner != "flags only" else "registers (-maxrregcount)"
+        winner = winner_label(b, mine)
         hand_speedup = hand.get(target, {}).get("hand_speedup")
         speedup = b.speedup if b is not None else None
         steps = step_times(rows[rows["target"] == target], mine)

@@ -72,3 +72,25 @@ def test_step_times_leave_out_what_did_not_run():
     variants = pd.DataFrame({"created_at": [at.timestamp() + 50, at.timestamp() + 90]})
     assert bench.step_times(rows, variants) == {"agents": 80.0, "search": 30.0}
     assert bench.step_times(rows, variants.iloc[:0]) == {"search": 30.0}
+
+
+def test_winner_label_credits_the_register_expert_only_with_its_own_cap():
+    """rodinia_hotspot won with `-maxrregcount=128` from the flags space, where the register expert
+    had proposed 32: the table said "registers (-maxrregcount)" for a win of flags alone."""
+    import pandas as pd
+
+    from cluster.core.types import BestConfig
+
+    bench = load_script()
+    variants = pd.DataFrame({"optimization": ["registers", "restrict"], "stage": ["accepted", "accepted"],
+                             "search": ['{"maxrregcount": [32]}', "{}"], "source_hash": ["base", "r1"]})
+
+    def best(cap: str, source: str = "base") -> BestConfig:
+        return BestConfig("t", "H200", "sm_90", "nvcc", "k", {"f_maxrregcount": cap, "f_opt": "-O3"}, {}, 1.0, 2.0,
+                          2.0, "ms", source_hash=source, baseline_source_hash="base")
+
+    assert bench.winner_label(best("-maxrregcount=128"), variants) == "flags only"
+    assert bench.winner_label(best("-maxrregcount=32"), variants) == "registers (-maxrregcount)"
+    assert bench.winner_label(best("-maxrregcount=32", "r1"), variants) == "restrict + -maxrregcount"
+    assert bench.winner_label(best(""), variants) == "flags only"
+    assert bench.winner_label(None, variants) == "flags only"

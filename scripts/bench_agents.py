@@ -125,14 +125,17 @@ def step_times(rows: pd.DataFrame, variants: pd.DataFrame) -> dict[str, float]:
 
 
 CHEATS = ("timing_code", "poisoned_outputs", "cached_results", "untimed_work")
+SANITIZER = ("memcheck", "racecheck", "initcheck", "synccheck")
 
 
 def verification(variants: pd.DataFrame) -> dict[str, object]:
     """What verification did with a study's variants: how many reached it, how many it rejected,
-    and each check's outcomes over them ({check: {passed/failed/skipped: count}}); the four cheat
-    checks count as one, `cheats`, failed when any of them failed."""
+    each check's outcomes over them ({check: {passed/failed/skipped: count}}) and the seconds each
+    kind of check took in all (a verdict's own time; sanitizer tools and cheat checks as one each);
+    the four cheat checks count as one, `cheats`, failed when any of them failed."""
     checked = variants[variants["verdicts"].fillna("").str.len() > 2]
     checks: dict[str, dict[str, int]] = {}
+    seconds: dict[str, float] = {}
     for text in checked["verdicts"]:
         verdicts = json.loads(text)
         cheats = [v for v in verdicts if v["check"] in CHEATS]
@@ -144,7 +147,11 @@ def verification(variants: pd.DataFrame) -> dict[str, object]:
         for check, status in others:
             counts = checks.setdefault(check, {})
             counts[status] = counts.get(status, 0) + 1
-    return {"variants": len(checked), "rejected": int((checked["stage"] == "rejected").sum()), "checks": checks}
+        for v in verdicts:
+            kind = "cheats" if v["check"] in CHEATS else "sanitizer" if v["check"] in SANITIZER else v["check"]
+            seconds[kind] = seconds.get(kind, 0.0) + float(v.get("seconds") or 0.0)
+    return {"variants": len(checked), "rejected": int((checked["stage"] == "rejected").sum()), "checks": checks,
+            "seconds": {k: round(v, 1) for k, v in sorted(seconds.items(), key=lambda kv: -kv[1]) if v > 0}}
 
 
 def _verification_cell(v: dict) -> str:
@@ -154,8 +161,9 @@ def _verification_cell(v: dict) -> str:
         return "none reached it"
     failed = ", ".join(f"{check} {counts['failed']}" for check, counts in v["checks"].items() if counts.get("failed"))
     ran = [check for check, counts in v["checks"].items() if counts.get("passed") or counts.get("failed")]
+    took = ", ".join(f"{k} {s:.0f}" for k, s in v.get("seconds", {}).items())
     return (f"{v['variants']} verified, {v['rejected']} rejected" + (f" (failed: {failed})" if failed else "")
-            + f"; checks run: {', '.join(ran)}")
+            + f"; checks run: {', '.join(ran)}" + (f"; seconds: {took}" if took else ""))
 
 
 def _variants_cell(found: list[dict]) -> str:

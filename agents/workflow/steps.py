@@ -69,6 +69,7 @@ class Verdict:
     check: str
     status: VerdictStatus
     detail: str = ""
+    seconds: float = 0.0  # the check's own time, where it ran something (a build, a run, a tool); else 0
 
     @property
     def failed(self) -> bool:

@@ -100,18 +100,18 @@ def static_verdicts(target: Target, proposal: Proposal) -> list[Verdict]:
 def run_verdicts(artifact: BuildArtifact, measurement: Measurement | None) -> list[Verdict]:
     if artifact.status is not Status.OK:
         return [Verdict("build", V.FAILED, f"{artifact.status.value}: {_last_line(artifact.error_tail)}")]
-    build = Verdict("build", V.PASSED)
+    build = Verdict("build", V.PASSED, seconds=artifact.compile_s)
     if measurement is None:
         return [build, Verdict("outputs", V.FAILED, "not run: the measuring worker was lost")]
-    status, tail = measurement.status, _last_line(measurement.error_tail)
+    status, tail, ran = measurement.status, _last_line(measurement.error_tail), measurement.run_s + measurement.verify_s
     if status is Status.OK:
-        return [build, Verdict("outputs", V.PASSED, "match the baseline's on every seed"),
+        return [build, Verdict("outputs", V.PASSED, "match the baseline's on every seed", ran),
                 Verdict("tests", V.PASSED)]
     if status is Status.TEST_FAILED:
-        return [build, Verdict("outputs", V.PASSED), Verdict("tests", V.FAILED, tail)]
+        return [build, Verdict("outputs", V.PASSED, seconds=ran), Verdict("tests", V.FAILED, tail)]
     if status is Status.VERIFY_FAILED:
-        return [build, Verdict("outputs", V.FAILED, tail)]
-    return [build, Verdict("outputs", V.FAILED, f"{status.value}: {tail}")]
+        return [build, Verdict("outputs", V.FAILED, tail, ran)]
+    return [build, Verdict("outputs", V.FAILED, f"{status.value}: {tail}", ran)]
 
 
 def sanitizer_verdicts(results: tuple[SanitizerResult, ...],
@@ -120,15 +120,16 @@ def sanitizer_verdicts(results: tuple[SanitizerResult, ...],
     for r in results:
         base = baseline.get(r.tool)
         if r.outcome == "clean":
-            verdicts.append(Verdict(r.tool, V.PASSED, r.detail))
+            verdict = Verdict(r.tool, V.PASSED, r.detail)
         elif r.outcome == "errors" and base is not None and base.outcome == "errors":
-            verdicts.append(Verdict(r.tool, V.SKIPPED, f"the baseline fails {r.tool} too: {base.detail}"))
+            verdict = Verdict(r.tool, V.SKIPPED, f"the baseline fails {r.tool} too: {base.detail}")
         elif r.outcome == "errors":
-            verdicts.append(Verdict(r.tool, V.FAILED, r.detail))
+            verdict = Verdict(r.tool, V.FAILED, r.detail)
         elif r.outcome == "timeout":
-            verdicts.append(_timeout_verdict(r, base))
+            verdict = _timeout_verdict(r, base)
         else:
-            verdicts.append(Verdict(r.tool, V.SKIPPED, f"inconclusive: {r.detail}"))
+            verdict = Verdict(r.tool, V.SKIPPED, f"inconclusive: {r.detail}")
+        verdicts.append(dataclasses.replace(verdict, seconds=r.seconds))
     return verdicts
 
 

@@ -25,6 +25,7 @@ from __future__ import annotations
 import dataclasses
 import re
 import statistics
+import time
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -310,10 +311,17 @@ def reverify_fresh_seeds(target: Target, baseline: BuildArtifact, candidate: Bui
 
 def cheat_checks(target: Target, baseline: BuildArtifact, candidate: BuildArtifact,
                  files: Mapping[str, str], runner: Runner | None = None) -> tuple[Verdict, ...]:
-    """Every check, for a candidate built from ``files`` (its changed sources)."""
-    return (check_timing_code(target, files), check_poisoned_outputs(target, baseline, candidate, runner),
-            check_cached_results(target, baseline, candidate, runner),
-            check_untimed_work(target, baseline, candidate, runner=runner))
+    """Every check, for a candidate built from ``files`` (its changed sources), each with its time."""
+    checks = (lambda: check_timing_code(target, files),
+              lambda: check_poisoned_outputs(target, baseline, candidate, runner),
+              lambda: check_cached_results(target, baseline, candidate, runner),
+              lambda: check_untimed_work(target, baseline, candidate, runner=runner))
+    verdicts = []
+    for check in checks:
+        start = time.monotonic()
+        verdict = check()
+        verdicts.append(dataclasses.replace(verdict, seconds=time.monotonic() - start))
+    return tuple(verdicts)
 
 
 class GuardedVerifier(Verifier):

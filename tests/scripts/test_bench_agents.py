@@ -42,7 +42,10 @@ def test_table_reports_the_runs_figures(tmp_path):
     assert checked["variants"] == 2 and checked["rejected"] == 1
     assert checked["checks"]["outputs"] == {"passed": 1, "failed": 1} and checked["checks"]["build"] == {"passed": 2}
     ran = ", ".join(c for c, n in checked["checks"].items() if n.get("passed") or n.get("failed"))
-    assert row.endswith(f"| 2 verified, 1 rejected (failed: outputs 1); checks run: {ran} |")
+    took = checked["seconds"]  # where verification's time went: both builds at least took some
+    assert took["build"] > 0 and list(took.values()) == sorted(took.values(), reverse=True)
+    assert row.endswith(f"| 2 verified, 1 rejected (failed: outputs 1); checks run: {ran}; seconds: "
+                        + ", ".join(f"{k} {s:.0f}" for k, s in took.items()) + " |")
     assert f"fast {fast['alone']:.2f}x ({fast['best']:.2f}x)" in row  # each accepted one alone and with flags
     # Each optimization's verdict with its evidence or reason, a line each.
     lines = bench.verdicts(run).splitlines()

@@ -105,9 +105,10 @@ def test_sanitizer_output_is_read_and_the_baselines_own_errors_are_not_held_agai
     assert interpret("memcheck", 0, False, "========= ERROR SUMMARY: 0 errors\n").outcome == "clean"
     assert interpret("memcheck", None, True, "").outcome == "timeout"
     assert interpret("memcheck", 1, False, "wf: out of memory").outcome == "inconclusive"
-    clean = SanitizerResult("memcheck", "clean")
+    clean = SanitizerResult("memcheck", "clean", seconds=12.5)
     verdicts = sanitizer_verdicts((clean, race), {"racecheck": SanitizerResult("racecheck", "clean")})
     assert [v.status.value for v in verdicts] == ["passed", "failed"]
+    assert verdicts[0].seconds == 12.5  # each tool's time goes with its verdict, into the variants table
     both = sanitizer_verdicts((race,), {"racecheck": race})
     assert both[0].status is VerdictStatus.SKIPPED and "baseline" in both[0].detail
     assert sanitizer_command("memcheck", ["./a", "--seed", "0"])[:3] == ["compute-sanitizer", "--tool", "memcheck"]

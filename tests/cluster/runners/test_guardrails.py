@@ -84,6 +84,7 @@ def test_the_honest_faster_variant_passes_every_check(guarded: Target, baseline:
     verdicts = cheat_checks(guarded, baseline, build(honest), files)
     assert [v.check for v in verdicts] == ["timing_code", "poisoned_outputs", "cached_results", "untimed_work"]
     assert all(v.status is VerdictStatus.PASSED for v in verdicts), verdicts
+    assert all(v.seconds > 0 for v in verdicts[1:])  # each check that runs the programs is timed
 
 
 def test_outputs_left_unwritten_are_caught_by_poisoned_outputs(guarded: Target, baseline: BuildArtifact) -> None:

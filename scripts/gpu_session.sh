@@ -38,6 +38,8 @@
 #                                        (regpressure, conv2d, multikernel) with the agents on and stacking
 #   scripts/gpu_session.sh inputs OUT    one GPU: the comparison's one-GPU runs (inputs kept per array), the
 #                                        kernel runner's and the persistent runner's GPU tests
+#   scripts/gpu_session.sh checks OUT    one GPU: the agents' GPU tests, and two public programs with the agents
+#                                        on (TARGETS=, default pb_2mm,cs_transpose): each verdict's seconds
 #   scripts/gpu_session.sh kernels OUT   every GPU: Kernel Tuner against warpfleet's kernel targets on 1, 2
 #                                        and 4 GPUs (bench_kerneltuner.py), the kernel runner's fixed cost
 #
@@ -50,7 +52,7 @@
 # (a device lease returns few files).
 set -uo pipefail
 cd "$(dirname "$0")/.."
-session=${1:?single, scaling, scaling12, scaling4, halves, sim, agents, public, kernels, ab, actor, recheck, stack, inputs or last}
+session=${1:?single, scaling, scaling12, scaling4, halves, sim, agents, public, kernels, ab, actor, recheck, stack, inputs, checks or last}
 OUT=$(mkdir -p "${2:?OUT}" && cd "$2" && pwd)
 mkdir -p "$OUT/logs"
 scale=${STEP_SCALE:-1}
@@ -214,11 +216,17 @@ case "$session" in
     machine
     step actor 120 "$PY" scripts/bench_runners.py configs/kernels.yaml --actor --repeats 30 --out "$OUT/actor"
     pack actor actor ;;
+  checks)  # one GPU, about 8 minutes: where an agent stage's time goes (each verdict's seconds), the agents' GPU tests
+    machine
+    step gpu_tests_agents 150 "$PY" -m pytest -q -p no:cacheprovider -m gpu tests/cluster/engine/test_gpu_agents.py
+    step public 330 "$PY" scripts/bench_public.py --out "$OUT/public" --trials 4 --hand-repeats 1 --search-s 30 \
+      --no-profile --targets "${TARGETS:-pb_2mm,cs_transpose}"
+    pack checks public ;;
   public)  # every GPU: the public suite with the agents on (on two H200s, 555 s finished four of eight, a fifth in its finals)
     machine
     step public 555 "$PY" scripts/bench_public.py --out "$OUT/public" --trials 8 --hand-repeats 2 --search-s 60 \
       --no-profile ${TARGETS:+--targets "$TARGETS"}
     pack public public ;;
   *)
-    sed -n 2,22p "$0"; exit 2 ;;
+    sed -n '2,/^set -uo/p' "$0" | grep '^#'; exit 2 ;;
 esac

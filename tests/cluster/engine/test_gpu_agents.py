@@ -86,6 +86,8 @@ def test_optimize_pads_the_transpose_and_the_variant_wins(tmp_path):
     assert len(padding) >= 1, variants[["optimization", "stage", "reason"]].to_string()
     verdicts = {v["check"]: v["status"] for v in json.loads(padding["verdicts"].iloc[0])}
     assert verdicts["outputs"] == "passed" and verdicts["memcheck"] == "passed" and verdicts["racecheck"] == "passed"
+    seconds = {v["check"]: v["seconds"] for v in json.loads(padding["verdicts"].iloc[0])}
+    assert all(seconds[check] > 0 for check in ("build", "outputs", "memcheck", "racecheck")), seconds
     assert "l1tex__data_bank_conflicts" in padding["evidence"].iloc[0]  # the profile that motivated it
     rows = read_results(run)
     assert set(padding["source_hash"]) & set(rows.loc[rows["phase"] == "search", "source_hash"])

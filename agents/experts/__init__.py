@@ -6,9 +6,10 @@ from agents.experts.launch_bounds import LaunchBoundsExpert
 from agents.experts.padding import PaddingExpert
 from agents.experts.registers import RegisterExpert
 from agents.experts.restrict import RestrictExpert
+from agents.experts.shared_stage import SharedStageExpert
 from agents.experts.streamify import StreamifyExpert
 from agents.experts.unroll import UnrollExpert
 from agents.experts.vectorize import VectorizeExpert
 
 __all__ = ["ConstantExpert", "LaunchBoundsExpert", "PaddingExpert", "RegisterExpert", "RestrictExpert",
-           "StreamifyExpert", "UnrollExpert", "VectorizeExpert"]
+           "SharedStageExpert", "StreamifyExpert", "UnrollExpert", "VectorizeExpert"]

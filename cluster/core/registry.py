@@ -50,6 +50,7 @@ EXPERTS = Registry("expert", {
     "restrict": "agents.experts.restrict:RestrictExpert",
     "vectorize": "agents.experts.vectorize:VectorizeExpert",
     "constant": "agents.experts.constant:ConstantExpert",
+    "shared_stage": "agents.experts.shared_stage:SharedStageExpert",
 })
 
 # `warpfleet export --format NAME`: each a function (best configs, rows, run dir) -> text (cluster/outputs/exports/).

@@ -215,25 +215,35 @@ def test_the_variant_compiles_and_frees_the_cached_registers(tmp_path: Path) -> 
 REGPRESSURE = REPO / "configs" / "targets" / "regpressure" / "target.yaml"
 
 
-@pytest.mark.gpu
-@pytest.mark.skipif(not gpu_present(), reason="no NVIDIA GPU and nvcc")
-def test_on_a_gpu_the_variant_gives_the_baselines_outputs_and_a_planted_short_copy_does_not() -> None:
-    """The verifier's build and run (cluster.engine.verify.run_verdicts) on the regpressure target:
-    the static checks are tested on the CPU above."""
+def measured_baseline(target: Target):
+    """On GPU 0: the device, the target's baseline candidate and build, and its outputs as the
+    reference a variant's must match (what the verifier holds before it checks a variant)."""
     from cluster.core.types import Candidate, Phase, Status
-    from cluster.engine.verify import run_verdicts
     from cluster.runners.build import compile_candidate
     from cluster.runners.devices import gpu_device
     from cluster.runners.measure import Reference, measure_candidate
 
-    target = load_target(REGPRESSURE)
     device = gpu_device(0, "gpu-0")
     baseline = Candidate(target.name, "nvcc", device.name, device.arch, target.bundle.hash,
                          tuple(target.space.baseline.items()), tuple(target.baseline_params.items()), Phase.BASELINE)
     artifact = compile_candidate(target, baseline)
     measured = measure_candidate(target, baseline, artifact, device, None, runs=1)
     assert measured.status is Status.OK, measured.error_tail
-    reference = Reference(measured.outputs)
+    return device, baseline, artifact, Reference(measured.outputs)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not gpu_present(), reason="no NVIDIA GPU and nvcc")
+def test_on_a_gpu_the_variant_gives_the_baselines_outputs_and_a_planted_short_copy_does_not() -> None:
+    """The verifier's build and run (cluster.engine.verify.run_verdicts) on the regpressure target:
+    the static checks are tested on the CPU above."""
+    from cluster.core.types import Phase
+    from cluster.engine.verify import run_verdicts
+    from cluster.runners.build import compile_candidate
+    from cluster.runners.measure import measure_candidate
+
+    target = load_target(REGPRESSURE)
+    device, baseline, artifact, reference = measured_baseline(target)
     [right] = ConstantExpert().propose(AnalysisContext(target, device.arch, kernels=artifact.kernels))
     text = dict(right.files)["regpressure.cu"]
     short = re.sub(r"81 \* sizeof\(float\)", "40 * sizeof(float)", text)  # half the table left zero

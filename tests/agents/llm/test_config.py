@@ -48,7 +48,7 @@ def test_spec_defaults_and_limits() -> None:
 def test_step_choices_keep_experts_before_llms() -> None:
     config = AgentsConfig.model_validate({"llm": SPEC, "steps": {"unroll": {"transformer": "llm"}}})
     assert list(config.choices()) == ["registers", "unroll", "padding", "streamify", "launch_bounds", "restrict",
-                                      "vectorize", "constant"]
+                                      "vectorize", "constant", "shared_stage"]
     assert config.choices()["unroll"].transformer == "llm" and config.choices()["padding"].analyst == "expert"
     with pytest.raises(ValidationError, match="planner cannot be an expert after an llm analyst"):
         AgentsConfig.model_validate({"llm": SPEC, "steps": {"unroll": {"analyst": "llm"}}})

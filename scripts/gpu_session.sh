@@ -38,6 +38,8 @@
 #                                        (regpressure, conv2d, multikernel) with the agents on and stacking
 #   scripts/gpu_session.sh inputs OUT    one GPU: the comparison's one-GPU runs (inputs kept per array), the
 #                                        kernel runner's and the persistent runner's GPU tests
+#   scripts/gpu_session.sh stage OUT     one GPU: the shared_stage expert's GPU tests, then the suite's unroll
+#                                        target with the agents on (SUITE= for others)
 #   scripts/gpu_session.sh checks OUT    one GPU: the agents' GPU tests, and two public programs with the agents
 #                                        on (TARGETS=, default pb_2mm,cs_transpose): each verdict's seconds
 #   scripts/gpu_session.sh kernels OUT   every GPU: Kernel Tuner against warpfleet's kernel targets on 1, 2
@@ -52,7 +54,7 @@
 # (a device lease returns few files).
 set -uo pipefail
 cd "$(dirname "$0")/.."
-session=${1:?single, scaling, scaling12, scaling4, halves, sim, agents, public, kernels, ab, actor, recheck, stack, inputs, checks or last}
+session=${1:?single, scaling, scaling12, scaling4, halves, sim, agents, public, kernels, ab, actor, recheck, stack, inputs, checks, stage or last}
 OUT=$(mkdir -p "${2:?OUT}" && cd "$2" && pwd)
 mkdir -p "$OUT/logs"
 scale=${STEP_SCALE:-1}
@@ -216,6 +218,14 @@ case "$session" in
     machine
     step actor 120 "$PY" scripts/bench_runners.py configs/kernels.yaml --actor --repeats 30 --out "$OUT/actor"
     pack actor actor ;;
+  stage)  # one GPU, about 8 minutes: the shared_stage expert's GPU test and the optimize test (each verdict's
+    # seconds), then the suite's unroll target (SUITE= for others) with the agents on
+    machine
+    step gpu_tests 150 "$PY" -m pytest -q -p no:cacheprovider -m gpu tests/agents/test_shared_stage.py \
+      tests/cluster/engine/test_gpu_agents.py
+    step agents 400 "$PY" scripts/bench_agents.py --out "$OUT/agents" --trials 8 --hand-repeats 2 --search-s 60 \
+      --no-profile --targets "${SUITE:-unroll}"
+    pack stage agents ;;
   checks)  # one GPU, about 8 minutes: where an agent stage's time goes (each verdict's seconds), the agents' GPU tests
     machine
     step gpu_tests_agents 150 "$PY" -m pytest -q -p no:cacheprovider -m gpu tests/cluster/engine/test_gpu_agents.py

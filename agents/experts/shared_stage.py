@@ -35,7 +35,7 @@ from agents._ts import ConstEnv, Node
 from agents.experts._expert import Change, Expert, kernel_node, line_edits, source_models
 from agents.experts.constant import SIZES
 from agents.experts.registers import names_kernel
-from agents.patch import InsertBefore, Patched, Refused, apply, source_files
+from agents.patch import Patched, Refused, apply, source_files
 from agents.source_model import Kernel, Loop, SourceModel
 from agents.workflow.steps import Finding, Level, Plan
 
@@ -71,8 +71,7 @@ class Stage:
     path: str
     kernel: Kernel
     tables: tuple[Table, ...]
-    line: int  # the body's first line of code: the copy goes before it
-    indent: str
+    indent: str  # of the body's statements
 
 
 class SharedStageExpert(Expert):
@@ -187,13 +186,13 @@ def stageable(model: SourceModel, path: str, kernel: Kernel, tables: Mapping[str
     shadowed = sorted(set(read) & locals_)
     if shadowed:
         return f"a local of the kernel is named {shadowed[0]}, as a __constant__ array"
+    variables = locals_ | {p.name for p in kernel.params}
     varying: dict[str, str] = {}
     for name in read:
         for use in _uses(body, name):
-            index = _varying_index(use, body, kernel, env)
-            if index is not None:
-                varying.setdefault(name, f"`{_ts.squash(_ts.text(_outer(use)))}` (line {use.start_point[0] + 1}): "
-                                         f"{index} varies at run time")
+            why = _varying(use, body, kernel, env, variables)
+            if why is not None:
+                varying.setdefault(name, why)
     if not varying:
         return (f"{', '.join(read)} read at compile-time indices only: the constant bank serves them as operands, "
                 "with no miss")
@@ -206,14 +205,12 @@ def stageable(model: SourceModel, path: str, kernel: Kernel, tables: Mapping[str
     if total > STAGE_MAX_BYTES or shared + total > STATIC_SHARED_MAX:
         return (f"{', '.join(t.name for t in staged)}: {total} B, with the kernel's {shared} B of shared memory, "
                 f"over the {STAGE_MAX_BYTES} B staged or {STATIC_SHARED_MAX} B static shared memory")
+    lines = model.clean.split(b"\n")
     first = next((c for c in body.named_children), None)
-    if first is None:
-        return "the kernel's body is empty"
-    if first.start_point[0] == body.start_point[0]:
-        return "the body's first statement shares a line with its opening brace"
-    line = model.clean.split(b"\n")[first.start_point[0]].decode("utf-8", "replace")
-    indent = line[: len(line) - len(line.lstrip())]
-    return Stage(path, kernel, tuple(staged), first.start_point[0] + 1, indent), tuple(varying.values())
+    row = first.start_point[0] if first is not None and first.start_point[0] > body.start_point[0] else None
+    line = lines[row if row is not None else fn.start_point[0]].decode("utf-8", "replace")
+    indent = line[: len(line) - len(line.lstrip())] + ("" if row is not None else "  ")
+    return Stage(path, kernel, tuple(staged), indent), tuple(varying.values())
 
 
 def _uses(body: Node, name: str) -> Iterator[Node]:
@@ -229,36 +226,76 @@ def _outer(use: Node) -> Node:
     return node
 
 
-def _varying_index(use: Node, body: Node, kernel: Kernel, env: ConstEnv) -> str | None:
-    """The first name in the subscripts of `use` that is no compile-time constant (after nvcc unrolls
-    the loops of a constant trip count), or None when all are; a use that is not subscripted (the
-    array handed on, offset) counts as varying."""
+def _varying(use: Node, body: Node, kernel: Kernel, env: ConstEnv, variables: set[str]) -> str | None:
+    """Why the read `use` is at a run-time index, or None when every index is a compile-time
+    constant once nvcc unrolls the loops around it: constants (a header's macros included: any name
+    that is no variable of the kernel), the variables of those loops, and `const` locals computed
+    from them. A use not subscripted (the array handed on, offset) counts as run-time: its indices
+    are not seen here."""
     outer = _outer(use)
+    where = f"`{_ts.squash(_ts.text(outer))}` (line {use.start_point[0] + 1})"
     if outer == use:
-        return f"the array itself, used as `{_ts.squash(_ts.text(use.parent or use))}`,"
-    unrolled = _unrolled_variables(use, body, kernel)
+        return f"{where} is used whole, in `{_ts.squash(_ts.text(use.parent or use))[:80]}`: its indices are not seen"
+    known = _unrolled_variables(use, body, kernel, variables)
+    known |= _derived_constants(body, env, known)
     node = use
     while node != outer:
         subscript = node.parent
-        indices = subscript.child_by_field_name("indices")
-        for n in _ts.walk(indices) if indices is not None else ():
-            if n.type != "identifier" or (n.parent is not None and n.parent.type == "field_expression"
-                                          and n.parent.child_by_field_name("field") == n):
-                continue
-            name = _ts.text(n)
-            if name not in unrolled and env.value(name) is None:
-                return f"`{name}`"
+        for name in _names(subscript.child_by_field_name("indices")):
+            if name in variables | _THREAD_NAMES and name not in known and env.value(name) is None:
+                return f"{where}: `{name}` varies at run time"
         node = subscript
     return None
 
 
-def _unrolled_variables(use: Node, body: Node, kernel: Kernel) -> set[str]:
+def _names(node: Node | None) -> Iterator[str]:
+    """The variables `node` reads (a member's field name is no variable)."""
+    for n in _ts.walk(node) if node is not None else ():
+        if n.type == "identifier" and not (n.parent is not None and n.parent.type == "field_expression"
+                                           and n.parent.child_by_field_name("field") == n):
+            yield _ts.text(n)
+
+
+def _derived_constants(body: Node, env: ConstEnv, known: set[str]) -> set[str]:
+    """`const` locals of the body whose initializers read only constants and `known` names (and
+    each other): `const int ky = r - t;` in loops over r and t that are unrolled."""
+    inits: dict[str, Node] = {}
+    for decl in _ts.walk(body):
+        if decl.type != "declaration" or not any(_ts.text(c) in ("const", "constexpr") for c in decl.children
+                                                 if c.type == "type_qualifier"):
+            continue
+        for declarator in decl.children_by_field_name("declarator"):
+            value = declarator.child_by_field_name("value") if declarator.type == "init_declarator" else None
+            inner = declarator.child_by_field_name("declarator") if value is not None else None
+            if inner is not None and inner.type == "identifier":
+                inits[_ts.text(inner)] = value
+    found: set[str] = set()
+    while more := {name for name, value in inits.items() if name not in found
+                   and all(n in known or n in found or env.value(n) is not None for n in _names(value))}:
+        found |= more
+    return found
+
+
+def _unrolled_variables(use: Node, body: Node, kernel: Kernel, variables: set[str]) -> set[str]:
     """The variables of the loops around `use` that nvcc unrolls whole: a constant trip count with a
-    bare `#pragma unroll` (or a factor as large), or up to UNROLLED_MAX with no pragma saying less."""
-    lines = {a.start_point[0] + 1 for a in _ts.ancestors(use) if a.type == "for_statement"
-             and a.start_byte >= body.start_byte}
-    return {loop.variable for loop in kernel.loops if loop.span.start_line in lines and loop.variable
-            and _unrolled(loop)}
+    bare `#pragma unroll` (or a factor as large), or up to UNROLLED_MAX with no pragma saying less;
+    and a bare `#pragma unroll` loop whose bounds read no variable (macros this file does not define
+    included: a header's)."""
+    loops = [a for a in _ts.ancestors(use) if a.type == "for_statement" and a.start_byte >= body.start_byte]
+    lines = {a.start_point[0] + 1: a for a in loops}
+    out = set()
+    for loop in kernel.loops:
+        node = lines.get(loop.span.start_line)
+        if node is None or not loop.variable:
+            continue
+        header = [n for part in ("initializer", "condition", "update") for n in _names(node.child_by_field_name(part))]
+        fixed = not ({n for n in header if n != loop.variable} & (variables | _THREAD_NAMES))
+        if _unrolled(loop) or (fixed and loop.unroll is not None and loop.unroll.argument is None):
+            out.add(loop.variable)
+    return out
+
+
+_THREAD_NAMES = {"threadIdx", "blockIdx", "blockDim", "gridDim"}
 
 
 def _unrolled(loop: Loop) -> bool:
@@ -280,18 +317,21 @@ def _copy(table: Table, indent: str) -> str:
         store = (f"reinterpret_cast<{table.element}*>({table.staged})[wf_i] = "
                  f"reinterpret_cast<const {table.element}*>({table.name})[wf_i];")
     declarator = re.sub(rf"\b{re.escape(table.name)}\b", table.staged, table.declarator, count=1)
-    return (f"{indent}__shared__ {table.element} {declarator};\n"
-            f"{indent}for (int wf_i = {first}; wf_i < int(sizeof({table.name}) / sizeof({table.element})); "
-            f"wf_i += {threads})\n{indent}  {store}\n")
+    return (f"\n{indent}__shared__ {table.element} {declarator};"
+            f"\n{indent}for (int wf_i = {first}; wf_i < int(sizeof({table.name}) / sizeof({table.element})); "
+            f"wf_i += {threads})\n{indent}  {store}")
 
 
 def _patch(files: Mapping[str, str], model: SourceModel, stage: Stage, editable: Collection[str]) -> Patched | Refused:
     fn = kernel_node(model, stage.kernel)
     body = fn.child_by_field_name("body") or fn
     names = ", ".join(t.name for t in stage.tables)
-    text = (f"{stage.indent}// warpfleet shared_stage: {names} read at run-time indices, from shared memory\n"
-            + "".join(_copy(t, stage.indent) for t in stage.tables) + f"{stage.indent}__syncthreads();\n")
-    changes = [Change(n.start_byte, n.end_byte, t.staged) for t in stage.tables for n in _uses(body, t.name)]
+    # Right after the body's `{`, each line indented as the body's statements: first, whatever
+    # shares the brace's line.
+    text = (f"\n{stage.indent}// warpfleet shared_stage: {names} read at run-time indices, from shared memory"
+            + "".join(_copy(t, stage.indent) for t in stage.tables) + f"\n{stage.indent}__syncthreads();")
+    at = body.start_byte + 1
+    changes = [Change(at, at, text), *(Change(n.start_byte, n.end_byte, t.staged) for t in stage.tables
+                                       for n in _uses(body, t.name))]
     source = files[stage.path].encode("utf-8", "surrogateescape")
-    return apply(files, [InsertBefore(stage.path, stage.line, text), *line_edits(stage.path, source, changes)],
-                 editable)
+    return apply(files, line_edits(stage.path, source, changes), editable)

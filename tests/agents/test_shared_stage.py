@@ -60,6 +60,26 @@ __global__ void grid(float* out, int r) {
   out[threadIdx.x] = c_grid[r][threadIdx.x % 4];
 }
 __global__ void plain(float* out) { out[threadIdx.x] = 1.0f; }
+__global__ void header_bound(float* out) {  // RADIUS comes from a header this file does not show
+  float s = 0.0f;
+#pragma unroll
+  for (int j = -RADIUS; j <= RADIUS; j++) s += c_coef[RADIUS - j];
+  out[threadIdx.x] = s;
+}
+__global__ void derived(float* out) {
+  float s = 0.0f;
+#pragma unroll
+  for (int r = 0; r < 6; ++r)
+#pragma unroll
+    for (int t = 0; t < 2; ++t) {
+      const int k = r - t;
+      if (k >= 0) s += c_coef[k];
+    }
+  out[threadIdx.x] = s;
+}
+__constant__ float c_poly[4];
+__device__ float head(const float* p) { return p[0]; }
+__global__ void whole(float* out) { out[threadIdx.x] = head(c_poly); }
 
 int main() { return 0; }
 """
@@ -76,7 +96,7 @@ def findings(tmp_path, metrics: dict[str, float], kernels: tuple[KernelResources
 
 def test_tables_read_at_run_time_indices_are_staged_where_the_constant_cache_stalls(tmp_path):
     found = findings(tmp_path, profile(46.6))
-    assert {k for k, f in found.items() if f.applies} == {"fir", "by_thread", "grid"}
+    assert {k for k, f in found.items() if f.applies} == {"fir", "by_thread", "grid", "whole"}
     assert "`c_taps[t]` (line 12): `t` varies at run time" in found["fir"].reason
     assert any("46.60 cycles per issued instruction" in e for e in found["fir"].evidence)
     assert "4096 B staged" in found["fir"].reason
@@ -85,6 +105,11 @@ def test_tables_read_at_run_time_indices_are_staged_where_the_constant_cache_sta
     assert "over the 16384 B staged" in found["big"].reason  # 32 KB
     assert "a local of the kernel is named c_taps" in found["shadow"].reason
     assert found["plain"].reason == "reads no __constant__ array"
+    # Compile-time after unrolling: a bare pragma over a header's macro bounds; a const local of
+    # unrolled loop variables. A table handed on whole has indices the analysis does not see.
+    assert "compile-time indices only" in found["header_bound"].reason
+    assert "compile-time indices only" in found["derived"].reason
+    assert "`c_poly` (line 57) is used whole, in `(c_poly)`: its indices are not seen" in found["whole"].reason
 
 
 def test_the_profile_decides(tmp_path):
@@ -103,7 +128,7 @@ def test_the_patch_copies_first_and_renames_the_reads(tmp_path):
     target = kernel_target(tmp_path, SOURCE)
     proposals = SharedStageExpert().propose(AnalysisContext(target, ARCH, metrics=profile(46.6)))
     by_kernel = {p.description.split(":")[0]: p for p in proposals}  # the reason names the tables first
-    assert set(by_kernel) == {"c_taps", "c_lut", "c_grid"}
+    assert set(by_kernel) == {"c_taps", "c_lut", "c_grid", "c_poly"}
     text = dict(by_kernel["c_taps"].files)["kernel.cu"]
     body = text[text.index("__global__ void fir"):text.index("__global__ void fixed")]
     lines = [line.strip() for line in body.splitlines()]
@@ -113,7 +138,13 @@ def test_the_patch_copies_first_and_renames_the_reads(tmp_path):
                                "wf_i < int(sizeof(c_taps) / sizeof(float)); wf_i += blockDim.x * blockDim.y")
     assert lines[4] == "wf_stage_c_taps[wf_i] = c_taps[wf_i];" and lines[5] == "__syncthreads();"
     assert "fmaf(wf_stage_c_taps[t], x[i + t], sum)" in body and body.count("c_taps[t]") == 1  # renamed
-    assert text.count("c_coef[k]") == 1 and "c_taps[4] = {1, 2, 3, 4}" in text  # other kernels as they were
+    assert text.count("c_coef[k]") == 2 and "c_taps[4] = {1, 2, 3, 4}" in text  # other kernels as they were
+    # A body on its kernel's line: the copy goes right after the brace, the rest of the line after it.
+    whole = dict(by_kernel["c_poly"].files)["kernel.cu"].split("__global__ void whole")[1].splitlines()
+    assert whole[0] == "(float* out) {" and whole[1].startswith("  // warpfleet shared_stage")
+    assert whole[2] == "  __shared__ float wf_stage_c_poly[4];"
+    assert whole[4] == "    wf_stage_c_poly[wf_i] = c_poly[wf_i];"
+    assert whole[5] == "  __syncthreads(); out[threadIdx.x] = head(wf_stage_c_poly); }"
     grid = dict(by_kernel["c_grid"].files)["kernel.cu"]
     assert "__shared__ float wf_stage_c_grid[4][4];" in grid
     assert "reinterpret_cast<float*>(wf_stage_c_grid)[wf_i] = reinterpret_cast<const float*>(c_grid)[wf_i];" in grid

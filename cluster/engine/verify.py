@@ -97,7 +97,9 @@ def static_verdicts(target: Target, proposal: Proposal) -> list[Verdict]:
 
 # -- the variant as a target --------------------------------------------------------------------
 
-def run_verdicts(artifact: BuildArtifact, measurement: Measurement | None) -> list[Verdict]:
+def run_verdicts(artifact: BuildArtifact, measurement: Measurement | None, tested: bool = True) -> list[Verdict]:
+    """The build's, the outputs' and the user's tests' verdicts from a verification run; ``tested``
+    False: the target declares no ``verify.test``, so its tests are skipped, not passed."""
     if artifact.status is not Status.OK:
         return [Verdict("build", V.FAILED, f"{artifact.status.value}: {_last_line(artifact.error_tail)}")]
     build = Verdict("build", V.PASSED, seconds=artifact.compile_s)
@@ -105,13 +107,16 @@ def run_verdicts(artifact: BuildArtifact, measurement: Measurement | None) -> li
         return [build, Verdict("outputs", V.FAILED, "not run: the measuring worker was lost")]
     status, tail, ran = measurement.status, _last_line(measurement.error_tail), measurement.run_s + measurement.verify_s
     if status is Status.OK:
-        return [build, Verdict("outputs", V.PASSED, "match the baseline's on every seed", ran),
-                Verdict("tests", V.PASSED)]
+        tests = Verdict("tests", V.PASSED) if tested else Verdict("tests", V.SKIPPED, NO_TESTS)
+        return [build, Verdict("outputs", V.PASSED, "match the baseline's on every seed", ran), tests]
     if status is Status.TEST_FAILED:
         return [build, Verdict("outputs", V.PASSED, seconds=ran), Verdict("tests", V.FAILED, tail)]
     if status is Status.VERIFY_FAILED:
         return [build, Verdict("outputs", V.FAILED, tail, ran)]
     return [build, Verdict("outputs", V.FAILED, f"{status.value}: {tail}", ran)]
+
+
+NO_TESTS = "the target declares no verify.test"
 
 
 def sanitizer_verdicts(results: tuple[SanitizerResult, ...],
@@ -187,7 +192,7 @@ class QueueVerifier(Verifier):
             return Verification(tuple(verdicts))
         variant = variant_target(context.target, proposal)
         result = self.jobs.verify(variant, self.runs).result()
-        verdicts += run_verdicts(result.artifact, result.measurement)
+        verdicts += run_verdicts(result.artifact, result.measurement, bool(variant.spec.verify.test))
         measurement = result.measurement
         if measurement is None or measurement.status is not Status.OK:
             return Verification(tuple(verdicts))
@@ -251,4 +256,4 @@ class LocalVerifier(Verifier):
                 verdicts.append(Verdict("outputs", V.SKIPPED, "not run: no device here to run it"))
             return Verification(tuple(verdicts))
         measurement = measure_candidate(variant, candidate, artifact, self.device, self.reference, self.runs)
-        return Verification(tuple(verdicts + run_verdicts(artifact, measurement)))
+        return Verification(tuple(verdicts + run_verdicts(artifact, measurement, bool(variant.spec.verify.test))))

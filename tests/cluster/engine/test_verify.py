@@ -13,6 +13,7 @@ from agents.workflow import VerdictStatus
 from cluster.config import load_target
 from cluster.core.types import BuildArtifact, DeviceInfo, Measurement, Status
 from cluster.engine.verify import (
+    NO_TESTS,
     depgraph_verdict,
     guard_verdict,
     run_verdicts,
@@ -95,6 +96,9 @@ def test_run_verdicts_name_the_failing_check():
     test = Measurement("k", Status.TEST_FAILED, DEVICE, error_tail="test 3 failed")
     assert run_verdicts(ok, test)[-1].failed and run_verdicts(ok, test)[-1].check == "tests"
     assert not any(v.failed for v in run_verdicts(ok, Measurement("k", Status.OK, DEVICE, (1.0,))))
+    # A target with no verify.test: its tests are skipped, and said so, not passed.
+    untested = run_verdicts(ok, Measurement("k", Status.OK, DEVICE, (1.0,)), tested=False)[-1]
+    assert (untested.check, untested.status.value, untested.detail) == ("tests", "skipped", NO_TESTS)
 
 
 def test_sanitizer_output_is_read_and_the_baselines_own_errors_are_not_held_against_a_variant():

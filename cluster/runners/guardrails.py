@@ -15,6 +15,9 @@ verification step, each a ``Verdict``:
                       makes one, a variable it sets, or the line that prints the metric; and a
                       harness's sample lines must agree with its own summary
 
+The baseline's runs that the output checks compare with are kept in the process for the next
+variant's checks (``_baseline_run``: the same binary, seed and staged files give the same run).
+
 ``suspect_speedup`` and ``reverify_fresh_seeds`` are the 10x rule: a candidate that much faster is
 run again on inputs that no run has seen before it is believed, and flagged for review.
 ``GuardedVerifier`` adds the checks to any verifier's, on this machine.
@@ -23,9 +26,13 @@ run again on inputs that no run has seen before it is believed, and flagged for 
 from __future__ import annotations
 
 import dataclasses
+import hashlib
+import json
 import re
 import statistics
+import threading
 import time
+from collections import OrderedDict
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -95,6 +102,47 @@ def _fresh(target: Target, artifact: BuildArtifact, runner: Runner | None, *, se
         return run_binary(staged, seed=seed, poison=poison)
 
 
+# The baseline's runs that the output checks compare with, kept in this process (a worker) for the
+# next variant of the same target: its binary, seed and staged files are the same, so is its run.
+BASELINE_RUNS_KEPT = 6
+_baseline_runs: OrderedDict[str, Run] = OrderedDict()
+_baseline_lock = threading.Lock()
+
+
+def _baseline_key(target: Target, baseline: BuildArtifact, seed: int, poison: bool) -> str:
+    """What a run of the baseline's binary depends on when staged as ``target`` (a variant: its own
+    sources, which the binary does not read): the binary, the files staged besides the sources, the
+    run command and the params it names, what is collected of the outputs, the runner, the seed and
+    the poison."""
+    spec = target.spec
+    sources = set(spec.sources)
+    data = [(path, hashlib.sha256(content).hexdigest()) for path, content in sorted(target.bundle.files)
+            if path not in sources]
+    used = names_in(spec.run)
+    params = sorted((name, str(value)) for name, value in target.baseline_params.items() if name in used)
+    outputs = [o.path for o in spec.verify.outputs]
+    described = json.dumps([data, [str(a) for a in spec.run], params, outputs, spec.verify.stdout_regex,
+                            target.runner, seed, poison], default=str)
+    return hashlib.sha256((baseline.binary or b"") + described.encode()).hexdigest()
+
+
+def _baseline_run(target: Target, baseline: BuildArtifact, runner: Runner | None, *, seed: int,
+                  poison: bool = False) -> Run:
+    """The baseline's run on ``seed``, from an earlier variant's checks where this process made it."""
+    key = _baseline_key(target, baseline, seed, poison)
+    with _baseline_lock:
+        if key in _baseline_runs:
+            _baseline_runs.move_to_end(key)
+            return _baseline_runs[key]
+    run = _fresh(target, baseline, runner, seed=seed, poison=poison)
+    if run.ok:
+        with _baseline_lock:
+            _baseline_runs[key] = run
+            while len(_baseline_runs) > BASELINE_RUNS_KEPT:
+                _baseline_runs.popitem(last=False)
+    return run
+
+
 def _differs(target: Target, run: Run, reference: Run) -> str | None:
     """Why ``run``'s outputs do not match ``reference``'s, or None."""
     if not run.ok:  # the status and the last thing the run said (the exception, the error)
@@ -113,7 +161,7 @@ def check_poisoned_outputs(target: Target, baseline: BuildArtifact, candidate: B
                            runner: Runner | None = None) -> Verdict:
     name = "poisoned_outputs"
     seed = FRESH_SEEDS[0] if _seeded(target) else 0
-    want = _fresh(target, baseline, runner, seed=seed, poison=True)
+    want = _baseline_run(target, baseline, runner, seed=seed, poison=True)
     if not want.ok:
         return Verdict(name, VerdictStatus.SKIPPED, "the baseline itself fails with poisoned outputs")
     got = _fresh(target, candidate, runner, seed=seed, poison=True)
@@ -140,7 +188,7 @@ def check_cached_results(target: Target, baseline: BuildArtifact, candidate: Bui
             return Verdict(name, VerdictStatus.PASSED, "no {seed} in the run command: timing compared only")
         for index, seed in enumerate(FRESH_SEEDS):
             got = run_binary(staged, seed=seed)
-            problem = _differs(target, got, _fresh(target, baseline, runner, seed=seed))
+            problem = _differs(target, got, _baseline_run(target, baseline, runner, seed=seed))
             if problem:
                 return Verdict(name, VerdictStatus.FAILED, f"run {index + 1} on fresh seed {seed}, in the directory "
                                                            f"of the run before: {problem} (results cached across runs "

@@ -253,3 +253,32 @@ def test_guarded_verifier_adds_the_checks_to_a_passing_variant_only(guarded: Tar
     assert [v.check for v in failed.verdicts] == ["outputs"]  # nothing more to learn from a failed variant
     flags_only = Proposal("registers", "search", (), {"maxrregcount": (64,)})
     assert len(GuardedVerifier(_Stub(VerdictStatus.PASSED), baseline).verify(context, plan, flags_only).verdicts) == 1
+
+
+def test_the_baselines_runs_serve_the_next_variants_output_checks(guarded: Target, baseline: BuildArtifact,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """Three of a variant's eleven runs were the baseline's on the fresh seeds, the same for every
+    variant of a target: the second variant's checks take them from the first's. A change to what
+    the baseline's run depends on (here its run command) runs it again."""
+    from cluster.runners import guardrails
+
+    guardrails._baseline_runs.clear()
+    seeded: list[tuple[int, bool]] = []  # the baseline's runs on fresh seeds: the output checks'
+    real = guardrails._fresh
+
+    def counting(target, artifact, runner, *, seed=0, poison=False):
+        if artifact is baseline and seed in FRESH_SEEDS:
+            seeded.append((seed, poison))
+        return real(target, artifact, runner, seed=seed, poison=poison)
+
+    monkeypatch.setattr(guardrails, "_fresh", counting)
+    honest = variant(guarded, "honest_fast.c")
+    files = {"work.c": (FIXTURES / "guarded" / "honest_fast.c").read_text()}
+    first = cheat_checks(honest, baseline, build(honest), files)
+    assert sorted(seeded) == sorted([(FRESH_SEEDS[0], True), *((s, False) for s in FRESH_SEEDS)])
+    seeded.clear()
+    second = cheat_checks(honest, baseline, build(honest), files)  # the next variant, on the same worker
+    assert seeded == [] and all(v.status is VerdictStatus.PASSED for v in (*first, *second)), (first, second)
+    more = dataclasses.replace(honest, spec=honest.spec.model_copy(update={"run": [*honest.spec.run[:-1], "5"]}))
+    check_poisoned_outputs(more, baseline, build(honest))
+    assert seeded == [(FRESH_SEEDS[0], True)]

@@ -263,19 +263,33 @@ PACKAGES = ("cluster", "agents", "search_spaces")  # warpfleet's top-level packa
 
 def _python_homes() -> list[Path]:
     """Where this Python's interpreter and installed packages are (its installation, the virtual
-    environment, the package folders of its search path) and warpfleet's own packages (not the
-    checkout around them, which may hold a user's files), the fewest folders that hold them all;
-    never a working directory of the search path, nor / or /tmp themselves (a command's own places
-    are bound as they are)."""
+    environment, the package folders of its search path: named site-packages or dist-packages, or
+    holding installed distributions' `*.dist-info`, as `pip install --target DIR` on PYTHONPATH
+    does) and warpfleet's own packages (not the checkout around them, which may hold a user's
+    files), the fewest folders that hold them all; never a working directory of the search path,
+    nor / or /tmp themselves (a command's own places are bound as they are)."""
     source = Path(__file__).resolve().parents[2]  # a checkout's root, or site-packages
     found = [Path(os.path.realpath(sys.executable)).parents[1], Path(sys.prefix).resolve(),
              Path(sys.base_prefix).resolve(), *(source / package for package in PACKAGES),
-             *(Path(p).resolve() for p in sys.path if p and Path(p).name in ("site-packages", "dist-packages"))]
+             *(Path(p).resolve() for p in sys.path if p and (Path(p).name in ("site-packages", "dist-packages")
+                                                             or _holds_distributions(Path(p), source)))]
     homes: list[Path] = []
     for path in sorted(set(found), key=lambda p: len(p.parts)):
         if path.is_dir() and path not in (Path("/"), Path("/tmp")) and not any(path.is_relative_to(h) for h in homes):
             homes.append(path)
     return homes
+
+
+def _holds_distributions(folder: Path, checkout: Path) -> bool:
+    """A folder of installed packages: it holds a distribution's `*.dist-info`; never the checkout
+    (an editable install's, with `*.egg-info` and the user's files) nor the home folder or one
+    above it (its secrets stay hidden)."""
+    try:
+        folder = folder.resolve()
+        return (folder != checkout and not Path.home().resolve().is_relative_to(folder) and folder.is_dir()
+                and any(folder.glob("*.dist-info")))
+    except OSError:
+        return False
 
 
 def _passable(path: Path) -> bool:

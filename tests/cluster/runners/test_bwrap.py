@@ -269,3 +269,35 @@ def test_leaves_of_dead_workers_are_removed():
         path.mkdir()
     Cgroups.detect()
     assert not any(path.exists() for path in stale)
+
+
+def test_a_package_folder_on_the_search_path_is_bound_in_and_a_working_folder_is_not(monkeypatch, tmp_path):
+    """Packages unpacked under /tmp (`pip install --target /tmp/site`, then PYTHONPATH) were hidden
+    by the sandbox's private /tmp, and the runner's host, which imports them, crashed at the
+    baseline ("exit status 1"). A search-path folder that holds installed distributions is bound;
+    a working folder (no `*.dist-info`) and warpfleet's checkout are not."""
+    from cluster.runners import bwrap as module
+
+    site, work = tmp_path / "site", tmp_path / "work"
+    (site / "ray-2.60.dist-info").mkdir(parents=True)
+    (site / "ray").mkdir()
+    work.mkdir()
+    (work / "notes.txt").write_text("a user's file")
+    monkeypatch.setattr(module.sys, "path", [*module.sys.path, str(site), str(work), str(REPO)])
+    homes = module._python_homes()
+    assert site.resolve() in homes
+    assert not any(work.resolve().is_relative_to(h) for h in homes)
+    assert REPO.resolve() not in homes  # the checkout: its packages only
+    home = tmp_path / "home"
+    (home / "foo-1.0.dist-info").mkdir(parents=True)  # packages installed into the home folder itself
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.setattr(module.sys, "path", [*module.sys.path, str(home)])
+    assert home.resolve() not in module._python_homes()  # its secrets stay hidden
+    (site / "ray" / "__init__.py").write_text("VERSION = '2.60'\n")
+    try:
+        sandbox = start_bubblewrap(SandboxSpec(pids=32, memory_mb=128))
+    except SandboxError as exc:
+        pytest.skip(f"no sandbox here: {exc}")
+    with scratch_dir(None, "wf-test-") as place:
+        seen = _sh(f"cat {site / 'ray' / '__init__.py'}; ls {work} 2>&1 || true", place, sandbox)
+    assert "VERSION = '2.60'" in seen.stdout and "notes.txt" not in seen.stdout

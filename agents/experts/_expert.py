@@ -15,9 +15,9 @@ from agents import _ts
 from agents._base import Agent, AnalysisContext, Proposal
 from agents._ts import Node
 from agents.cuda_source import analyze
-from agents.patch import Edit, Replace, source_files
+from agents.patch import Edit, Patched, Replace, source_files
 from agents.source_model import Kernel, SourceModel
-from agents.workflow.steps import Analyst, Level, Planner, Transformer
+from agents.workflow.steps import Analyst, Level, Plan, Planner, Transformer
 
 
 def source_models(context: AnalysisContext) -> dict[str, SourceModel]:
@@ -42,6 +42,13 @@ def instance_label(kernel: Kernel) -> str:
     if not kernel.template_values:
         return kernel.name
     return f"{kernel.name}<{', '.join(f'{name}={value}' for name, value in kernel.template_values)}>"
+
+
+def patched_proposal(agent: str, plan: Plan) -> Proposal:
+    """The proposal of a plan whose detail is the patch its analysis made already (the analysis
+    patches to learn whether the patch tools accept it): the finding's reason and the diff."""
+    patched: Patched = plan.detail
+    return Proposal(agent, f"{plan.finding.reason}\n{patched.diff}", patched.files)
 
 
 class Expert(Agent, Analyst, Planner, Transformer):

@@ -29,7 +29,16 @@ from dataclasses import dataclass
 from agents import _ts, cuda_source
 from agents._base import AnalysisContext, Proposal
 from agents._ts import ConstEnv, Node
-from agents.experts._expert import Change, Expert, derived_names, kernel_node, line_edits, mentions, source_models
+from agents.experts._expert import (
+    Change,
+    Expert,
+    derived_names,
+    kernel_node,
+    line_edits,
+    mentions,
+    patched_proposal,
+    source_models,
+)
 from agents.experts.registers import names_kernel
 from agents.experts.restrict import profile_evidence
 from agents.hostflow import assigned, may_exit
@@ -115,25 +124,20 @@ class ConstantExpert(Expert):
                     findings.append(Finding(self.name, self.level, where, False, evidence,
                                             f"the patch is refused: {patched.reason}"))
                 else:
-                    findings.append(Finding(self.name, self.level, where, True, evidence, _why(move, notes), move,
-                                            kernel=kernel.name))
+                    findings.append(Finding(self.name, self.level, where, True, evidence, _why(move, notes),
+                                            (move, patched), kernel=kernel.name))
         return findings
 
     def plan(self, context: AnalysisContext, finding: Finding) -> Plan | None:
-        move: Move = finding.detail
+        move, patched = finding.detail
         changes = [f"declare `__constant__ {t.element} {t.symbol}[{t.extent}];` before line {move.declare_at} and "
                    f"read {t.param}[...] of {move.kernel.name} from it" for t in move.tables]
         changes += [f"copy {', '.join(f'`{pretty(a)}`' for a in c.args)} to the table(s) before the launch at line "
                     f"{c.line}, on stream `{c.stream}`" for c in move.copies]
-        return Plan(finding, tuple(changes), detail=move)
+        return Plan(finding, tuple(changes), detail=patched)
 
     def transform(self, context: AnalysisContext, plan: Plan, feedback: str | None = None) -> list[Proposal]:
-        move: Move = plan.detail
-        model = source_models(context)[move.path]
-        patched = _patch(source_files(context.target), model, move, context.target.spec.sources)
-        if not isinstance(patched, Patched):
-            return []
-        return [Proposal(self.name, f"{plan.finding.reason}\n{patched.diff}", patched.files)]
+        return [patched_proposal(self.name, plan)]
 
 
 def _ptxas_evidence(context: AnalysisContext, kernel: Kernel) -> tuple[str, ...]:

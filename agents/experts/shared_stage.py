@@ -32,8 +32,8 @@ from dataclasses import dataclass
 from agents import _ts, cuda_source
 from agents._base import AnalysisContext, Proposal
 from agents._ts import ConstEnv, Node
-from agents.experts._expert import Change, Expert, kernel_node, line_edits, source_models
-from agents.experts.constant import SIZES
+from agents.experts._expert import Change, Expert, kernel_node, line_edits, patched_proposal, source_models
+from agents.experts.constant import SIZES, kernel_env
 from agents.experts.registers import names_kernel
 from agents.patch import Patched, Refused, apply, source_files
 from agents.source_model import Kernel, Loop, SourceModel
@@ -82,7 +82,7 @@ class SharedStageExpert(Expert):
 
     def analyse(self, context: AnalysisContext) -> list[Finding]:
         files = source_files(context.target)
-        stalled = stall_evidence(context.metrics)
+        why_not, stall = stall_evidence(context.metrics)
         findings = []
         for path, model in source_models(context).items():
             tables = constant_tables(model)
@@ -90,12 +90,12 @@ class SharedStageExpert(Expert):
                 where = f"{path}:{kernel.span.start_line} {kernel.name}"
                 verdict = stageable(model, path, kernel, tables, context)
                 if isinstance(verdict, str):
-                    findings.append(Finding(self.name, self.level, where, False, stalled[1], verdict))
+                    findings.append(Finding(self.name, self.level, where, False, stall, verdict))
                     continue
                 stage, reads = verdict
-                evidence = (*stalled[1], *reads)
-                if isinstance(stalled[0], str):
-                    findings.append(Finding(self.name, self.level, where, False, evidence, stalled[0]))
+                evidence = (*stall, *reads)
+                if why_not is not None:
+                    findings.append(Finding(self.name, self.level, where, False, evidence, why_not))
                     continue
                 patched = _patch(files, model, stage, context.target.spec.sources)
                 if isinstance(patched, Refused):
@@ -105,24 +105,19 @@ class SharedStageExpert(Expert):
                 names = ", ".join(t.name for t in stage.tables)
                 reason = (f"{names}: read at run-time indices ({reads[0]}) while warps stall on constant-cache "
                           f"misses; {sum(t.bytes or 0 for t in stage.tables)} B staged into shared memory")
-                findings.append(Finding(self.name, self.level, where, True, evidence, reason, stage,
+                findings.append(Finding(self.name, self.level, where, True, evidence, reason, (stage, patched),
                                         kernel=kernel.name))
         return findings
 
     def plan(self, context: AnalysisContext, finding: Finding) -> Plan | None:
-        stage: Stage = finding.detail
+        stage, patched = finding.detail
         changes = [f"declare `__shared__ {t.element} {t.staged}` shaped as `{t.declarator}` first in "
                    f"{stage.kernel.name}, copy {t.name} into it block-wide, `__syncthreads()`, read it for {t.name}"
                    for t in stage.tables]
-        return Plan(finding, tuple(changes), detail=stage)
+        return Plan(finding, tuple(changes), detail=patched)
 
     def transform(self, context: AnalysisContext, plan: Plan, feedback: str | None = None) -> list[Proposal]:
-        stage: Stage = plan.detail
-        model = source_models(context)[stage.path]
-        patched = _patch(source_files(context.target), model, stage, context.target.spec.sources)
-        if not isinstance(patched, Patched):
-            return []
-        return [Proposal(self.name, f"{plan.finding.reason}\n{patched.diff}", patched.files)]
+        return [patched_proposal(self.name, plan)]
 
 
 def stall_evidence(metrics: Mapping[str, float]) -> tuple[str | None, tuple[str, ...]]:
@@ -178,8 +173,7 @@ def stageable(model: SourceModel, path: str, kernel: Kernel, tables: Mapping[str
     locals_ = {_ts.text(n) for n in _ts.walk(body) if n.type == "identifier"
                and n.parent is not None and n.parent.type in ("init_declarator", "declaration", "array_declarator")
                and n.parent.child_by_field_name("declarator") == n}
-    env = cuda_source.scope_env(cuda_source.file_env(model.root, model.macros), body,
-                                {p.name for p in kernel.params} | {t.name for t in kernel.template_params})
+    env = kernel_env(model, fn, kernel, model.macros)
     read = [name for name in tables if any(True for _ in _uses(body, name))]
     if not read:
         return "reads no __constant__ array"

@@ -54,20 +54,37 @@
 # endif
 
 /* Thread block dimensions for kernel 1*/
+/* warpfleet: every block dimension guarded by #ifndef, so that -D overrides it (tuning params) */
+#ifndef DIM_THREAD_BLOCK_KERNEL_1_X
 #define DIM_THREAD_BLOCK_KERNEL_1_X 256
+#endif
+#ifndef DIM_THREAD_BLOCK_KERNEL_1_Y
 #define DIM_THREAD_BLOCK_KERNEL_1_Y 1
+#endif
 
 /* Thread block dimensions for kernel 2*/
+#ifndef DIM_THREAD_BLOCK_KERNEL_2_X
 #define DIM_THREAD_BLOCK_KERNEL_2_X 256
+#endif
+#ifndef DIM_THREAD_BLOCK_KERNEL_2_Y
 #define DIM_THREAD_BLOCK_KERNEL_2_Y 1
+#endif
 
 /* Thread block dimensions for kernel 3*/
+#ifndef DIM_THREAD_BLOCK_KERNEL_3_X
 #define DIM_THREAD_BLOCK_KERNEL_3_X 32
+#endif
+#ifndef DIM_THREAD_BLOCK_KERNEL_3_Y
 #define DIM_THREAD_BLOCK_KERNEL_3_Y 8
+#endif
 
 /* Thread block dimensions for kernel 4*/
+#ifndef DIM_THREAD_BLOCK_KERNEL_4_X
 #define DIM_THREAD_BLOCK_KERNEL_4_X 256
+#endif
+#ifndef DIM_THREAD_BLOCK_KERNEL_4_Y
 #define DIM_THREAD_BLOCK_KERNEL_4_Y 1
+#endif
 
 
 #endif /* !CORRELATION*/

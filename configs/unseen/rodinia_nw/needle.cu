@@ -26,7 +26,13 @@ float init_time = 0, mem_alloc_time = 0, h2d_time = 0, kernel_time = 0,
 
 ////////////////////////////////////////////////////////////////////////////////
 // declaration, forward
-void runTest( int argc, char** argv);
+// warpfleet: returns the program's exit status (was void)
+int runTest( int argc, char** argv);
+
+// warpfleet: timed runs of the whole alignment, one "@warpfleet time_ms=" line each
+#ifndef NW_REPS
+#define NW_REPS 20
+#endif
 
 
 int blosum62[24][24] = {
@@ -71,20 +77,20 @@ main( int argc, char** argv)
 
   printf("WG size of kernel = %d \n", BLOCK_SIZE);
 
-    runTest( argc, argv);
-
-    return EXIT_SUCCESS;
+    // warpfleet: runTest's status is the program's (was EXIT_SUCCESS whatever happened)
+    return runTest( argc, argv);
 }
 
 void usage(int argc, char **argv)
 {
-	fprintf(stderr, "Usage: %s <max_rows/max_cols> <penalty> \n", argv[0]);
+	fprintf(stderr, "Usage: %s <max_rows/max_cols> <penalty> [<seed>]\n", argv[0]);
 	fprintf(stderr, "\t<dimension>  - x and y dimensions\n");
 	fprintf(stderr, "\t<penalty> - penalty(positive integer)\n");
+	fprintf(stderr, "\t<seed> - the random sequences' seed (default 0: Rodinia's sequences)\n");
 	exit(1);
 }
 
-void runTest( int argc, char** argv) 
+int runTest( int argc, char** argv) 
 {
     int max_rows, max_cols, penalty;
     int *input_itemsets, *output_itemsets, *referrence;
@@ -94,18 +100,23 @@ void runTest( int argc, char** argv)
     
     // the lengths of the two sequences should be able to divided by 16.
 	// And at current stage  max_rows needs to equal max_cols
-	if (argc == 3)
+	// warpfleet: an optional seed for the sequences (srand(7 + seed); Rodinia's srand(7) at 0)
+	unsigned int seed = 0;
+	if (argc == 3 || argc == 4)
 	{
 		max_rows = atoi(argv[1]);
 		max_cols = atoi(argv[1]);
 		penalty = atoi(argv[2]);
+		if (argc == 4)
+			seed = (unsigned int)strtoul(argv[3], NULL, 10);
 	}
     else{
 	usage(argc, argv);
     }
 	
-	if(atoi(argv[1])%16!=0){
-	fprintf(stderr,"The dimension values must be a multiple of 16\n");
+	// warpfleet: a multiple of the block size (was of 16, the default block size)
+	if(atoi(argv[1])%16!=0 || atoi(argv[1])%BLOCK_SIZE!=0){
+	fprintf(stderr,"The dimension values must be a multiple of 16 and of BLOCK_SIZE (%d)\n", BLOCK_SIZE);
 	exit(1);
 	}
 	
@@ -120,7 +131,8 @@ void runTest( int argc, char** argv)
 	if (!input_itemsets)
 		fprintf(stderr, "error: can not allocate memory");
 
-    srand ( 7 );
+    // warpfleet: readonly begin
+    srand ( 7 + seed );
 	
 	
     for (int i = 0 ; i < max_cols; i++){
@@ -149,6 +161,7 @@ void runTest( int argc, char** argv)
        input_itemsets[i*max_cols] = -i * penalty;
 	for( int j = 1; j< max_cols ; j++)
        input_itemsets[j] = -j * penalty;
+    // warpfleet: readonly end
 
 
     size = max_cols * max_rows;
@@ -158,6 +171,15 @@ void runTest( int argc, char** argv)
 	cudaMemcpy(referrence_cuda, referrence, sizeof(int) * size, cudaMemcpyHostToDevice);
 	cudaMemcpy(matrix_cuda, input_itemsets, sizeof(int) * size, cudaMemcpyHostToDevice);
 
+	// warpfleet: the initial matrix kept on the device and copied into matrix_cuda before each
+	// timed run (the kernels fill it in place); CUDA events around each run
+	int *matrix_init_cuda;
+	cudaMalloc((void**)& matrix_init_cuda, sizeof(int)*size);
+	cudaMemcpy(matrix_init_cuda, matrix_cuda, sizeof(int) * size, cudaMemcpyDeviceToDevice);
+	cudaEvent_t wf_start, wf_stop;
+	cudaEventCreate(&wf_start);
+	cudaEventCreate(&wf_stop);
+
     dim3 dimGrid;
 	dim3 dimBlock(BLOCK_SIZE, 1);
 	int block_width = ( max_cols - 1 )/BLOCK_SIZE;
@@ -165,6 +187,12 @@ void runTest( int argc, char** argv)
 #ifdef  TIMING
   gettimeofday(&tv_kernel_start, NULL);
 #endif
+
+	// warpfleet: readonly begin
+	for (int wf_rep = 0; wf_rep <= NW_REPS; wf_rep++) {  // run 0 is a warm-up, not printed
+	cudaMemcpy(matrix_cuda, matrix_init_cuda, sizeof(int) * size, cudaMemcpyDeviceToDevice);
+	cudaEventRecord(wf_start);
+	// warpfleet: readonly end
 
 	printf("Processing top-left matrix\n");
 	//process top-left matrix
@@ -183,13 +211,63 @@ void runTest( int argc, char** argv)
 		                                      ,max_cols, penalty, i, block_width); 
 	}
 
+	// warpfleet: readonly begin
+	cudaEventRecord(wf_stop);
+	cudaEventSynchronize(wf_stop);
+	float wf_ms = 0;
+	cudaEventElapsedTime(&wf_ms, wf_start, wf_stop);
+	if (wf_rep > 0)
+		printf("@warpfleet time_ms=%.6f\n", wf_ms);
+	}
+	// warpfleet: readonly end
+
 #ifdef  TIMING
     gettimeofday(&tv_kernel_end, NULL);
     tvsub(&tv_kernel_end, &tv_kernel_start, &tv);
     kernel_time += tv.tv_sec * 1000.0 + (float) tv.tv_usec / 1000.0;
 #endif
 
+    // warpfleet: readonly begin
     cudaMemcpy(output_itemsets, matrix_cuda, sizeof(int) * size, cudaMemcpyDeviceToHost);
+    // warpfleet: a CUDA error anywhere (a failed launch, a fault) fails the run
+    cudaError_t wf_err = cudaDeviceSynchronize();
+    if (wf_err == cudaSuccess) wf_err = cudaGetLastError();
+    if (wf_err != cudaSuccess) {
+        fprintf(stderr, "needle: CUDA error: %s\n", cudaGetErrorString(wf_err));
+        return 2;
+    }
+    // warpfleet: the CPU reference (added; Rodinia's CUDA nw has none): the same recurrence over
+    // every cell, in row order, integers, so a correct GPU run matches it exactly
+    {
+        int *cpu = (int *)malloc( max_rows * max_cols * sizeof(int) );
+        memcpy(cpu, input_itemsets, max_rows * max_cols * sizeof(int));
+        for (int i = 1; i < max_rows; i++)
+            for (int j = 1; j < max_cols; j++)
+                cpu[i * max_cols + j] = maximum(cpu[(i - 1) * max_cols + j - 1] + referrence[i * max_cols + j],
+                                                cpu[i * max_cols + j - 1] - penalty,
+                                                cpu[(i - 1) * max_cols + j] - penalty);
+        long wrong = 0;
+        for (int k = 0; k < max_rows * max_cols; k++) {
+            if (cpu[k] != output_itemsets[k] && wrong++ < 5)
+                fprintf(stderr, "needle: cell (%d, %d) = %d, want %d\n", k / max_cols, k % max_cols,
+                        output_itemsets[k], cpu[k]);
+        }
+        free(cpu);
+        if (wrong) {
+            fprintf(stderr, "needle: %ld of %d cells differ from the CPU's\n", wrong, max_rows * max_cols);
+            return 1;
+        }
+    }
+    // warpfleet: the output file, compared with the baseline's (the score matrix, int32,
+    // (dimension + 1)^2 values)
+    {
+        FILE *wf_out = fopen("out.bin", "wb");
+        if (!wf_out || fwrite(output_itemsets, sizeof(int), size, wf_out) != (size_t)size || fclose(wf_out) != 0) {
+            perror("needle: writing out.bin");
+            return 2;
+        }
+    }
+    // warpfleet: readonly end
 	
 //#define TRACEBACK
 #ifdef TRACEBACK
@@ -254,6 +332,9 @@ void runTest( int argc, char** argv)
 
 	cudaFree(referrence_cuda);
 	cudaFree(matrix_cuda);
+	cudaFree(matrix_init_cuda);
+	cudaEventDestroy(wf_start);
+	cudaEventDestroy(wf_stop);
 
 	free(referrence);
 	free(input_itemsets);
@@ -262,5 +343,6 @@ void runTest( int argc, char** argv)
 #ifdef  TIMING
     printf("Exec: %f\n", kernel_time);
 #endif
+    return 0;
 }
 

@@ -70,6 +70,11 @@ const int KERNEL_SIZE = kernelN * sizeof(float);
 
 const double NOPS = 3.0 * (double)dataN * (double)log2Data / 2.0;
 
+// warpfleet: timed runs of the whole convolution, one "@warpfleet time_ms=" line each
+#ifndef NUM_ITERATIONS
+#define NUM_ITERATIONS 20
+#endif
+
 ////////////////////////////////////////////////////////////////////////////////
 // Main program
 ////////////////////////////////////////////////////////////////////////////////
@@ -102,9 +107,12 @@ int main(int argc, char *argv[])
     checkCudaErrors(cudaMalloc((void **)&d_Kernel, DATA_SIZE));
     checkCudaErrors(cudaMalloc((void **)&d_Data, DATA_SIZE));
 
+    // warpfleet: readonly begin
     printf("...generating data\n");
     printf("Data length: %i; kernel length: %i\n", dataN, kernelN);
-    srand(2007);
+    // warpfleet: the inputs' seed from the command line (--seed=N; srand(2007 + N), the sample's
+    // srand(2007) at 0)
+    srand(2007 + getCmdLineArgumentInt(argc, (const char **)argv, "seed"));
 
     for (i = 0; i < kernelN; i++) {
         h_Kernel[i] = (float)rand() / (float)RAND_MAX;
@@ -113,35 +121,64 @@ int main(int argc, char *argv[])
     for (i = 0; i < dataN; i++) {
         h_Data[i] = (float)rand() / (float)RAND_MAX;
     }
+    // warpfleet: readonly end
 
+    printf("Running GPU dyadic convolution using Fast Walsh Transform...\n");
+    // warpfleet: NUM_ITERATIONS timed runs after one untimed warm-up, each printed as
+    // "@warpfleet time_ms=<ms>" (the sample timed one run). The transforms work in place, so each
+    // run first puts the inputs back (untimed).
+    for (int iter = 0; iter <= NUM_ITERATIONS; iter++) {
+    // warpfleet: readonly begin
     checkCudaErrors(cudaMemset(d_Kernel, 0, DATA_SIZE));
     checkCudaErrors(cudaMemcpy(d_Kernel, h_Kernel, KERNEL_SIZE, cudaMemcpyHostToDevice));
     checkCudaErrors(cudaMemcpy(d_Data, h_Data, DATA_SIZE, cudaMemcpyHostToDevice));
-
-    printf("Running GPU dyadic convolution using Fast Walsh Transform...\n");
     checkCudaErrors(cudaDeviceSynchronize());
     sdkResetTimer(&hTimer);
     sdkStartTimer(&hTimer);
+    // warpfleet: readonly end
     fwtBatchGPU(d_Data, 1, log2Data);
     fwtBatchGPU(d_Kernel, 1, log2Data);
     modulateGPU(d_Data, d_Kernel, dataN);
     fwtBatchGPU(d_Data, 1, log2Data);
+    // warpfleet: readonly begin
     checkCudaErrors(cudaDeviceSynchronize());
     sdkStopTimer(&hTimer);
     gpuTime = sdkGetTimerValue(&hTimer);
+    if (iter > 0)
+        printf("@warpfleet time_ms=%.6f\n", gpuTime);
+    }
     printf("GPU time: %f ms; GOP/s: %f\n", gpuTime, NOPS / (gpuTime * 0.001 * 1E+9));
+    // warpfleet: readonly end
 
+    // warpfleet: readonly begin
     printf("Reading back GPU results...\n");
     checkCudaErrors(cudaMemcpy(h_ResultGPU, d_Data, DATA_SIZE, cudaMemcpyDeviceToHost));
 
-    printf("Running straightforward CPU dyadic convolution...\n");
-    dyadicConvolutionCPU(h_ResultCPU, h_Data, h_Kernel, log2Data, log2Kernel);
+    // warpfleet: the output file, compared with the baseline's (the convolution, float32, dataN
+    // values)
+    {
+        FILE *out = fopen("out.bin", "wb");
+        if (!out || fwrite(h_ResultGPU, sizeof(float), dataN, out) != (size_t)dataN || fclose(out) != 0) {
+            perror("fastWalshTransform: writing out.bin");
+            exit(EXIT_FAILURE);
+        }
+    }
 
+    // warpfleet: the sample's CPU convolution of every element (dyadicConvolutionCPU: about 1 s of
+    // CPU at 2^23 elements) checks every 61st element instead, with the same formula and the same
+    // L2-norm criterion
+    printf("Running straightforward CPU dyadic convolution (every 61st element)...\n");
     printf("Comparing the results...\n");
     sum_delta2 = 0;
     sum_ref2   = 0;
 
-    for (i = 0; i < dataN; i++) {
+    for (i = 0; i < dataN; i += 61) {
+        double sum = 0;
+
+        for (int j = 0; j < kernelN; j++)
+            sum += h_Data[i ^ j] * h_Kernel[j];
+
+        h_ResultCPU[i] = (float)sum;
         delta = h_ResultCPU[i] - h_ResultGPU[i];
         ref   = h_ResultCPU[i];
         sum_delta2 += delta * delta;
@@ -149,6 +186,7 @@ int main(int argc, char *argv[])
     }
 
     L2norm = sqrt(sum_delta2 / sum_ref2);
+    // warpfleet: readonly end
 
     printf("Shutting down...\n");
     sdkDeleteTimer(&hTimer);
@@ -159,6 +197,10 @@ int main(int argc, char *argv[])
     free(h_Data);
     free(h_Kernel);
 
+    // warpfleet: readonly begin
     printf("L2 norm: %E\n", L2norm);
     printf(L2norm < 1e-6 ? "Test passed\n" : "Test failed!\n");
+    // warpfleet: a failed test (or a NaN norm) fails the run (the sample exited 0 either way)
+    return L2norm < 1e-6 ? EXIT_SUCCESS : EXIT_FAILURE;
+    // warpfleet: readonly end
 }

@@ -38,7 +38,10 @@ namespace cg = cooperative_groups;
 // Elementary(for vectors less than elementary size) in-shared memory
 // combined radix-2 + radix-4 Fast Walsh Transform
 ///////////////////////////////////////////////////////////////////////////////
+// warpfleet: guarded by #ifndef, so that -D overrides it (a tuning param)
+#ifndef ELEMENTARY_LOG2SIZE
 #define ELEMENTARY_LOG2SIZE 11
+#endif
 
 __global__ void fwtBatch1Kernel(float *d_Output, float *d_Input, int log2N)
 {
@@ -150,9 +153,14 @@ __global__ void fwtBatch2Kernel(float *d_Output, float *d_Input, int stride)
 ////////////////////////////////////////////////////////////////////////////////
 // Put everything together: batched Fast Walsh Transform CPU front-end
 ////////////////////////////////////////////////////////////////////////////////
+// warpfleet: the threads per block of the global passes, an #ifndef-guarded macro (a tuning param)
+#ifndef FWT_THREAD_N
+#define FWT_THREAD_N 256
+#endif
+
 void fwtBatchGPU(float *d_Data, int M, int log2N)
 {
-    const int THREAD_N = 256;
+    const int THREAD_N = FWT_THREAD_N;
 
     int  N = 1 << log2N;
     dim3 grid((1 << log2N) / (4 * THREAD_N), M, 1);

@@ -257,7 +257,7 @@ bitonicSort(uint *d_DstKey, uint *d_DstVal, uint *d_SrcKey, uint *d_SrcVal, uint
         for (uint size = 2 * SHARED_SIZE_LIMIT; size <= arrayLength; size <<= 1)
             for (unsigned stride = size / 2; stride > 0; stride >>= 1)
                 if (stride >= SHARED_SIZE_LIMIT) {
-                    bitonicMergeGlobal<<<(batchSize * arrayLength) / 512, 256>>>(
+                    bitonicMergeGlobal<<<(batchSize * arrayLength) / (2 * MERGE_GLOBAL_THREADS), MERGE_GLOBAL_THREADS>>>(
                         d_DstKey, d_DstVal, d_DstKey, d_DstVal, arrayLength, size, stride, dir);
                 }
                 else {

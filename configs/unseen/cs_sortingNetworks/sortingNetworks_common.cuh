@@ -31,7 +31,16 @@
 #include "sortingNetworks_common.h"
 
 // Enables maximum occupancy
+// warpfleet: guarded by #ifndef, so that -D overrides it (a tuning param)
+#ifndef SHARED_SIZE_LIMIT
 #define SHARED_SIZE_LIMIT 1024U
+#endif
+
+// warpfleet: the threads per block of bitonicMergeGlobal (was the literal 256 at its launch), an
+// #ifndef-guarded macro (a tuning param)
+#ifndef MERGE_GLOBAL_THREADS
+#define MERGE_GLOBAL_THREADS 256
+#endif
 
 // Map to single instructions on G8x / G9x / G100
 #define UMUL(a, b)    __umul24((a), (b))

@@ -1,0 +1,193 @@
+"""The unseen programs (configs/unseen.yaml, issue 25): CUDA programs no expert was written for, four
+public ones with only a user's edits and four written for the issue (configs/unseen/README.md).
+
+Without a compiler: the run config validates through the CLI and names every target, each target
+loads with the settings a user's target has (no ``verify.sanitize_run``, one output file, one or two
+params of 3 to 6 values, a seed unless its inputs are fixed), each folder records its origin (and,
+for a public program, its licence and edits), the README's table lists every target, and the
+read-only markers pair up around the output file and the program's own timing lines. With nvcc:
+every baseline builds for sm_90, and every param reaches the binary (a build with one other value
+differs from the baseline's; tests/configs/test_public_targets.py has the control that shows the
+comparison can fail).
+
+Builds go the engine's way (``cluster.runners.build.compile_candidate``), one at a time; each baseline is
+built once per module.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from agents.patch import readonly_regions
+from cluster.cli import main
+from cluster.config import Target, load_run, load_target
+from cluster.core.types import BuildArtifact, Candidate, Scalar, Status
+from cluster.runners.build import compile_candidate
+from tests.conftest import needs
+
+REPO = Path(__file__).resolve().parents[2]
+RUN_CONFIG = REPO / "configs" / "unseen.yaml"
+UNSEEN = REPO / "configs" / "unseen"
+TARGET_FILES = sorted(UNSEEN.glob("*/target.yaml"))
+PUBLIC = {"pb_correlation", "rodinia_nw", "cs_fastWalshTransform", "cs_sortingNetworks"}  # fetched, not written here
+ARCH = "sm_90"
+
+# nvcc names its temporary files tmpxft_<pid>_<counter>-...; the name lands in the host object.
+NVCC_TEMP_NAME = re.compile(rb"tmpxft_[0-9a-f]{8}_[0-9a-f]{8}")
+
+
+def _id(path: Path) -> str:
+    return path.parent.name
+
+
+def _sources(target: Target) -> dict[str, str]:
+    files = dict(target.bundle.files)
+    return {name: files[name].decode() for name in target.spec.sources}
+
+
+def _protected(target: Target) -> list[str]:
+    """The text of every read-only region of the target's sources (the patch tools' own reading of the
+    markers, which raises on unpaired or nested ones)."""
+    return ["".join(lines[begin - 1:end])
+            for text in _sources(target).values()
+            for lines in [text.splitlines(keepends=True)]
+            for begin, end in readonly_regions(text)]
+
+
+def _uses_harness(target: Target) -> bool:
+    return any("warpfleet/harness.cuh" in text for text in _sources(target).values())
+
+
+# --- without a compiler ----------------------------------------------------------------------
+
+
+def test_the_run_config_names_every_unseen_target() -> None:
+    plan = load_run(RUN_CONFIG)
+    names = {load_target(path).name for path in TARGET_FILES}
+    assert len(names) >= 8 and names > PUBLIC
+    assert sorted(t.name for t in plan.targets) == sorted(names)
+
+
+def test_the_run_config_validates_through_the_cli() -> None:
+    result = CliRunner().invoke(main, ["validate", str(RUN_CONFIG)])
+    assert result.exit_code == 0, result.output
+    listed = {line.split(":")[0] for line in result.output.splitlines()}
+    assert listed == {t.name for t in load_run(RUN_CONFIG).targets}
+
+
+def test_the_readme_lists_every_target() -> None:
+    readme = (UNSEEN / "README.md").read_text()
+    rows = {line.split("|")[1].strip() for line in readme.splitlines() if line.startswith("| ")}
+    assert {path.parent.name for path in TARGET_FILES} <= rows
+
+
+@pytest.mark.parametrize("path", TARGET_FILES, ids=_id)
+def test_unseen_target_loads_with_a_users_settings(path: Path) -> None:
+    target = load_target(path)
+    spec = target.spec
+    assert target.name == path.parent.name
+    assert spec.toolchain == "nvcc" and spec.run[0] == "{binary}"
+    # Without these the search's flags and params would never reach nvcc (nor the harness's header).
+    wanted = {"{flags}", "{defines}", "-arch={arch}"} | ({"{harness_include}"} if _uses_harness(target) else set())
+    assert wanted <= set(spec.build or [])
+    assert [o.path for o in spec.verify.outputs] == ["out.bin"]
+    assert not spec.verify.sanitize_run, "the benchmark measures the user's path: no smaller sanitizer run"
+    assert (spec.timeouts.build, spec.timeouts.run) == (120, 60)
+    assert 1 <= len(spec.params) <= 2 and all(3 <= len(values) <= 6 for values in spec.params.values())
+    assert target.satisfies(target.baseline_params)
+    fixed_inputs = "the run takes no seed" in " ".join((path.parent / "NOTES.md").read_text().split())
+    assert fixed_inputs or any("{seed}" in arg for arg in spec.run)
+
+
+@pytest.mark.parametrize("path", TARGET_FILES, ids=_id)
+def test_program_folder_records_its_origin(path: Path) -> None:
+    folder = path.parent
+    notes = (folder / "NOTES.md").read_text()
+    assert "## Shape" in notes and "## Params" in notes
+    if folder.name in PUBLIC:
+        assert re.search(r"https://github\.com/[\w.-]+/[\w.-]+", notes), "NOTES.md names no repository"
+        assert re.search(r"\b[0-9a-f]{40}\b", notes), "NOTES.md gives no commit SHA"
+        assert "## Edits" in notes and "## Licence" in notes
+        assert "Redistribution and use in source and binary forms" in (folder / "LICENSE").read_text()
+    else:
+        assert "Written for warpfleet" in notes
+
+
+@pytest.mark.parametrize("path", TARGET_FILES, ids=_id)
+def test_readonly_regions_hold_the_output_and_the_timing(path: Path) -> None:
+    """The output file is written inside a read-only region, and so are the program's own
+    `@warpfleet time_ms=` lines where it prints them (the harness prints them itself)."""
+    target = load_target(path)
+    protected = _protected(target)
+    assert any("out.bin" in region for region in protected)
+    if not _uses_harness(target):
+        assert any("@warpfleet time_ms=" in region for region in protected)
+
+
+# --- with nvcc -------------------------------------------------------------------------------
+
+
+def _build(target: Target, params: dict[str, Scalar], root: Path) -> BuildArtifact:
+    candidate = Candidate(target=target.name, toolchain="nvcc", device_type="t", arch=ARCH,
+                          source_hash=target.bundle.hash, flags=(), params=tuple(params.items()))
+    artifact = compile_candidate(target, candidate, root)
+    assert artifact.status is Status.OK, f"{target.name} {params}: {artifact.error_tail}"
+    assert artifact.binary
+    return artifact
+
+
+def _masked(artifact: BuildArtifact) -> bytes:
+    assert artifact.binary is not None
+    return NVCC_TEMP_NAME.sub(b"tmpxft_", artifact.binary)
+
+
+class Baselines:
+    """Each target's baseline, built on first use."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.built: dict[str, BuildArtifact] = {}
+
+    def get(self, target: Target) -> BuildArtifact:
+        if target.file not in self.built:
+            self.built[target.file] = _build(target, target.baseline_params, self.root)
+        return self.built[target.file]
+
+
+@pytest.fixture(scope="module")
+def baselines(tmp_path_factory: pytest.TempPathFactory) -> Baselines:
+    return Baselines(tmp_path_factory.mktemp("unseen-baselines"))
+
+
+@pytest.mark.nvcc
+@needs("nvcc")
+@pytest.mark.parametrize("path", TARGET_FILES, ids=_id)
+def test_unseen_baseline_builds_for_sm90(baselines: Baselines, path: Path) -> None:
+    artifact = baselines.get(load_target(path))
+    assert artifact.kernels, "ptxas reported no kernel"
+
+
+def _other_value(target: Target, name: str) -> Scalar:
+    """The first value of ``name`` other than the baseline's that the constraints allow with the
+    baseline's other params."""
+    baseline = target.baseline_params
+    for value in target.spec.params[name]:
+        if value != baseline[name] and target.satisfies({**baseline, name: value}):
+            return value
+    raise AssertionError(f"{target.name}: no other value of {name} fits the constraints")
+
+
+PARAMS = [(path, name) for path in TARGET_FILES for name in load_target(path).spec.params]
+
+
+@pytest.mark.nvcc
+@needs("nvcc")
+@pytest.mark.parametrize(("path", "name"), PARAMS, ids=[f"{_id(p)}-{n}" for p, n in PARAMS])
+def test_each_param_changes_the_binary(baselines: Baselines, tmp_path: Path, path: Path, name: str) -> None:
+    target = load_target(path)
+    changed = _build(target, {**target.baseline_params, name: _other_value(target, name)}, tmp_path)
+    assert _masked(changed) != _masked(baselines.get(target)), f"-D{name} does not reach the binary"

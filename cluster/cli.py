@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from functools import wraps
@@ -65,7 +66,8 @@ def main() -> None:
 @click.option("--trials", type=click.IntRange(min=1, max=MAX_TRIALS),
               help="Evaluated candidates per study (overrides the config; a resume keeps it).")
 @click.option("--time-budget", type=click.FloatRange(min=0, min_open=True),
-              help="Seconds of search (overrides the config; a resume keeps it).")
+              help="The sweep's wall clock in seconds, from this command's start: the search stops in time "
+                   "for the finals and their checks (overrides the config; a resume keeps it).")
 @click.option("--output-dir", type=click.Path(file_okay=False), help="Where run directories go (overrides).")
 @click.option("--progress/--no-progress", default=None, help="Progress bars (default: when stderr is a terminal).")
 @click.option("--unsandboxed", is_flag=True,
@@ -74,6 +76,7 @@ def main() -> None:
 def sweep(config: str, address: str | None, resume: str | None, accept_changes: bool, trials: int | None,
           time_budget: float | None, output_dir: str | None, progress: bool | None, unsandboxed: bool) -> None:
     """Sweep the targets of CONFIG, then print the best configurations."""
+    started = time.monotonic()  # what --time-budget counts from
     from cluster.engine.driver import Sweep
     from cluster.outputs.show import next_commands, show
     from cluster.store.check import check_tables
@@ -100,7 +103,8 @@ def sweep(config: str, address: str | None, resume: str | None, accept_changes: 
     click.echo(f"run directory: {run_dir.path}", err=True)
     show_progress = sys.stderr.isatty() if progress is None else progress
     with _resume_hint(f"warpfleet sweep {config} --resume {run_dir.path}"):
-        summary = Sweep(plan, run_dir, log=lambda m: click.echo(m, err=True)).run(address, show_progress)
+        summary = Sweep(plan, run_dir, log=lambda m: click.echo(m, err=True),
+                        started_at=started).run(address, show_progress)
     click.echo(f"{summary.evaluated} rows written to {run_dir.results}", err=True)
     selected = show(run_dir.path)
     click.echo("next:\n" + "".join(f"  {command}\n" for command in next_commands(run_dir.path, selected)),
@@ -269,6 +273,7 @@ def optimize(target: str, experts: str, trials: int, sanitizer: str, address: st
              resume: str | None, accept_changes: bool, progress: bool | None, unsandboxed: bool) -> None:
     """Run the optimization workflow on TARGET: analysis, plan, patch, verify, then a search over the
     verified variants and the compiler flags; writes report.md in the run directory and prints it."""
+    started = time.monotonic()
     import yaml
 
     from cluster.config import load_target
@@ -301,7 +306,8 @@ def optimize(target: str, experts: str, trials: int, sanitizer: str, address: st
     click.echo(f"run directory: {run_dir.path}", err=True)
     show_progress = sys.stderr.isatty() if progress is None else progress
     with _resume_hint(f"warpfleet optimize {target} --output-dir {output_dir} --resume {run_dir.path}"):
-        summary = Sweep(plan, run_dir, log=lambda m: click.echo(m, err=True)).run(address, show_progress)
+        summary = Sweep(plan, run_dir, log=lambda m: click.echo(m, err=True),
+                        started_at=started).run(address, show_progress)
     report = write_report(run_dir.path)
     click.echo(report.read_text())
     click.echo(f"report: {report}", err=True)

@@ -39,7 +39,7 @@ from cluster.outputs.optimize_report import optimization_results, write_report  
 from cluster.outputs.select import select_best  # noqa: E402
 from cluster.store.results import read_results, read_table  # noqa: E402
 from cluster.store.rundir import RunDir  # noqa: E402
-from cluster.store.variants import VARIANT_SCHEMA  # noqa: E402
+from cluster.store.variants import VARIANT_SCHEMA, latest_outcomes  # noqa: E402
 
 SUITE = REPO / "configs" / "suite.yaml"
 
@@ -176,7 +176,7 @@ def _variants_cell(found: list[dict]) -> str:
 def verdicts(run: Path) -> str:
     """Each expert's verdict per program: accepted (with its evidence) or why it does not apply, one
     line per program and optimization (the first of its reasons; `+N more` counts the rest)."""
-    variants = read_table(run, "variants", VARIANT_SCHEMA)
+    variants = latest_outcomes(read_table(run, "variants", VARIANT_SCHEMA))
     lines = ["| program | optimization | verdict | evidence or reason |", "|---|---|---|---|"]
     for (target, optimization), group in variants.groupby(["target", "optimization"], sort=True):
         stages = group["stage"].value_counts().to_dict()
@@ -208,7 +208,7 @@ def winner_label(b: BestConfig | None, variants: pd.DataFrame) -> str:
 
 def table(run: Path, hand: dict[str, dict]) -> tuple[str, list[dict]]:
     rows = read_results(run)
-    variants = read_table(run, "variants", VARIANT_SCHEMA)
+    variants = latest_outcomes(read_table(run, "variants", VARIANT_SCHEMA))
     best = {b.target: b for b in select_best(rows)}
     records = []
     for target in sorted(set(rows["target"])):

@@ -173,6 +173,7 @@ class PaddingExpert(Expert):
 
     name = "padding"
     level = Level.KERNEL
+    uses_profile = True  # the profile's bank conflicts decide
 
     def analyse(self, context: AnalysisContext) -> list[Finding]:
         metric = context.metrics.get(BANK_CONFLICTS_METRIC)

@@ -79,6 +79,7 @@ class SharedStageExpert(Expert):
 
     name = "shared_stage"
     level = Level.KERNEL
+    uses_profile = True  # the profile's constant-cache stalls decide
 
     def analyse(self, context: AnalysisContext) -> list[Finding]:
         files = source_files(context.target)

@@ -127,6 +127,7 @@ def _store(session: Session, value: Any) -> str | None:
 
 class LLMAnalyst(_LLMStep, Analyst):
     step = "analyse"
+    uses_profile = True  # its prompt carries the baseline's metrics
 
     def analyse(self, context: AnalysisContext) -> list[Finding]:
         tools = Toolbox([*READ_TOOLS, final_tool("report_findings", "Report the findings (the answer).",

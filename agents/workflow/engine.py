@@ -73,7 +73,8 @@ def _failure(step: str, exc: BaseException) -> str:
 
 
 def run_workflow(context: AnalysisContext, steps: Sequence[Steps], verifier: Verifier,
-                 retries: int = 1, parallel: int = 1, findings_at_once: int = 1) -> list[Outcome]:
+                 retries: int = 1, parallel: int = 1, findings_at_once: int = 1,
+                 on_outcome: Callable[[Outcome], None] | None = None) -> list[Outcome]:
     """Every finding of every analyst, with the fate of each proposal made for it.
 
     A transformer that ``takes_feedback`` gets up to ``retries`` more tries per plan, each with
@@ -83,9 +84,16 @@ def run_workflow(context: AnalysisContext, steps: Sequence[Steps], verifier: Ver
     planner and transformer are ``concurrent`` (the experts; an LLM's findings go in turn). A
     program with many loops gets many findings, each verified by a build, a run, the sanitizer and
     the cheat checks: in turn, they took minutes a study. The outcomes keep the order of ``steps``
-    and of each analyst's findings.
+    and of each analyst's findings. ``on_outcome`` hears of each outcome as soon as its finding is
+    done (from the thread that pursued it), so that an accepted variant can be searched at once.
     """
     verified = _Once()
+    tell = on_outcome or (lambda outcome: None)
+
+    def told(outcomes: list[Outcome]) -> list[Outcome]:
+        for outcome in outcomes:
+            tell(outcome)
+        return outcomes
 
     def one(step: Steps) -> list[Outcome]:
         try:
@@ -93,12 +101,12 @@ def run_workflow(context: AnalysisContext, steps: Sequence[Steps], verifier: Ver
         except Exception as exc:  # an agent's failure is a value
             level = getattr(step.analyst, "level", Level.KERNEL)
             missing = Finding(step.analyst.name, level, "", False, reason="analysis failed")
-            return [Outcome(missing, step.analyst.name, error=_failure("analyse", exc))]
+            return told([Outcome(missing, step.analyst.name, error=_failure("analyse", exc))])
 
         findings = not_launched(context, findings)
 
         def pursue(finding: Finding) -> list[Outcome]:
-            return _pursue(context, step, finding, verifier, retries, verified)
+            return told(_pursue(context, step, finding, verifier, retries, verified))
 
         threads = min(findings_at_once, sum(f.applies for f in findings))
         if threads > 1 and step.planner.concurrent and step.transformer.concurrent:

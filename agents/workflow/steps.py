@@ -97,6 +97,9 @@ class Analyst(ABC):
     """Step 1, performance analysis: which optimizations apply where, with the evidence."""
 
     name: str
+    # Whether its findings depend on the baseline's profile (``AnalysisContext.metrics``): such an
+    # analyst waits for Nsight Compute; the others (ptxas, the source) start at once.
+    uses_profile: bool = False
 
     @abstractmethod
     def analyse(self, context: AnalysisContext) -> list[Finding]:

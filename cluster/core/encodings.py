@@ -116,3 +116,19 @@ def better(a: float, b: float, goal: str) -> bool:
 def suspect_speedup(value: float | None, threshold: float = SUSPECT_SPEEDUP) -> bool:
     """Whether a speedup is too good to believe without a re-verification on fresh inputs."""
     return value is not None and value > threshold
+
+
+MIN_LEAD = 0.01  # a lead under 1% of the baseline's median is never taken for a real one
+MAX_NOISE_LEAD = 0.25  # however noisy the measurements, a lead of a quarter is taken for a real one
+
+
+def beats(median: float, iqr: float, baseline_median: float, baseline_iqr: float, goal: str) -> bool:
+    """Whether a measurement is better than the baseline's by more than their noise: the larger of
+    the two relative interquartile ranges (at least ``MIN_LEAD``, at most ``MAX_NOISE_LEAD``). What
+    sends a variant to the expensive checks; the selection's own test is stricter (finals' samples)."""
+    if not (median > 0 and baseline_median > 0) or not (math.isfinite(median) and math.isfinite(baseline_median)):
+        return False
+    noise = max(abs(iqr) / median, abs(baseline_iqr) / baseline_median)
+    lead = min(MAX_NOISE_LEAD, max(MIN_LEAD, noise if math.isfinite(noise) else MAX_NOISE_LEAD))
+    ratio = speedup(median, baseline_median, goal)
+    return ratio is not None and ratio > 1.0 / (1.0 - lead)

@@ -1,11 +1,14 @@
-"""The sweep's agent stage, between the baselines and the search (issue 4's workflow on a cluster).
+"""The sweep's agent stage, beside each study's search (issue 4's workflow on a cluster; issue 25).
 
-    baseline (ptxas report, outputs) ─► ncu profile of the baseline (GPU) ─► AnalysisContext
-        ─► run_workflow(experts, RayVerifier) ─► variants/ table (every outcome, with provenance)
-        ─► accepted variants join the study: a "variant" dimension, their params, enqueued points
+    baseline (ptxas report, outputs) ─► AnalysisContext ─► run_workflow(experts, QueueVerifier)
+        │   (analysts that read the profile: after Nsight Compute on the baseline, GPU)
+        ─► each outcome to variants/ as it comes (with provenance)
+        ─► each variant the cheap checks admit joins the running search: a value of the "variant"
+           dimension (the study moves to a widened Optuna study), its params, enqueued points
 
-A study whose workflow finished in an earlier invocation gets its accepted variants back from the
-run directory (resume); the agents are not asked again.
+A study whose workflow finished in an earlier invocation gets its admitted variants back from the
+run directory (resume); the agents are not asked again. One that had not finished gets back what it
+had admitted, and the agents run again (a proposal admitted before is not run again).
 """
 
 from __future__ import annotations
@@ -14,37 +17,42 @@ import dataclasses
 import itertools
 import threading
 from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
-from agents._base import AnalysisContext
+from agents._base import AnalysisContext, Proposal
 from agents.patch import source_files, variant_target
-from agents.workflow import Outcome, Steps, Verifier, run_workflow
+from agents.workflow import Outcome, Plan, Steps, Verifier, run_workflow
 from agents.workflow.stack import OPTIMIZATION as STACK
 from agents.workflow.stack import Part, stack, stack_plan
+from agents.workflow.steps import Verdict
 from cluster.config import AgentsSpec, ProfileSpec, Target
 from cluster.core.encodings import optuna_point, speedup
 from cluster.core.registry import EXPERTS
 from cluster.core.types import Status
+from cluster.engine.checks import Trust, expensive_state
 from cluster.engine.studies import StudyState, storage_retry
 from cluster.engine.verify import QueueVerifier
 from cluster.runners.profile import DEFAULT_METRICS, PROFILE_SCHEMA, Profile, profile_records
-from cluster.store.results import ResultWriter
+from cluster.store.results import ResultWriter, read_table
 from cluster.store.rundir import RunDir
 from cluster.store.variants import (
     VARIANT_SCHEMA,
     AcceptedVariant,
-    load_accepted,
+    check_states,
+    load_admitted,
     mark_done,
     outcome_record,
     save_accepted,
 )
 
 if TYPE_CHECKING:
-    from cluster.engine.flow import StudyJobs
+    from cluster.engine.study_jobs import StudyJobs
 
 MAX_ENQUEUED = 64  # points per variant entered ahead of the sampler; the rest is the sampler's
-ENQUEUED_SHARE = 0.5  # of the trial budget, at most, spent on agents' points ahead of the sampler
+ENQUEUED_SHARE = 0.5  # of the trial budget, kept for the agents' variants while they work
+VARIANTS_EXPECTED = 4  # a study's admitted variants, as the share is split before they are known
 FINDINGS_AT_ONCE = 8  # an expert's findings verified at once (their jobs spread over the cluster)
 
 
@@ -65,13 +73,14 @@ def context_metrics(profile: Profile) -> dict[str, float]:
 
 
 class AgentStage:
-    """The workflow of every study: ``propose`` runs in a thread of its own per study (its checks
-    are jobs on the sweep's queue, so one study's slow verification never holds another's search);
-    ``join`` puts the accepted variants into the study, on the driver's thread."""
+    """The workflow of every study, beside its search: ``propose`` runs in a thread of its own per
+    study (its checks are jobs on the sweep's queue, so one study's slow verification never holds
+    another's search) and hands each variant that the cheap checks admit to ``admit`` at once;
+    ``join_variant`` puts it into the study's running search, on the driver's thread."""
 
     def __init__(self, run_dir: Path, run_id: str, spec: AgentsSpec, profile: ProfileSpec, runs: int,
                  log: Callable[[str], None], steps: Callable[[Verifier], list[Steps]] | None = None,
-                 trials: int | None = None) -> None:
+                 trials: int | None = None, append: Callable[[str, Any, dict[str, Any]], None] | None = None) -> None:
         self.run_dir, self.run_id, self.spec, self.profile_spec = run_dir, run_id, spec, profile
         self.runs, self.log = runs, log
         self.steps = steps or self._configured_steps
@@ -79,63 +88,121 @@ class AgentStage:
         self.kit = None  # the LLM agents' shared client, store and budget, made on first use
         self.steps_used: list[Steps] = []
         self._lock = threading.Lock()  # studies' threads share the kit and the tables
+        self._append = append
+        self._profiled: set[str] = set()  # studies whose baseline the analysts profiled
+        self.records: dict[tuple[str, str], dict[str, Any]] = {}  # (study, source hash) -> its latest outcome record
 
-    def restore(self, study: StudyState) -> bool:
-        """Accepted variants of an earlier invocation; True when the study's workflow is done."""
-        variants = load_accepted(self.run_dir, study.name, study.target)
-        if variants is None:
-            return False
+    def append(self, subdir: str, schema: Any, record: dict[str, Any]) -> None:
+        if self._append is not None:
+            self._append(subdir, schema, record)
+            return
+        with self._lock, ResultWriter(self.run_dir, schema, subdir=subdir) as writer:
+            writer.append_record(record)
+
+    def restore(self, study: StudyState) -> tuple[bool, list[tuple[AcceptedVariant, Trust, dict[str, Any]]]]:
+        """The variants an earlier invocation admitted, joined again (no points enqueued: its study
+        has them), with what their checks found; and whether its workflow finished."""
+        done, variants = load_admitted(self.run_dir, study.name, study.target)
+        states = check_states(read_table(self.run_dir, RunDir.VARIANTS, VARIANT_SCHEMA), study.name) if variants else {}
+        restored = []
         for variant in sorted(variants, key=lambda v: not v.files_changed):
             self._join(study, variant, enqueue=False)
-        return True
+            trust, record = states.get(variant.source_hash, ("", {}))
+            if record:
+                self.records[(study.name, variant.source_hash)] = record
+            restored.append((variant, Trust(trust), record))
+        return done, restored
 
-    def propose(self, study: StudyState, jobs: StudyJobs, kernels: tuple) -> list[AcceptedVariant]:
+    def profiled_baseline(self, study: str) -> bool:
+        """Whether the analysts profiled this study's baseline (its profile stage need not again)."""
+        return study in self._profiled
+
+    def reserved_trials(self, trials: int) -> int:
+        """Of a study's trials, those kept for the agents' variants while the agents work."""
+        return int(trials * ENQUEUED_SHARE)
+
+    def propose(self, study: StudyState, jobs: StudyJobs, kernels: tuple,
+                admit: Callable[[AcceptedVariant], Future[tuple[Verdict, ...]]] | None = None) -> None:
         """Steps 1-5 of the workflow for one study, in the calling (agents') thread: every outcome
-        to the ``variants`` table, the accepted variants returned for ``join``."""
-        gpu = study.device.kind == "gpu"
-        if gpu and self.spec.sanitizer and not study.target.spec.verify.sanitize_run:
-            self.log(f"{study.name}: no verify.sanitize_run: compute-sanitizer runs the full problem "
-                     f"(give the target a smaller one, README: Bounded verification)")
-        verifier = QueueVerifier(jobs, self.runs, tuple(self.spec.sanitizer) if gpu else (),
-                                 self.spec.sanitizer_timeout_s, guardrails=self.spec.guardrails)
-        metrics, launched = self._baseline_metrics(study, jobs)
-        context = AnalysisContext(study.target, study.arch, study.baseline_median, kernels, metrics, launched)
+        to the ``variants`` table as it comes, each variant the cheap checks admit to ``admit`` at
+        once (its future: the expensive checks' verdicts, where it measured faster than the baseline).
+        Analysts that read the baseline's profile wait for Nsight Compute; the others start at once."""
+        admit = admit or _admit_nothing
+
+        def admitted(variant: Target, plan: Plan, proposal: Proposal) -> Future[tuple[Verdict, ...]]:
+            label = f"{plan.finding.optimization} {plan.finding.location}"
+            return admit(AcceptedVariant(variant, label, dict(proposal.search_params), True))
+
+        verifier = QueueVerifier(jobs, self.runs, known=frozenset(study.variants), admit=admitted)
         with self._lock:
             steps = self.steps(verifier)
             self.steps_used = steps
+        gpu = study.device.kind == "gpu"
+        profiling = gpu and self.spec.profile_baseline and self.profile_spec.candidates != "none"
+        later = [s for s in steps if profiling and s.analyst.uses_profile]
+        now = [s for s in steps if s not in later]
         self.log(f"{study.name}: analysis, plans and transformations by "
-                 f"{', '.join(s.analyst.name for s in steps)}; each proposal verified before it joins")
-        outcomes = run_workflow(context, steps, verifier, self.spec.retries, parallel=len(steps),
-                                findings_at_once=FINDINGS_AT_ONCE)
-        outcomes += self._iterate(context, outcomes, verifier, study, metrics, steps)
-        if self.spec.stack:
-            outcomes += self._stack(context, outcomes, verifier)
-        with self._lock, ResultWriter(self.run_dir, VARIANT_SCHEMA, subdir=RunDir.VARIANTS) as writer:
-            for outcome in outcomes:
-                writer.append_record(outcome_record(self.run_id, study.name, study.target, outcome))
-        accepted = []
-        for outcome in outcomes:
+                 f"{', '.join(s.analyst.name for s in steps)}; each proposal admitted by the cheap checks "
+                 f"joins the search at once" + (f" ({', '.join(s.analyst.name for s in later)} after Nsight "
+                                                f"Compute on the baseline)" if later else ""))
+        context = AnalysisContext(study.target, study.arch, study.baseline_median, kernels)
+        accepted: list[Outcome] = []
+
+        def on_outcome(outcome: Outcome) -> None:
+            record = outcome_record(self.run_id, study.name, study.target, outcome)
+            record["checks"] = expensive_state(outcome.verification)
+            self.append(RunDir.VARIANTS, VARIANT_SCHEMA, record)
+            with self._lock:
+                if record["source_hash"]:
+                    self.records[(study.name, record["source_hash"])] = record
             self.log(f"{study.name}: {outcome.finding.optimization} {outcome.finding.location}: {outcome.stage}"
                      + (f" ({outcome.reason[:160]})" if outcome.reason and not outcome.accepted else ""))
             if outcome.accepted and outcome.proposal is not None:
+                accepted.append(outcome)
                 proposal = outcome.proposal
-                accepted.append(AcceptedVariant(variant_target(study.target, proposal),
-                                                f"{outcome.finding.optimization} {outcome.finding.location}",
-                                                dict(proposal.search_params), bool(proposal.files)))
-        accepted.sort(key=lambda v: not v.files_changed)  # the variant dimension first, then flag values
-        return accepted
+                admit(AcceptedVariant(variant_target(study.target, proposal),
+                                      f"{outcome.finding.optimization} {outcome.finding.location}",
+                                      dict(proposal.search_params), bool(proposal.files), record))
 
-    def join(self, study: StudyState, accepted: list[AcceptedVariant]) -> None:
-        """The accepted variants into the study's search (the driver's thread)."""
-        # Each accepted plan gets its points tried first, but together at most half the budget:
-        # the sampler still needs trials to combine variants with flags.
-        limit = MAX_ENQUEUED
-        if self.trials is not None:
-            limit = max(1, int(self.trials * ENQUEUED_SHARE) // max(1, len(accepted)))
-        for variant in accepted:
-            save_accepted(self.run_dir, study.name, variant)
-            self._join(study, variant, enqueue=True, limit=limit)
+        def workflow(ctx: AnalysisContext, group: list[Steps]) -> list[Outcome]:
+            return run_workflow(ctx, group, verifier, self.spec.retries, parallel=len(group),
+                                findings_at_once=FINDINGS_AT_ONCE, on_outcome=on_outcome) if group else []
+
+        def profiled() -> tuple[AnalysisContext, dict[str, float], list[Outcome]]:
+            metrics, launched = self._baseline_metrics(study, jobs)
+            ctx = dataclasses.replace(context, metrics=metrics, launched=launched)
+            return ctx, metrics, workflow(ctx, later)
+
+        with ThreadPoolExecutor(1, thread_name_prefix="agents-profiled") as pool:
+            waiting = pool.submit(profiled) if later else None
+            outcomes = workflow(context, now)
+            metrics: dict[str, float] = {}
+            if waiting is not None:
+                context, metrics, more = waiting.result()
+                outcomes += more
+        rounds = QueueVerifier(jobs, self.runs)  # the rounds' trials: the cheap tier; their best is admitted
+        for outcome in self._iterate(context, outcomes, rounds, study, metrics, steps):
+            on_outcome(outcome)
+        if self.spec.stack:
+            for outcome in self._stack(context, accepted, verifier):
+                on_outcome(outcome)
         mark_done(self.run_dir, study.name)
+
+    def record_of(self, study: str, source_hash: str) -> dict[str, Any] | None:
+        """The last outcome record of a variant: what a later check's record extends."""
+        with self._lock:
+            return self.records.get((study, source_hash))
+
+    def join_variant(self, study: StudyState, variant: AcceptedVariant, best_flags: dict[str, str] | None) -> None:
+        """An admitted variant into the study's running search (the driver's thread): its sources a
+        value of the variant dimension (or its ``-maxrregcount`` values options of the flag), the
+        search's study widened, and its plan's points entered ahead of the sampler, also with the
+        best flags found so far."""
+        if variant.files_changed and variant.source_hash in study.variants:
+            return  # admitted by an earlier invocation, or proposed twice
+        save_accepted(self.run_dir, study.name, variant)
+        limit = MAX_ENQUEUED if self.trials is None else max(2, int(self.trials * ENQUEUED_SHARE) // VARIANTS_EXPECTED)
+        self._join(study, variant, enqueue=True, limit=limit, best_flags=best_flags)
 
     def _configured_steps(self, verifier: Verifier) -> list[Steps]:
         """The config's choice per step: experts alone, or with LLM agents sharing one kit."""
@@ -155,7 +222,7 @@ class AgentStage:
         return build_steps(spec.llm, choices_of(spec.steps, spec.custom, only=only), custom=spec.custom, kit=kit)
 
     def _stack(self, context: AnalysisContext, outcomes: list[Outcome], verifier: Verifier) -> list[Outcome]:
-        """The accepted source changes merged into one variant, verified as the others were."""
+        """The accepted source changes merged into one variant, admitted as the others were."""
         parts = [Part(f"{o.finding.optimization} {o.finding.location}", o.finding.level, o.proposal)
                  for o in outcomes if o.accepted and o.proposal is not None and o.proposal.files]
         merged = stack(source_files(context.target), parts)
@@ -219,36 +286,49 @@ class AgentStage:
         if (study.device.kind != "gpu" or not self.spec.profile_baseline
                 or self.profile_spec.candidates == "none"):
             return {}, frozenset()
-        self.log(f"{study.name}: Nsight Compute on the baseline, for the analysts")
+        self.log(f"{study.name}: Nsight Compute on the baseline, for the analysts that read it")
         metrics = tuple(self.profile_spec.metrics or DEFAULT_METRICS)
         done = jobs.profile(None, metrics, self.profile_spec.timeout_s, self.profile_spec.launches,
-                            priority=1).result()
+                            label="the baseline, for the analysts").result()
         profile: Profile = done.value if isinstance(done.value, Profile) else Profile(
             study.baseline_candidate().key, done.failure or Status.CRASHED, error_tail=done.error)
-        with self._lock, ResultWriter(self.run_dir, PROFILE_SCHEMA, subdir=RunDir.PROFILES) as writer:
-            for record in profile_records(self.run_id, study, profile):
-                writer.append_record(record)
+        for record in profile_records(self.run_id, study, profile):
+            self.append(RunDir.PROFILES, PROFILE_SCHEMA, record)
+        self._profiled.add(study.name)
         if profile.status is not Status.OK:
             self.log(f"{study.name}: baseline profile failed ({profile.status.value}); analysing without metrics")
             return {}, frozenset()
         return context_metrics(profile), profile.launched()
 
-    def _join(self, study: StudyState, variant: AcceptedVariant, enqueue: bool, limit: int = MAX_ENQUEUED) -> None:
+    def _join(self, study: StudyState, variant: AcceptedVariant, enqueue: bool, limit: int = MAX_ENQUEUED,
+              best_flags: dict[str, str] | None = None) -> None:
         if variant.files_changed:
             study.add_variant(variant.target)
             if enqueue:
-                self._enqueue_variant(study, variant.target, limit)
+                study.widen()
+                self._enqueue_variant(study, variant.target, limit, best_flags)
         elif "maxrregcount" in variant.search:
             _add_register_options(study, variant.search["maxrregcount"], enqueue, limit)
 
-    def _enqueue_variant(self, study: StudyState, target: Target, limit: int) -> None:
-        """The variant at every point of its own params (the plan's search), with baseline flags."""
+    def _enqueue_variant(self, study: StudyState, target: Target, limit: int,
+                         best_flags: dict[str, str] | None = None) -> None:
+        """The variant at points of its own params (the plan's search) with the baseline's flags,
+        then at its default params with the best flags so far."""
         names = list(target.spec.params)
         points = [dict(zip(names, values, strict=True)) for values in itertools.product(*target.spec.params.values())]
         points = _spread([p for p in points if target.satisfies(p)], limit)
-        for point in points:
-            params = optuna_point(study.target.space.baseline, point, target.spec.params, target.bundle.hash)
+        flag_sets = [(study.target.space.baseline, point) for point in points]
+        if best_flags is not None:
+            flag_sets.append((best_flags, target.baseline_params))
+        for flags, point in flag_sets:
+            params = optuna_point(flags, point, target.spec.params, target.bundle.hash)
             storage_retry(lambda params=params: study.study.enqueue_trial(params, skip_if_exists=True))
+
+
+def _admit_nothing(variant: AcceptedVariant) -> Future[tuple[Verdict, ...]]:
+    done: Future[tuple[Verdict, ...]] = Future()
+    done.set_result(())
+    return done
 
 
 def _spread(points: list, limit: int) -> list:
@@ -273,6 +353,7 @@ def _add_register_options(study: StudyState, values: tuple, enqueue: bool, limit
     study.space_size = study.target.space_size() + sum(v.space_size() for v in study.variants.values())
     if not enqueue:
         return
+    study.widen()
     for v in _spread(list(values), limit):
         flags = {**space.baseline, "maxrregcount": f"-maxrregcount={v}"}
         params = optuna_point(flags, study.target.baseline_params, study.target.spec.params,

@@ -13,6 +13,7 @@ from collections import defaultdict
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -22,19 +23,21 @@ import ray
 from agents.workflow import Steps
 from cluster.config import RunPlan, Target
 from cluster.config.env import token_auth_wanted
-from cluster.core.types import BuildArtifact, DeviceInfo, Measurement, study_name
+from cluster.core.types import BuildArtifact, DeviceInfo, Measurement
 from cluster.engine.agent_stage import AgentStage
+from cluster.engine.budget import TimePlan
 from cluster.engine.flow import REVIEW_SCHEMA, Flow, Stage, StudyFlow, SweepContext
-from cluster.engine.jobs import Job, JobKind
+from cluster.engine.jobs import Job, JobKind, JobResult
 from cluster.engine.progress import SweepProgress
 from cluster.engine.scheduler import Scheduler
-from cluster.engine.studies import StudyState, create_study, open_storage
+from cluster.engine.studies import StudyState, open_storage
 from cluster.engine.workers import KeptFleet, start_fleet, stop_fleet
 from cluster.runners.isolation import protect_ray_token, ray_env_vars, secrets_withheld  # sandbox
 from cluster.runners.profile import PROFILE_SCHEMA
 from cluster.store.journal import BatchedJournalStorage
 from cluster.store.results import ResultWriter, read_results, read_table, results_schema
 from cluster.store.rundir import RunDir
+from cluster.store.tables import JOBS_SCHEMA, Tables
 from cluster.toolchains import get_toolchain
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
@@ -52,6 +55,7 @@ class SweepSummary:
     bookkeeping_s: float = 0.0  # driver time spent asking, submitting and recording
     no_baseline: tuple[str, ...] = ()  # studies whose baseline failed: nothing was measured against it
     ready_s: float = 0.0  # wall time once Ray and the workers were up: what the workers' busy time is over
+    unfinished: tuple[str, ...] = ()  # studies the time budget stopped before their finals were done
 
 
 def init_ray(address: str | None) -> None:
@@ -82,12 +86,15 @@ class Sweep:
 
     def __init__(self, plan: RunPlan, run_dir: RunDir, log: Callable[[str], None] = print,
                  agent_steps: Callable[[], list[Steps]] | None = None, fleet: Callable[..., Any] = start_fleet,
-                 compile: Callable[..., Any] | None = None) -> None:
+                 compile: Callable[..., Any] | None = None, started_at: float | None = None) -> None:
         """``agent_steps``: who does the workflow's steps 1-3 (default: the config's experts);
         ``fleet`` and ``compile``: how workers start and builds are made (default: the real ones;
         cluster.engine.simulate passes its fakes; a ``KeptFleet`` keeps its actors for the next
-        sweep of this process, where the others are stopped when the sweep ends)."""
+        sweep of this process, where the others are stopped when the sweep ends); ``started_at``:
+        when the sweep's wall clock started (``time.monotonic``; default: now), what the time
+        budget counts from (the command line's start: Ray's and the workers' start count too)."""
         self.plan, self.run_dir, self.log = plan, run_dir, log
+        self.started_at = time.monotonic() if started_at is None else started_at
         self.agent_steps, self.fleet, self.compile = agent_steps, fleet, compile
         self.config = plan.config
         self.skipped: list[str] = []
@@ -117,39 +124,63 @@ class Sweep:
         scheduler = Scheduler(workers, devices, cluster.inflight_per_worker, self._compile_slots(),
                               cluster.max_attempts, reuse=reuse, compile=self.compile)
         ready_at = time.monotonic()
-        agents = self._agent_stage()
-        agents_done = {s.name: agents.restore(s) for s in states} if agents else {}
+        tables = Tables(self.run_dir.path, self.config.flush_interval_s)
+        budget = self.config.search.time_budget_s
+        plan = TimePlan(budget, self.started_at, self.log) if budget else None
+        agents = self._agent_stage(tables)
+        restored = {s.name: agents.restore(s) for s in states} if agents else {}
         existing = read_results(self.run_dir.path)
         self._cover(v for s in states for v in s.variants.values())
-        reviewed = frozenset(read_table(self.run_dir.path, RunDir.REVIEWS, REVIEW_SCHEMA)["candidate_key"])
+        reviews = read_table(self.run_dir.path, RunDir.REVIEWS, REVIEW_SCHEMA)
+        reviewed = {str(k): "failed" if s == "failed" else "passed"
+                    for k, s in zip(reviews["candidate_key"], reviews["status"], strict=True)}
         profiled = frozenset(read_table(self.run_dir.path, RunDir.PROFILES, PROFILE_SCHEMA)["candidate_key"])
         with ResultWriter(self.run_dir.path, results_schema(self.schema_targets), self.config.flush_interval_s) \
                 as writer, ThreadPoolExecutor(max(1, len(states)), thread_name_prefix="agents") as executor:
             self.writer = writer
             ctx = SweepContext(self.run_dir.run_id, self.run_dir.path, self.config, scheduler, writer, self.log,
-                               self._widen, agents, executor, reviewed, profiled)
+                               self._widen, agents, executor, reviewed, profiled, plan, tables)
             flows = []
             for state in states:
                 rows = existing[existing["study"] == state.name] if len(existing) else existing
                 state.restore(rows)
-                flow = StudyFlow(state, ctx, agents_done.get(state.name, False))
+                state.open_study()
+                done, variants = restored.get(state.name, (False, []))
+                flow = StudyFlow(state, ctx, done)
                 flow.rows = rows.to_dict("records") if len(rows) else []
+                flow.restore_variants(variants)
                 flows.append(flow)
                 flows_by_name[state.name] = flow
-            with SweepProgress(flows, self.config.search.trials, scheduler, enabled=show_progress,
-                               log=self.log) as progress:
-                self._loop(flows, scheduler, writer, progress)
+            try:
+                with SweepProgress(flows, self.config.search.trials, scheduler, enabled=show_progress,
+                                   log=self.log) as progress:
+                    self._loop(flows, scheduler, writer, progress, plan, tables)
+            finally:
+                left = scheduler.close()  # a stopped loop: the agents' threads waiting on jobs go on
+                for flow in flows:
+                    flow.close()
+                tables.close()
+            if left:
+                self.log(f"time budget: stopped with {len(left)} jobs on the workers: "
+                         + ", ".join(sorted({job.describe() for job in left}))[:400])
         failed = tuple(f.name for f in flows if f.stage is Stage.FAILED)
+        unfinished = tuple(f.name for f in flows if not f.done)
         self.skipped += [f"{f.name}: {f.reason}" for f in flows if f.stage is Stage.FAILED]
         end = time.monotonic()
         return SweepSummary(self.run_dir.path, writer.written, tuple(self.skipped), end - start,
-                            self.bookkeeping_s, no_baseline=failed, ready_s=end - ready_at)
+                            self.bookkeeping_s, no_baseline=failed, ready_s=end - ready_at, unfinished=unfinished)
 
     # -- the loop --------------------------------------------------------------------------------
     def _loop(self, flows: list[StudyFlow], scheduler: Scheduler, writer: ResultWriter,
-              progress: SweepProgress) -> None:
+              progress: SweepProgress, plan: TimePlan | None, tables: Tables) -> None:
+        run_id = self.run_dir.run_id
+
+        def record_job(result: JobResult) -> None:
+            tables.append(RunDir.JOBS, JOBS_SCHEMA, job_record(run_id, result, scheduler))
+
         try:
-            self.bookkeeping_s += run_flows(flows, scheduler, writer, progress, self.journal)
+            self.bookkeeping_s += run_flows(flows, scheduler, writer, progress, self.journal, plan=plan,
+                                            on_job=record_job, tables=tables)
         finally:
             if self.journal is not None:
                 self.journal.flush()
@@ -166,13 +197,13 @@ class Sweep:
         if self._cover(targets) and self.writer is not None:
             self.writer.widen(results_schema(self.schema_targets))
 
-    def _agent_stage(self) -> AgentStage | None:
+    def _agent_stage(self, tables: Tables) -> AgentStage | None:
         if not self.config.agents.enabled:
             return None
         return AgentStage(self.run_dir.path, self.run_dir.run_id, self.config.agents, self.config.profile,
-                          max(self.config.measure.runs, 2), self.log,
+                          self.config.measure.runs, self.log,
                           (lambda verifier: self.agent_steps()) if self.agent_steps else None,
-                          self.config.search.trials)
+                          self.config.search.trials, append=tables.append)
 
     def _start(self) -> tuple[list[StudyState], list[ray.actor.ActorHandle], list[DeviceInfo]]:
         kinds = {get_toolchain(t.spec.toolchain).device_kind for t in self.plan.targets}
@@ -192,14 +223,13 @@ class Sweep:
             if not matching:
                 self.skipped.append(f"{target.name}: no {toolchain.device_kind.upper()} worker in the cluster")
                 continue
-            for device_type, indices in matching:
+            for _, indices in matching:
                 device = devices[indices[0]]
                 generation = generations.get(target.name, 1)
-                study = create_study(self.config.search, target, study_name(target.name, device_type, generation),
-                                     storage)
-                studies.append(StudyState(target, target_ref, device, indices, study, toolchain.arch_for(device),
+                studies.append(StudyState(target, target_ref, device, indices, None, toolchain.arch_for(device),
                                           self.config.search.objective, generation=generation,
-                                          space_size=target.space_size()))
+                                          space_size=target.space_size(), search=self.config.search,
+                                          storage=storage, run_id=self.run_dir.run_id))
         for reason in self.skipped:
             self.log(f"skipped {reason}")
         return studies, workers, devices
@@ -209,26 +239,39 @@ class Sweep:
 
 
 def run_flows(flows: Sequence[Flow], scheduler: Scheduler, writer: ResultWriter,
-              progress: SweepProgress | None = None, journal: BatchedJournalStorage | None = None) -> float:
+              progress: SweepProgress | None = None, journal: BatchedJournalStorage | None = None,
+              plan: TimePlan | None = None, on_job: Callable[[JobResult], None] | None = None,
+              tables: Tables | None = None) -> float:
     """The loop of a sweep or an evaluation: each flow submits what its stage needs, the search is
-    fed, the scheduler advances, results go to their flows; until every flow is done. Returns the
-    driver's own time in it (bookkeeping)."""
+    fed, the scheduler advances, results go to their flows; until every flow is done, or the time
+    plan's hard stop. Returns the driver's own time in it (bookkeeping)."""
     by_name = {f.name: f for f in flows}
     bookkeeping = 0.0
     while True:
         t0 = time.perf_counter()
+        if plan is not None:
+            plan.update(flows, lambda device_type: len(scheduler.workers_of(device_type)))
         for flow in flows:
             flow.step()
         feed_search(flows, scheduler)
         if all(f.done for f in flows) and scheduler.idle():
             return bookkeeping + time.perf_counter() - t0
-        threads = any(f.stage is Stage.AGENTS for f in flows)
+        if plan is not None and plan.expired():
+            left = [f.name for f in flows if not f.done]
+            plan.log(f"time budget: {plan.budget_s:.0f} s spent; stopped before the end of "
+                     f"{', '.join(left)} (their best so far is in the rows)")
+            return bookkeeping + time.perf_counter() - t0
+        threads = any(getattr(f, "agents_running", False) for f in flows)
         bookkeeping += time.perf_counter() - t0
         finished = scheduler.poll(POLL_THREADS_S if threads else POLL_S)
         t0 = time.perf_counter()
         for result in finished:
             by_name[result.job.study].on_result(result)
+            if on_job is not None and not result.dropped:
+                on_job(result)
         writer.maybe_flush()
+        if tables is not None:
+            tables.maybe_flush()
         if journal is not None:
             journal.maybe_flush()
         if progress is not None:
@@ -264,3 +307,20 @@ def feed_search(flows: Sequence[Flow], scheduler: Scheduler) -> None:
                 continue
             if not flow.wants_more():
                 group.remove(flow)
+
+
+def job_record(run_id: str, result: JobResult, scheduler: Scheduler) -> dict[str, Any]:
+    """A row of the ``jobs`` table: what a worker did and when."""
+    job = result.job
+    worker_id = scheduler.worker_id(job.worker) if job.worker is not None else ""
+    finished = job.dispatched_at + result.worker_s if job.dispatched_at else time.time()
+    outcome = result.failure.value if result.failure is not None else (
+        result.artifact.status.value if not result.built else "ok")
+    def stamp(epoch_s: float | None) -> datetime | None:
+        return datetime.fromtimestamp(epoch_s, tz=UTC) if epoch_s else None
+
+    return {"run_id": run_id, "study": job.study, "kind": job.kind.value, "lane": job.lane.value, "label": job.label,
+            "candidate_key": job.candidate.key, "worker": job.worker, "worker_id": worker_id,
+            "submitted_at": stamp(job.submitted_at), "dispatched_at": stamp(job.dispatched_at),
+            "started_at": stamp(finished - job.service_s if job.dispatched_at else None),
+            "finished_at": stamp(finished), "service_s": job.service_s, "outcome": outcome}

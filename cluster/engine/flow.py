@@ -1,50 +1,67 @@
-"""Each study moves on by itself: baseline ─► agents ─► search ─► finals ─► reviews ─► profiles.
+"""Each study moves on by itself: baseline ─► search (the agents beside it) ─► finals ─► profiles.
+
+    baseline ─► search of flags and params ───────────────► finals (the best few whose checks
+            └► agents (their own thread): each variant     passed, and the baseline, on fresh
+               admitted by the cheap checks joins the       seeds) ─► winners' profiles ─► done
+               running search; one that measures faster
+               than the baseline gets the expensive checks
 
 A ``StudyFlow`` submits the jobs of its current stage to the scheduler and moves to the next
 stage when they are in; the driver asks it for search candidates while the look-ahead of its
 device type has room, and hands it every result of its jobs. One study's slow stage never holds
-another study: they share the queues, not the stages.
+another study: they share the queues, not the stages. With a time budget, the sweep's
+``TimePlan`` closes the search in time for the finals (``work_left``).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import json
+import queue
 import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from concurrent.futures import Executor, Future
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
-import pandas as pd
 import pyarrow as pa
 import ray
 
+from agents.workflow.steps import Verdict
 from cluster.config import RunConfig, Target
-from cluster.core.encodings import speedup, suspect_speedup
+from cluster.core.encodings import beats, speedup, suspect_speedup
 from cluster.core.placeholders import expand
-from cluster.core.types import BuildArtifact, Candidate, Measurement, Phase, Status
-from cluster.engine.jobs import Build, Job, JobKind, JobResult
+from cluster.core.types import BuildArtifact, Candidate, Measurement, Phase, Stats, Status
+from cluster.engine.budget import TimePlan
+from cluster.engine.checks import DeepChecks, Trust
+from cluster.engine.finals import Finals
+from cluster.engine.jobs import URGENT, Job, JobKind, JobResult
 from cluster.engine.scheduler import Scheduler
-from cluster.engine.studies import Evaluated, StudyState, load_reference, save_reference
+from cluster.engine.studies import Evaluated, StudyState, save_reference
+from cluster.engine.study_jobs import StudyJobs
 from cluster.runners.measure import Reference
 from cluster.runners.profile import DEFAULT_METRICS, Profile, profile_records
+from cluster.runners.profile import PROFILE_SCHEMA as _PROFILE_SCHEMA
 from cluster.store.results import ResultWriter, make_row
 from cluster.store.rundir import RunDir
+from cluster.store.tables import Tables
+from cluster.store.variants import VARIANT_SCHEMA, AcceptedVariant
 
 REVIEW_SCHEMA = pa.schema([("run_id", pa.string()), ("study", pa.string()), ("candidate_key", pa.string()),
                            ("speedup", pa.float64()), ("status", pa.string()), ("detail", pa.string())])
+SEARCH_ONLY = frozenset({JobKind.SEARCH})
+CHECK_KINDS = frozenset({JobKind.SANITIZE, JobKind.GUARD, JobKind.REVIEW})
 
 
 class Stage(StrEnum):
     BASELINE = "baseline"
-    AGENTS = "agents"
+    AGENTS = "agents"  # runs in runs written before 2026-11-27: the agents now run beside the search
     SEARCH = "search"
     FINAL = "final"
-    REVIEW = "review"
+    REVIEW = "review"  # likewise: reviews now come before the finals, as checks
     PROFILE = "profile"
     DONE = "done"
     FAILED = "failed"  # its baseline did not run: nothing else can be measured against it
@@ -63,8 +80,17 @@ class SweepContext:
     cover: Callable[[list[Target]], None]  # widen the results' schema for variants' params
     agents: Any = None  # AgentStage, when the agents' workflow is on
     executor: Executor | None = None  # the agents' threads
-    reviewed: frozenset[str] = frozenset()  # candidate keys reviewed by an earlier invocation
+    reviewed: dict[str, str] = field(default_factory=dict)  # candidate key -> an earlier invocation's review
     profiled: frozenset[str] = frozenset()
+    plan: TimePlan | None = None  # the sweep's time budget, when it has one
+    tables: Tables | None = None  # variants/, reviews/, profiles/ (default: a writer per record)
+
+    def append(self, subdir: str, schema: pa.Schema, record: dict[str, Any]) -> None:
+        if self.tables is not None:
+            self.tables.append(subdir, schema, record)
+            return
+        with ResultWriter(self.run_dir, schema, subdir=subdir) as writer:
+            writer.append_record(record)
 
 
 def profiled_keys(candidates: str, baseline: str, winners: list[str], measured_ok: list[str],
@@ -79,63 +105,6 @@ def profiled_keys(candidates: str, baseline: str, winners: list[str], measured_o
     if candidates == "baseline":
         return [] if analysts else [baseline]
     return []
-
-
-class StudyJobs:
-    """The jobs of one study, made for its flow or, through the scheduler's inbox, for the agents'
-    thread (``threadsafe``): each returns a future of its result."""
-
-    def __init__(self, state: StudyState, scheduler: Scheduler, threadsafe: bool = True) -> None:
-        self.state, self.scheduler, self.threadsafe = state, scheduler, threadsafe
-
-    def build(self, source: Target | None = None, candidate: Candidate | None = None) -> Build:
-        """A build of the study: ``candidate`` (default: the baseline) from ``source`` (default:
-        the target's own sources; a variant is put in the object store once)."""
-        state = self.state
-        candidate = candidate or state.baseline_candidate()
-        if source is None or source.bundle.hash == state.target.bundle.hash:
-            return Build(state.target, state.target_ref, candidate)
-        if source.bundle.hash not in state.variant_refs:
-            state.variant_refs[source.bundle.hash] = ray.put(source)
-        return Build(source, state.variant_refs[source.bundle.hash], candidate)
-
-    def job(self, kind: JobKind, *builds: Build, **fields: Any) -> Job:
-        state = self.state
-        return Job(kind, state.name, state.workers, state.device, tuple(builds), **fields)
-
-    def submit(self, job: Job) -> Future[JobResult]:
-        if self.threadsafe:
-            return self.scheduler.submit_threadsafe(job)
-        job.future = Future()
-        self.scheduler.submit(job)
-        return job.future
-
-    def variant_candidate(self, variant: Target, phase: Phase = Phase.VERIFY) -> Candidate:
-        """The baseline's flags and params with the variant's sources (and its own params' defaults)."""
-        baseline = self.state.baseline_candidate()
-        params = {**dict(baseline.params), **variant.baseline_params}
-        return dataclasses.replace(baseline, source_hash=variant.bundle.hash, params=tuple(params.items()),
-                                   phase=phase)
-
-    def verify(self, variant: Target, runs: int) -> Future[JobResult]:
-        build = self.build(variant, self.variant_candidate(variant))
-        return self.submit(self.job(JobKind.VERIFY, build, runs=runs, reference=self.state.reference))
-
-    def sanitize(self, variant: Target | None, tools: tuple[str, ...], timeout: float,
-                 timeouts: dict[str, float] | None) -> Future[JobResult]:
-        build = self.build() if variant is None else self.build(variant, self.variant_candidate(variant))
-        return self.submit(self.job(JobKind.SANITIZE, build, args={"tools": tools, "timeout": timeout,
-                                                                   "timeouts": timeouts}))
-
-    def guard(self, variant: Target, files: dict[str, str]) -> Future[JobResult]:
-        build = self.build(variant, self.variant_candidate(variant))
-        return self.submit(self.job(JobKind.GUARD, build, self.build(), args={"files": files}))
-
-    def profile(self, candidate: Candidate | None, metrics: tuple[str, ...], timeout: float,
-                launches: int | None, priority: int | None = None) -> Future[JobResult]:
-        source = self.state.source_of(candidate)[0] if candidate else None
-        return self.submit(self.job(JobKind.PROFILE, self.build(source, candidate), priority=priority,
-                                    args={"metrics": metrics, "timeout": timeout, "launches": launches}))
 
 
 class Flow(ABC):
@@ -158,6 +127,13 @@ class Flow(ABC):
     def on_result(self, result: JobResult) -> None:
         """A job of this flow is done."""
 
+    def work_left(self) -> float:
+        """Worker-seconds it needs once its search is closed (the time plan's reserve)."""
+        return 0.0
+
+    def in_search(self) -> bool:
+        return False
+
 
 class StudyFlow(Flow):
     """One study's way through the stages, driven by ``step`` and ``on_result``."""
@@ -172,13 +148,28 @@ class StudyFlow(Flow):
         self.reason = ""  # why it failed
         self.rows: list[dict[str, Any]] = []  # this study's rows, for its selection
         self.measured: dict[tuple[str, str], Measurement] = {}  # (binary hash, run command) -> measurement
+        self.stats: dict[str, Stats] = {}  # candidate key -> the samples' statistics of its ok row
         self.search_in_flight = 0
-        self.deadline = float("inf")
         self.agents_future: Future[Any] | None = None
+        # From the agents' thread: each admitted variant, and the future its admission waits on.
+        self.admitted: queue.SimpleQueue[tuple[AcceptedVariant, Future[tuple[Verdict, ...]]]] = queue.SimpleQueue()
+        self.closed = False
         self.kernels: tuple = ()
+        self.review_trust: dict[str, Trust] = {k: Trust(v) for k, v in ctx.reviewed.items()}
         self.reviews: list[str] = []  # one word per review, for the summary line
+        self.run_estimate: float | None = None  # worker-seconds a run of the baseline takes (the plan's unit)
+        self.profile_s: float | None = None  # the analysts' baseline profile's time
+        agents = ctx.config.agents
+        gpu = state.device.kind == "gpu"
+        self.checks = DeepChecks(self.jobs, tuple(agents.sanitizer) if gpu else (), agents.sanitizer_timeout_s,
+                                 agents.guardrails, self._write_variant, ctx.log, self._record_of, self._retire)
+        self.finals = Finals(self)
 
     # -- the stages ------------------------------------------------------------------------------
+    @property
+    def agents_running(self) -> bool:
+        return self.agents_future is not None and not self.agents_done
+
     def step(self) -> None:
         """Submit what the current stage needs, or move on when it is complete."""
         if self.done:
@@ -186,13 +177,20 @@ class StudyFlow(Flow):
         if not self.entered:
             self.entered = True
             getattr(self, f"_enter_{self.stage.value}")()
-        if self.stage is Stage.AGENTS and self.agents_future is not None and self.agents_future.done():
+        self._take_admitted()
+        if self.agents_future is not None and self.agents_future.done() and not self.agents_done:
             self._agents_finished()
-        elif self.stage is Stage.SEARCH and not self.wants_more() and self.search_in_flight == 0:
-            self._advance(Stage.FINAL)
-        elif self.stage in (Stage.FINAL, Stage.REVIEW, Stage.PROFILE) and not self.awaited:
-            self._advance({Stage.FINAL: Stage.REVIEW, Stage.REVIEW: Stage.PROFILE,
-                           Stage.PROFILE: Stage.DONE}[self.stage])
+        if self.stage is Stage.SEARCH:
+            closed = self.ctx.plan is not None and not self.ctx.plan.search_open(self.device_type)
+            if closed and self.ctx.scheduler.drop(self.name, SEARCH_ONLY):
+                return  # the dropped jobs come back at the next poll
+            if (closed or (not self.wants_more() and not self.agents_running)) and self.search_in_flight == 0:
+                self._advance(Stage.FINAL)
+        elif self.stage is Stage.FINAL:
+            if self.finals.step():
+                self._advance(Stage.PROFILE)
+        elif self.stage is Stage.PROFILE and not self.awaited:
+            self._advance(Stage.DONE)
 
     def _advance(self, stage: Stage) -> None:
         if stage is Stage.PROFILE and self.reviews:
@@ -207,100 +205,166 @@ class StudyFlow(Flow):
         self.stage, self.reason = Stage.FAILED, reason
         self.ctx.log(f"skipped {self.name}: {reason}")
 
+    def in_search(self) -> bool:
+        return self.stage in (Stage.BASELINE, Stage.SEARCH)
+
     def _enter_baseline(self) -> None:
+        from cluster.engine.studies import load_reference
+
         state = self.state
         baseline = state.baseline_candidate()
         state.candidates[baseline.key] = baseline
         reference = load_reference(self.ctx.run_dir, baseline.key)
         previous = state.results.get(baseline.key)
-        if reference is not None and previous is not None and previous.status is Status.OK:
-            state.reference = ray.put(reference)
-            self._after_baseline()
+        if previous is not None and previous.status is Status.OK:
+            self._estimate_from_rows()
+            if reference is not None:
+                state.reference, self.finals.reference = ray.put(reference), reference
+                self._after_baseline()
+                return
+            # Its row is there, its outputs are not (references/ deleted): measured again, no second row.
+            self.jobs.submit(self.jobs.job(JobKind.REFERENCE, self.jobs.build(), runs=self.ctx.config.measure.runs))
             return
-        measure = self.ctx.config.measure
-        runs = max(measure.runs, measure.final_runs + 1)  # the finals' fresh seeds need references too
-        self.jobs.submit(self.jobs.job(JobKind.BASELINE, self.jobs.build(), runs=runs))
+        self.jobs.submit(self.jobs.job(JobKind.BASELINE, self.jobs.build(), runs=self.ctx.config.measure.runs))
+
+    def _estimate_from_rows(self) -> None:
+        """A resumed study's time a run, from its rows (the baseline's run over its runs)."""
+        base = [r for r in self.rows if r.get("phase") == Phase.BASELINE.value and r.get("status") == "ok"]
+        if base and base[0].get("run_s") and base[0].get("n_samples"):
+            self.run_estimate = float(base[0]["run_s"]) / max(1, self.ctx.config.measure.runs)
+        if base and base[0].get("median") is not None:
+            self.stats.setdefault(base[0]["candidate_key"], Stats(float(base[0]["median"]), float(base[0]["median"]),
+                                                                  float(base[0].get("iqr") or 0.0), 1))
 
     def _after_baseline(self) -> None:
-        agents = self.ctx.agents
-        self._advance(Stage.AGENTS if agents is not None and not self.agents_done else Stage.SEARCH)
+        if self.ctx.agents is not None and not self.agents_done:
+            self._start_agents()
+        self._advance(Stage.SEARCH)
 
-    def _enter_agents(self) -> None:
+    def _start_agents(self) -> None:
+        """The agents' workflow in its own thread, beside the search: each variant it admits is
+        handed over through ``admitted`` and joins the search at the flow's next step."""
         assert self.ctx.agents is not None and self.ctx.executor is not None
         threaded = StudyJobs(self.state, self.ctx.scheduler, threadsafe=True)
         if not self.kernels:  # resumed: the baseline's ptxas report from its build
             self.kernels = self._baseline_kernels()
-        self.agents_future = self.ctx.executor.submit(self.ctx.agents.propose, self.state, threaded, self.kernels)
+        self.agents_future = self.ctx.executor.submit(self.ctx.agents.propose, self.state, threaded, self.kernels,
+                                                      self.admit)
 
     def _baseline_kernels(self) -> tuple:
         refs = self.ctx.scheduler.build_refs(self.jobs.build())
         artifact: BuildArtifact = ray.get(refs[0])
         return artifact.kernels
 
+    def admit(self, variant: AcceptedVariant) -> Future[tuple[Verdict, ...]]:
+        """From the agents' thread: a variant the cheap checks admitted, for the search; the future
+        gets the expensive checks' verdicts where it measured faster than the baseline, else none."""
+        ticket: Future[tuple[Verdict, ...]] = Future()
+        if self.closed:
+            ticket.set_result(())
+        else:
+            self.admitted.put((variant, ticket))
+        return ticket
+
+    def _take_admitted(self) -> None:
+        while not self.admitted.empty():
+            variant, ticket = self.admitted.get()
+            joined = variant.files_changed and variant.source_hash in self.state.variants
+            if self.stage not in (Stage.SEARCH, Stage.BASELINE) or joined:
+                if not joined:
+                    self.ctx.log(f"{self.name}: {variant.label}: admitted after the search closed; not searched")
+                ticket.set_result(())
+                continue
+            self.ctx.agents.join_variant(self.state, variant, self.best_flags())
+            self.ctx.cover(list(self.state.variants.values()))
+            if not variant.files_changed:
+                ticket.set_result(())
+                continue
+            self.checks.add(variant, variant.record)
+            verified = self.jobs.variant_candidate(variant.target).key
+            if verified in self.stats:
+                self._maybe_check(self.state.candidates.get(verified), self.stats[verified], ticket)
+            if not ticket.done() and self.checks.trust(variant.source_hash) is Trust.NOT_RUN:
+                ticket.set_result(())  # no faster than the baseline: no expensive checks now
+
+    def close(self) -> None:
+        """The sweep ended: every admission and check still waited on is answered."""
+        self.closed = True
+        while not self.admitted.empty():
+            self.admitted.get()[1].set_result(())
+        self.checks.close()
+
+    def _retire(self, source_hash: str) -> None:
+        if source_hash in self.state.variants:
+            self.ctx.log(f"{self.name}: variant {source_hash} failed its expensive checks: out of the search")
+            self.state.retire(source_hash)
+
+    def _record_of(self, source_hash: str) -> dict[str, Any] | None:
+        return self.ctx.agents.record_of(self.name, source_hash) if self.ctx.agents is not None else None
+
+    def _write_variant(self, record: dict[str, Any]) -> None:
+        self.ctx.append(RunDir.VARIANTS, VARIANT_SCHEMA, {"run_id": self.ctx.run_id, **record})
+
     def _agents_finished(self) -> None:
         assert self.agents_future is not None
         try:
-            accepted = self.agents_future.result()
-        except Exception as exc:  # an agents' failure is a value: the search goes on without variants
+            self.agents_future.result()
+        except Exception as exc:  # an agents' failure is a value: the search goes on without more variants
             self.ctx.log(f"{self.name}: the agents' stage failed ({type(exc).__name__}: {exc}); searching without")
-            accepted = []
-        self.ctx.agents.join(self.state, accepted)
-        self.ctx.cover(list(self.state.variants.values()))
-        self._advance(Stage.SEARCH)
+        self._take_admitted()
+        self.agents_done = True
+
+    def restore_variants(self, restored: list[tuple[AcceptedVariant, Trust, dict[str, Any]]]) -> None:
+        """An earlier invocation's admitted variants and what their checks found (resume)."""
+        for variant, trust, record in restored:
+            if variant.files_changed:
+                self.checks.add(variant, record, trust)
+
+    def best_flags(self) -> dict[str, str] | None:
+        """The flags of the best candidate on the target's own sources so far, where they are not the
+        baseline's: a variant that joins is tried with them too."""
+        own = self.state.target.bundle.hash
+        for candidate in self.state.ranked():
+            if candidate.source_hash == own:
+                flags = dict(candidate.flags)
+                return flags if flags != self.state.target.space.baseline else None
+        return None
 
     def _enter_search(self) -> None:
-        budget = self.ctx.config.search.time_budget_s
-        self.deadline = time.monotonic() + budget if budget else float("inf")
+        return None
 
     def _enter_final(self) -> None:
-        """The best few and the baseline again, on seeds the search did not use (1..final_runs):
-        what the selection trusts. The best is re-run even when ``final_top_k`` is 0."""
-        state, measure = self.state, self.ctx.config.measure
-        finals = {r["candidate_key"] for r in self.rows if r["phase"] == Phase.FINAL.value}
-        chosen = {c.key: c for c in [*state.top(max(1, measure.final_top_k)), state.baseline_candidate()]}
-        for candidate in chosen.values():
-            if candidate.key in finals:
-                continue
-            source = state.source_of(candidate)[0]
-            build = self.jobs.build(source, candidate.with_phase(Phase.FINAL))
-            self._submit(self.jobs.job(JobKind.FINAL, build, runs=measure.final_runs, first_seed=1,
-                                       reference=state.reference))
+        self.finals.enter()
 
-    def _enter_review(self) -> None:
-        """Candidates more than 10x better than their baseline, run again against it on fresh seeds."""
-        state = self.state
-        if not state.baseline_median:
-            return
-        for key, result in state.results.items():
-            if result.median is None or key in self.ctx.reviewed or key not in state.candidates:
-                continue
-            if key == state.baseline_candidate().key:
-                continue
-            if not suspect_speedup(speedup(result.median, state.baseline_median, state.goal)):
-                continue
-            candidate = state.candidates[key]
-            build = self.jobs.build(state.source_of(candidate)[0], candidate)
-            self._submit(self.jobs.job(JobKind.REVIEW, build, self.jobs.build()))
+    def _enter_review(self) -> None:  # a stage of older runs; nothing to do now
+        return None
 
     def _enter_profile(self) -> None:
         spec = self.ctx.config.profile
         state = self.state
         if spec.candidates == "none" or state.device.kind != "gpu":
             return
+        plan = self.ctx.plan
+        if plan is not None and plan.time_left() < 2 * (self.profile_s or 30 * (self.run_estimate or 1.0)):
+            self.ctx.log(f"{self.name}: no time left in the budget for Nsight Compute on the winners")
+            return
         winners: list[str] = []
         if spec.candidates == "best" and self.rows:
+            import pandas as pd
+
             from cluster.outputs.select import select_best
 
             winners = [b.candidate_key for b in select_best(pd.DataFrame(self.rows))]
+        profiled_ahead = self.ctx.agents is not None and self.ctx.agents.profiled_baseline(state.name)
         keys = profiled_keys(spec.candidates, state.baseline_candidate().key, winners,
-                             [k for k, r in state.results.items() if r.status is Status.OK],
-                             analysts=self.ctx.agents is not None and self.ctx.config.agents.profile_baseline)
+                             [k for k, r in state.results.items() if r.status is Status.OK], analysts=profiled_ahead)
         metrics = tuple(spec.metrics or DEFAULT_METRICS)
         for key in dict.fromkeys(k for k in keys if k in state.candidates and k not in self.ctx.profiled):
             candidate = state.candidates[key]
             build = self.jobs.build(state.source_of(candidate)[0], candidate)
-            self._submit(self.jobs.job(JobKind.PROFILE, build, args={"metrics": metrics, "timeout": spec.timeout_s,
-                                                                     "launches": spec.launches}))
+            self._submit(self.jobs.job(JobKind.PROFILE, build, label="the winner" if key in winners else "",
+                                       args={"metrics": metrics, "timeout": spec.timeout_s,
+                                             "launches": spec.launches}))
 
     def _enter_done(self) -> None:
         return None
@@ -314,10 +378,16 @@ class StudyFlow(Flow):
 
     # -- the search ------------------------------------------------------------------------------
     def wants_more(self) -> bool:
+        """Room for another search candidate: trials left (while the agents work, the share kept
+        for their variants is not the flags search's), points left, the time plan's search open."""
         trials = self.ctx.config.search.trials
         state = self.state
-        trials_left = trials is None or state.n_search + len(state.pending) < trials
-        return trials_left and not state.exhausted and time.monotonic() < self.deadline
+        used = state.n_search + len(state.pending)
+        if trials is not None and self.agents_running and not (used < trials and state.waiting_points()):
+            trials -= self.ctx.agents.reserved_trials(trials)  # the rest waits for the variants' points
+        trials_left = trials is None or used < trials
+        open_ = self.ctx.plan is None or self.ctx.plan.search_open(self.device_type)
+        return trials_left and not state.exhausted and open_ and self.stage is Stage.SEARCH
 
     def race_bound(self) -> float | None:
         """Racing (``measure.race``): the time above which a search candidate's lower quartile
@@ -362,20 +432,98 @@ class StudyFlow(Flow):
                                    started_at=now, finished_at=now,
                                    error_tail=f"same binary and run command as {previous.candidate_key}; measured once")
 
+    # -- the time plan ---------------------------------------------------------------------------
+    def work_left(self) -> float:
+        """Worker-seconds it still needs once its search closes: the finals (and the baseline's
+        references on their seeds), the checks its finalists wait for; estimated from its baseline's
+        time a run."""
+        if self.done:
+            return 0.0
+        run = self.run_estimate if self.run_estimate is not None else 1.0
+        return self.finals.work_left(run) + self._checks_left(run)
+
+    def _checks_left(self, run: float) -> float:
+        pending = len(self.checks.pending()) + sum(t is Trust.PENDING for t in self.review_trust.values())
+        agents = self.ctx.config.agents
+        per_check = min(agents.sanitizer_timeout_s, CHECK_RUNS * run + CHECK_OVERHEAD_S)
+        return pending * per_check
+
+    # -- trust -----------------------------------------------------------------------------------
+    def trust(self, candidate: Candidate, ask: bool = True) -> Trust:
+        """Whether a candidate may be a final: its variant's expensive checks passed (a candidate of
+        the target's own sources has none), and, far faster than the baseline, its fresh-seed review
+        too. ``ask``: start what has not run."""
+        if candidate.source_hash in self.state.retired:
+            return Trust.FAILED
+        trusts = []
+        if candidate.source_hash in self.state.variants:
+            trust = self.checks.trust(candidate.source_hash)
+            if trust is Trust.NOT_RUN and ask:
+                trust = self.checks.request(candidate.source_hash, "a finalist")
+            trusts.append(trust)
+        result = self.state.results.get(candidate.key)
+        if result is not None and suspect_speedup(speedup(result.median, self.state.baseline_median, self.state.goal)):
+            trust = self.review_trust.get(candidate.key, Trust.NOT_RUN)
+            if trust is Trust.NOT_RUN and ask:
+                trust = self._review(candidate)
+            trusts.append(trust)
+        for worst in (Trust.FAILED, Trust.NOT_RUN, Trust.PENDING):
+            if worst in trusts:
+                return worst
+        return Trust.PASSED
+
+    def promote_checks(self) -> None:
+        self.ctx.scheduler.promote(self.name, CHECK_KINDS)
+
+    def _maybe_check(self, candidate: Candidate | None, stats: Stats,
+                     ticket: Future[tuple[Verdict, ...]] | None = None) -> None:
+        """A measurement in: a variant faster than the baseline beyond the noise gets its expensive
+        checks (``ticket``: its admission waits for them); a candidate over 10x its fresh-seed review."""
+        state = self.state
+        base = self.stats.get(state.baseline_candidate().key)
+        if candidate is None or base is None:
+            return
+        faster = beats(stats.median, stats.iqr, base.median, base.iqr, state.goal)
+        if candidate.source_hash in state.variants and faster:
+            ratio = speedup(stats.median, base.median, state.goal) or 0.0
+            self.checks.request(candidate.source_hash, f"measured {ratio:.2f}x the baseline", ticket)
+        if suspect_speedup(speedup(stats.median, base.median, state.goal)):
+            self._review(candidate)
+
+    def _review(self, candidate: Candidate) -> Trust:
+        if self.review_trust.get(candidate.key, Trust.NOT_RUN) is not Trust.NOT_RUN:
+            return self.review_trust[candidate.key]
+        self.review_trust[candidate.key] = Trust.PENDING
+        future = self.jobs.review(candidate, label="over 10x the baseline, on fresh seeds")
+        if self.stage is Stage.FINAL:
+            self.promote_checks()
+        future.add_done_callback(lambda f: self._reviewed(f.result()))
+        return Trust.PENDING
+
     # -- results ---------------------------------------------------------------------------------
     def on_result(self, result: JobResult) -> None:
         job = result.job
-        if job.kind is JobKind.PROFILE:
+        if result.dropped:
+            self._dropped(result)
+        elif job.kind is JobKind.PROFILE:
             self._profiled(result)
-        elif job.kind is JobKind.REVIEW:
-            self._reviewed(result)
-        elif job.kind in (JobKind.SANITIZE, JobKind.GUARD):
-            pass  # the verifier reads them from the job's future
+        elif job.kind is JobKind.REFERENCE:
+            self._referenced(result)
+        elif job.kind in (JobKind.SANITIZE, JobKind.GUARD, JobKind.REVIEW):
+            pass  # their futures' callbacks (the checks, the review) read them
         else:
             self._measured(result)
         self.awaited.discard(job.seq)
         if job.future is not None:
             job.future.set_result(result)
+
+    def _dropped(self, result: JobResult) -> None:
+        """A search job taken off the queue when the search closed: its trials told it failed, no row."""
+        candidate = result.job.candidate
+        self.search_in_flight -= 1
+        self.state.pending.discard(candidate.key)
+        for study, number in self.state.asked.pop(candidate.key, []):
+            self.state._tell(study, number, Evaluated(Status.WORKER_LOST, None))
 
     def _measured(self, result: JobResult) -> None:
         job, state = result.job, self.state
@@ -384,13 +532,20 @@ class StudyFlow(Flow):
             measurement = Measurement(job.candidate.key, result.failure, job.device, error_tail=result.error,
                                       started_at=job.compiled_at, finished_at=time.time())
         if job.kind is JobKind.BASELINE:
-            self._baseline_measured(result.artifact, measurement)
+            self._baseline_measured(result, measurement)
         self.record_row(job.builds[0].target, job.candidate, result.artifact, measurement)
         if job.kind is JobKind.SEARCH:
             self.search_in_flight -= 1
             if measurement is not None and measurement.status is Status.OK and result.artifact.binary_hash:
                 key = (result.artifact.binary_hash, run_signature(job.target, job.candidate))
                 self.measured.setdefault(key, measurement)
+        if job.kind is JobKind.FINAL:
+            self.finals.measured(job.candidate.key)
+        stats = measurement.stats if measurement is not None and measurement.status is Status.OK else None
+        if stats is not None and job.kind in (JobKind.BASELINE, JobKind.SEARCH, JobKind.VERIFY):
+            self.stats[job.candidate.key] = stats
+            if job.kind is not JobKind.BASELINE:
+                self._maybe_check(state.candidates.get(job.candidate.key), stats)
         if job.kind is JobKind.BASELINE and state.reference is not None:
             self._after_baseline()
 
@@ -409,8 +564,8 @@ class StudyFlow(Flow):
         energy = measurement.telemetry.energy_j if measurement and measurement.telemetry else None
         state.record(candidate, Evaluated(status, median, energy))
 
-    def _baseline_measured(self, artifact: BuildArtifact, measurement: Measurement | None) -> None:
-        state = self.state
+    def _baseline_measured(self, result: JobResult, measurement: Measurement | None) -> None:
+        state, artifact = self.state, result.artifact
         stats = measurement.stats if measurement else None
         if measurement is None or measurement.status is not Status.OK or stats is None:
             status = measurement.status if measurement else artifact.status
@@ -421,8 +576,29 @@ class StudyFlow(Flow):
         self.kernels = artifact.kernels
         reference = Reference(measurement.outputs)
         save_reference(self.ctx.run_dir, measurement.candidate_key, reference)
-        state.reference = ray.put(reference)
+        state.reference, self.finals.reference = ray.put(reference), reference
         state.baseline_median = stats.median
+        self.run_estimate = max(result.job.service_s, measurement.run_s) / max(1, result.job.runs)
+
+    def _referenced(self, result: JobResult) -> None:
+        """The baseline's outputs on seeds it had not run (references/ lost, or the finals' seeds)."""
+        measurement = result.measurement
+        if measurement is None or measurement.status is not Status.OK:
+            why = measurement.status.value if measurement else (result.failure or result.artifact.status).value
+            if self.stage is Stage.BASELINE:
+                self.fail(f"its baseline's outputs could not be made again ({why})")
+            else:
+                self.finals.reference_failed(why)
+            return
+        if self.stage is Stage.BASELINE:
+            reference = Reference(measurement.outputs)
+            save_reference(self.ctx.run_dir, measurement.candidate_key, reference)
+            self.state.reference, self.finals.reference = ray.put(reference), reference
+            if self.run_estimate is None:
+                self.run_estimate = max(result.job.service_s, measurement.run_s) / max(1, result.job.runs)
+            self._after_baseline()
+            return
+        self.finals.referenced(measurement)
 
     def _reviewed(self, result: JobResult) -> None:
         from agents.workflow.steps import Verdict, VerdictStatus
@@ -439,9 +615,10 @@ class StudyFlow(Flow):
         key = job.candidate.key
         ratio = speedup(state.results[key].median, state.baseline_median, state.goal) if key in state.results else None
         self.reviews.append(verdict.status.value)
-        with ResultWriter(self.ctx.run_dir, REVIEW_SCHEMA, subdir=RunDir.REVIEWS) as writer:
-            writer.append_record({"run_id": self.ctx.run_id, "study": self.name, "candidate_key": key,
-                                  "speedup": ratio, "status": verdict.status.value, "detail": verdict.detail})
+        self.review_trust[key] = Trust.FAILED if verdict.failed else Trust.PASSED
+        self.ctx.append(RunDir.REVIEWS, REVIEW_SCHEMA, {
+            "run_id": self.ctx.run_id, "study": self.name, "candidate_key": key, "speedup": ratio,
+            "status": verdict.status.value, "detail": verdict.detail})
         if verdict.failed:
             failed = Measurement(key, Status.VERIFY_FAILED, state.device,
                                  error_tail=f"fresh-seed re-verification: {verdict.detail}")
@@ -450,16 +627,20 @@ class StudyFlow(Flow):
     def _profiled(self, result: JobResult) -> None:
         if result.job.seq not in self.awaited:
             return  # the agents' baseline profile: their stage writes it
-        from cluster.runners.profile import PROFILE_SCHEMA
-
         profile = result.value if isinstance(result.value, Profile) else Profile(
             result.job.candidate.key, result.failure or Status.CRASHED, error_tail=result.error)
-        with ResultWriter(self.ctx.run_dir, PROFILE_SCHEMA, subdir=RunDir.PROFILES) as writer:
-            for record in profile_records(self.ctx.run_id, self.state, profile):
-                writer.append_record(record)
+        for record in profile_records(self.ctx.run_id, self.state, profile):
+            self.ctx.append(RunDir.PROFILES, _PROFILE_SCHEMA, record)
+
+
+CHECK_RUNS = 12  # a variant's expensive checks, in runs of its program: the cheat checks' runs, the sanitizer's
+CHECK_OVERHEAD_S = 5.0  # and the tools' own start
 
 
 def run_signature(target: Target, candidate: Candidate) -> str:
     """The run command of a candidate as far as it depends on the candidate (its params)."""
     values = {**dict(candidate.params), "binary": "", "workdir": "", "arch": candidate.arch, "seed": "{seed}"}
     return json.dumps(expand(target.spec.run, values))
+
+
+__all__ = ["REVIEW_SCHEMA", "URGENT", "Flow", "Stage", "StudyFlow", "StudyJobs", "SweepContext", "run_signature"]

@@ -3,9 +3,8 @@
     Job(kind, study, builds) ─► compile (CPU tasks, a build cache) ─► ready queue of its device
         type, by (priority, submission order) ─► a free worker of that type ─► JobResult
 
-A baseline comes first (every other job of its study waits for its outputs); then the agents'
-checks, the search, the finals and reviews of every study in the order they came; last the
-winners' profiles.
+Two lanes (``Lane``): short measurements, and long checks that get at most a share of the workers'
+time while measurements wait, so that a study's search never waits behind another's checks.
 """
 
 from __future__ import annotations
@@ -30,23 +29,41 @@ class JobKind(StrEnum):
     GUARD = "guard"  # the cheat checks of a variant against the baseline
     SEARCH = "search"  # measure: a candidate the sampler asked for
     FINAL = "final"  # measure: the best few again, on fresh seeds, for the selection
+    REFERENCE = "reference"  # measure: the baseline's outputs on the finals' seeds it has not run (no row)
     REVIEW = "review"  # a suspiciously fast candidate against the baseline on fresh seeds
     PROFILE = "profile"  # Nsight Compute
     EVALUATE = "evaluate"  # measure: a configuration tuned elsewhere
 
 
-# Baselines first (every study waits for its own); then every study's work in the order it came
-# (verification, search, finals, reviews): a study's search does not wait behind the agents' checks of
-# another. With the search last (as until 2026-11-26), one GPU with the agents on measured no search
-# candidate for 6 minutes of a 7-target sweep, while a study whose agent stage was done waited behind
-# the others' sanitizer runs. The winners' Nsight Compute profiles last (the analysts' baseline
-# profile is submitted at 1).
-PRIORITY = {JobKind.BASELINE: 0, JobKind.VERIFY: 1, JobKind.SANITIZE: 1, JobKind.GUARD: 1, JobKind.FINAL: 1,
-            JobKind.REVIEW: 1, JobKind.EVALUATE: 1, JobKind.SEARCH: 1, JobKind.PROFILE: 2}
+# Two lanes per device type. The measure lane (short jobs whose rows a user waits for): baselines
+# first (every study waits for its own), then the agents' admission runs and the finals (they unlock
+# a variant's search, a study's result), then the search. The check lane (long jobs: Nsight Compute,
+# compute-sanitizer, the cheat checks, the fresh-seed review): the analysts' baseline profile first,
+# then the checks in the order they came, the winners' profiles last. The scheduler gives the check
+# lane at most ``CHECK_SHARE`` of the workers' time while both lanes have work, so that no long
+# check holds every study's search behind it (issue 25: with one queue, one GPU measured no search
+# candidate for minutes while compute-sanitizer and the cheat checks ran back to back), and a
+# study waiting for its checks to reach its finals has them promoted (``URGENT``).
+class Lane(StrEnum):
+    MEASURE = "measure"
+    CHECK = "check"
+
+
+LANE = {JobKind.BASELINE: Lane.MEASURE, JobKind.VERIFY: Lane.MEASURE, JobKind.SEARCH: Lane.MEASURE,
+        JobKind.FINAL: Lane.MEASURE, JobKind.REFERENCE: Lane.MEASURE, JobKind.EVALUATE: Lane.MEASURE,
+        JobKind.SANITIZE: Lane.CHECK,
+        JobKind.GUARD: Lane.CHECK, JobKind.REVIEW: Lane.CHECK, JobKind.PROFILE: Lane.CHECK}
+PRIORITY = {JobKind.BASELINE: 0, JobKind.VERIFY: 1, JobKind.FINAL: 1, JobKind.REFERENCE: 1, JobKind.EVALUATE: 1,
+            JobKind.SEARCH: 2,
+            JobKind.SANITIZE: 1, JobKind.GUARD: 1, JobKind.REVIEW: 1, JobKind.PROFILE: 2}
+ANALYSTS_PROFILE = 0  # the priority of the analysts' baseline profile in the check lane: experts wait for it
+URGENT = -1  # a job whose study waits for it to go on (a check before its finals; a requeued suspect)
+CHECK_SHARE = 0.5  # of a device type's worker time, at most, for the check lane while the measure lane has work
 # The worker method that does each kind (cluster.engine.workers.MeasureWorker).
 METHOD = {JobKind.SANITIZE: "sanitize", JobKind.GUARD: "guard", JobKind.REVIEW: "reverify",
           JobKind.PROFILE: "profile"}
-MEASURES = frozenset({JobKind.BASELINE, JobKind.VERIFY, JobKind.SEARCH, JobKind.FINAL, JobKind.EVALUATE})
+MEASURES = frozenset({JobKind.BASELINE, JobKind.VERIFY, JobKind.SEARCH, JobKind.FINAL, JobKind.REFERENCE,
+                      JobKind.EVALUATE})
 _sequence = itertools.count()
 
 
@@ -75,6 +92,7 @@ class Job:
     reusable: bool = False  # may take the measurement of a build already measured the same way
     args: dict[str, Any] = field(default_factory=dict)
     priority: int | None = None  # default: PRIORITY[kind]
+    label: str = ""  # what it is about, for the log: "memcheck, racecheck on unroll kernel.cu:12"
     future: Future[JobResult] | None = None  # for a thread waiting on it (the agents' stage)
     # Filled in as it moves along:
     seq: int = field(default_factory=lambda: next(_sequence))
@@ -87,6 +105,7 @@ class Job:
     submitted_at: float = 0.0
     compiled_at: float = 0.0
     dispatched_at: float = 0.0
+    service_s: float = 0.0  # its worker's time on it (not its wait behind another job there)
 
     @property
     def candidate(self) -> Candidate:
@@ -104,6 +123,14 @@ class Job:
     def rank(self) -> tuple[int, int]:
         return (PRIORITY[self.kind] if self.priority is None else self.priority, self.seq)
 
+    @property
+    def lane(self) -> Lane:
+        return LANE[self.kind]
+
+    def describe(self) -> str:
+        """One line for the log: the kind, the study and what it is about."""
+        return f"{self.kind.value} of {self.study}" + (f" ({self.label})" if self.label else "")
+
 
 @dataclass(frozen=True)
 class JobResult:
@@ -120,6 +147,8 @@ class JobResult:
     @property
     def measurement(self) -> Measurement | None:
         return self.value if isinstance(self.value, Measurement) else None
+
+    dropped: bool = False  # taken off its queue before it ran (the search closed): nothing to record
 
     @property
     def built(self) -> bool:

@@ -1,9 +1,13 @@
-"""What a sweep shows while it runs: a bar per study with its stage, done/total, failures and the
-best so far with its speedup; and a line for the queues (compiling, waiting, on the workers).
-Without a terminal (a log file, CI), each study's change of stage is a line instead."""
+"""What a sweep shows while it runs: a bar per study with its stage (and whether its agents are
+still at work), done/total, failures and the best so far with its speedup; a line for the queues
+(compiling, waiting, on the workers) and the longest job running. Without a terminal (a log file,
+CI), each study's change of stage is a line, every ``STATUS_EVERY_S`` a line per study (stage,
+candidates measured, best so far), and every job that runs past ``LONG_JOB_S`` is named, with its
+seconds so far, each ``LONG_JOB_S`` while it runs."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from types import TracebackType
 from typing import TYPE_CHECKING
@@ -16,6 +20,10 @@ from cluster.core.encodings import speedup
 if TYPE_CHECKING:
     from cluster.engine.flow import StudyFlow
     from cluster.engine.scheduler import Scheduler
+
+
+STATUS_EVERY_S = 60.0
+LONG_JOB_S = 30.0
 
 
 class SweepProgress:
@@ -33,26 +41,59 @@ class SweepProgress:
             for f in flows
         }
         self.queue = self.progress.add_task("queue", total=None, failed=0, best="")
-        self.stages = {f.name: None for f in flows}
+        self.stages: dict[str, str | None] = {f.name: None for f in flows}
+        self.last_status = time.monotonic()
+        self.long_named: dict[int, float] = {}  # job seq -> seconds when last named
 
     def update(self) -> None:
         for flow in self.flows:
             self._study(flow)
         if self.enabled:
             self.progress.update(self.queue, description=self.queue_line())
+            return
+        if self.log is None:
+            return
+        for job, seconds in self.scheduler.running_jobs():
+            if seconds >= LONG_JOB_S and seconds - self.long_named.get(job.seq, 0.0) >= LONG_JOB_S:
+                self.long_named[job.seq] = seconds
+                self.log(f"{self.scheduler.worker_id(job.worker)}: {job.describe()}: {seconds:.0f} s so far")
+        if time.monotonic() - self.last_status >= STATUS_EVERY_S:
+            self.last_status = time.monotonic()
+            for flow in self.flows:
+                self.log(self.status_line(flow))
 
     def queue_line(self) -> str:
         s = self.scheduler
         waiting = sum(len(q) for q in s.ready.values())
-        return (f"queue: {len(s.compiling)} compiling, {waiting} waiting for a worker, "
+        line = (f"queue: {len(s.compiling)} compiling, {waiting} waiting for a worker, "
                 f"{len(s.running)} on {len(s.workers)} workers")
+        longest = max(s.running_jobs(), key=lambda pair: pair[1], default=None)
+        if longest is not None and longest[1] >= LONG_JOB_S:
+            line += f"; {longest[0].describe()}: {longest[1]:.0f} s"
+        return line
+
+    @staticmethod
+    def stage_of(flow: StudyFlow) -> str:
+        return flow.stage.value + (" + agents" if getattr(flow, "agents_running", False) else "")
+
+    def status_line(self, flow: StudyFlow) -> str:
+        state = flow.state
+        line = f"{flow.name}: {self.stage_of(flow)}, {state.n_search} searched"
+        if state.variants:
+            line += f", {len(state.variants)} variants"
+        if state.best is not None:
+            ratio = speedup(state.best, state.baseline_median, state.goal)
+            line += f", best so far {state.best:.4g} {state.target.spec.metric.unit}" + (
+                f" ({ratio:.2f}x)" if ratio is not None else "")
+        return line
 
     def _study(self, flow: StudyFlow) -> None:
         state = flow.state
-        if self.stages[flow.name] != flow.stage:
-            self.stages[flow.name] = flow.stage
+        stage = self.stage_of(flow)
+        if self.stages[flow.name] != stage:
+            self.stages[flow.name] = stage
             if not self.enabled and self.log:
-                self.log(f"{flow.name}: {flow.stage.value}" + (f" ({flow.reason})" if flow.reason else ""))
+                self.log(f"{flow.name}: {stage}" + (f" ({flow.reason})" if flow.reason else ""))
         if not self.enabled:
             return
         text = ""
@@ -61,7 +102,7 @@ class SweepProgress:
             ratio = speedup(state.best, state.baseline_median, state.goal)
             if ratio is not None:
                 text += f" ({ratio:.2f}x)"
-        self.progress.update(self.tasks[flow.name], description=f"{flow.name} [{flow.stage.value}]",
+        self.progress.update(self.tasks[flow.name], description=f"{flow.name} [{stage}]",
                              completed=state.n_search, failed=state.n_failed, best=text)
 
     def __enter__(self) -> SweepProgress:

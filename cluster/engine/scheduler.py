@@ -1,8 +1,14 @@
-"""The scheduler: compile ahead on every CPU, one ready queue per device type, every worker of a
-type serving its queue by priority.
+"""The scheduler: compile ahead on every CPU, two ready queues per device type (the measure lane and
+the check lane), every worker of a type serving them by priority and a fair share of its time.
 
-    submit(job) ─► builds (compile tasks; one per distinct build, cached) ─► ready[device type]
+    submit(job) ─► builds (compile tasks; one per distinct build, cached) ─► ready[device type, lane]
         ─► a free worker of that type (at most ``per_worker`` jobs each) ─► poll() ─► JobResult
+
+The lanes share the workers by weighted fair queueing: each lane's virtual time grows by the
+worker-seconds its jobs take over its weight (``CHECK_SHARE`` for checks), and a free worker serves
+the lane that is behind; a lane that had no work comes back at the other's virtual time, so that
+idleness earns no credit. While measurements wait, at most that share of a type's workers run
+checks at once (at least one). An ``URGENT`` job goes first in either lane.
 
 Nothing here ends a sweep: a lost compile task, a dead worker or a lost node becomes a result
 with a status. A worker that dies under a job is probed until Ray has restarted it (or declared
@@ -26,7 +32,7 @@ import ray
 from ray.exceptions import ActorUnavailableError, RayActorError, RayError
 
 from cluster.core.types import BuildArtifact, DeviceInfo, Measurement, Status
-from cluster.engine.jobs import MEASURES, METHOD, Build, Job, JobKind, JobResult
+from cluster.engine.jobs import CHECK_SHARE, MEASURES, METHOD, URGENT, Build, Job, JobKind, JobResult, Lane
 from cluster.engine.workers import compile_task
 
 BUILD_CACHE = 512  # builds whose binaries stay in the object store for later jobs (finals, profiles)
@@ -38,11 +44,13 @@ class Scheduler:
     def __init__(self, workers: Sequence[ray.actor.ActorHandle], devices: Sequence[DeviceInfo],
                  per_worker: int, cpu_slots: int, max_attempts: int = 3, probe_timeout_s: float = 300.0,
                  reuse: Callable[[Job, BuildArtifact], Measurement | None] | None = None,
-                 compile: Callable[[ray.ObjectRef, Any], tuple[ray.ObjectRef, ray.ObjectRef]] | None = None) -> None:
+                 compile: Callable[[ray.ObjectRef, Any], tuple[ray.ObjectRef, ray.ObjectRef]] | None = None,
+                 check_share: float = CHECK_SHARE) -> None:
         """``compile``: submits a build, returning its (artifact, binary) refs (default: the
-        compile task; a simulation passes its own)."""
+        compile task; a simulation passes its own). ``check_share``: the check lane's weight."""
         self.workers, self.per_worker, self.cpu_slots = list(workers), per_worker, max(1, cpu_slots)
         self.worker_type = [d.device_type for d in devices]
+        self.worker_ids = [d.worker_id or d.uuid or str(i) for i, d in enumerate(devices)]
         self.max_attempts, self.probe_timeout_s = max_attempts, probe_timeout_s
         self.reuse = reuse or (lambda job, artifact: None)
         self.compile = compile or compile_task.remote
@@ -51,7 +59,10 @@ class Scheduler:
         self.dead: set[int] = set()
         self.isolated: set[int] = set()  # workers running a suspect job alone
         self.probes: dict[ray.ObjectRef, tuple[int, float]] = {}
-        self.ready: dict[str, list[tuple[tuple[int, int], Job]]] = defaultdict(list)
+        self.ready: dict[tuple[str, Lane], list[tuple[tuple[int, int], Job]]] = defaultdict(list)
+        self.vtime: dict[tuple[str, Lane], float] = defaultdict(float)  # fair queueing of the lanes
+        self.on_worker: list[list[Job]] = [[] for _ in self.workers]  # dispatched, in order: the first runs
+        self.last_done = [0.0] * len(self.workers)  # when each worker finished its last job
         self.running: dict[ray.ObjectRef, Job] = {}
         self.compiling: dict[ray.ObjectRef, str] = {}  # artifact ref -> build key
         self.builds: OrderedDict[str, tuple[ray.ObjectRef, ray.ObjectRef]] = OrderedDict()
@@ -63,10 +74,17 @@ class Scheduler:
         self.compile_s: dict[str, float] = {}  # per device type, running averages for the look-ahead
         self.run_s: dict[str, float] = {}
         self._turn = 0
+        self.closed = False
+        self.weight = {Lane.MEASURE: 1.0 - check_share, Lane.CHECK: check_share}
 
     # -- submitting ------------------------------------------------------------------------------
     def submit(self, job: Job) -> None:
-        """Start ``job``'s builds (or take them from the cache); it queues once they are in."""
+        """Start ``job``'s builds (or take them from the cache); it queues once they are in (once
+        the sweep has ended: its future, if it has one, fails at once)."""
+        if self.closed:
+            if job.future is not None and not job.future.done():
+                job.future.set_result(_ended(job))
+            return
         job.submitted_at = time.time()
         self.counts[(job.device_type, job.kind)] += 1
         for build in job.builds:
@@ -74,10 +92,49 @@ class Scheduler:
         self._check_built(job)
 
     def submit_threadsafe(self, job: Job) -> Future[JobResult]:
-        """From another thread: the job is submitted at the next poll; the future gets its result."""
+        """From another thread: the job is submitted at the next poll; the future gets its result
+        (at once a failure, once the sweep has ended: ``close``)."""
         job.future = Future()
-        self.inbox.put(job)
+        if self.closed:
+            job.future.set_result(_ended(job))
+        else:
+            self.inbox.put(job)
         return job.future
+
+    def drop(self, study: str, kinds: frozenset[JobKind]) -> int:
+        """Take ``study``'s jobs of ``kinds`` that no worker has yet off the queues; each comes back
+        from ``poll`` as a dropped result. Returns how many."""
+        gone: list[Job] = []
+        for heap in self.ready.values():
+            mine = [entry for entry in heap if entry[1].study == study and entry[1].kind in kinds]
+            if mine:
+                heap[:] = [entry for entry in heap if entry not in mine]
+                heapq.heapify(heap)
+                gone += [job for _, job in mine]
+        for key, jobs in self.waiting.items():
+            mine = [job for job in jobs if job.study == study and job.kind in kinds]
+            if mine:
+                self.waiting[key] = [job for job in jobs if job not in mine]
+                gone += mine
+        for job in gone:
+            artifact = job.artifacts[0] if job.artifacts else BuildArtifact(job.candidate.key, Status.OK)
+            self._finish(JobResult(job, artifact, dropped=True))
+        return len(gone)
+
+    def close(self) -> list[Job]:
+        """The sweep has ended: every job not done fails (a thread waiting on one goes on), later
+        submissions fail at once. Returns the jobs that were still on a worker."""
+        self.closed = True
+        left: list[Job] = []
+        while not self.inbox.empty():
+            left.append(self.inbox.get())
+        left += [job for heap in self.ready.values() for _, job in heap]
+        left += [job for jobs in self.waiting.values() for job in jobs]
+        on_workers = list(self.running.values())
+        for job in [*left, *on_workers]:
+            if job.future is not None and not job.future.done():
+                job.future.set_result(_ended(job))
+        return on_workers
 
     def build_refs(self, build: Build) -> tuple[ray.ObjectRef, ray.ObjectRef]:
         """(artifact, binary) refs of a build, compiled once while cached."""
@@ -120,7 +177,28 @@ class Scheduler:
             if reused is not None:
                 self._finish(JobResult(job, main, reused))
                 return
-        heapq.heappush(self.ready[job.device_type], (job.rank, job))
+        self._push(job, job.rank)
+
+    def _push(self, job: Job, rank: tuple[int, int]) -> None:
+        key = (job.device_type, job.lane)
+        if not self.ready[key] and not self._running_in(key):  # back from idle: no credit for it
+            other = (job.device_type, Lane.CHECK if job.lane is Lane.MEASURE else Lane.MEASURE)
+            self.vtime[key] = max(self.vtime[key], self.vtime[other])
+        heapq.heappush(self.ready[key], (rank, job))
+
+    def _running_in(self, key: tuple[str, Lane]) -> int:
+        return sum(1 for job in self.running.values() if (job.device_type, job.lane) == key)
+
+    def promote(self, study: str, kinds: frozenset[JobKind] | None = None) -> None:
+        """Make ``study``'s queued jobs (of ``kinds``, default all) urgent: it waits for them to go on."""
+        for heap in self.ready.values():
+            mine = [i for i, (_, job) in enumerate(heap) if job.study == study and (kinds is None or job.kind in kinds)]
+            for index in mine:
+                rank, job = heap[index]
+                job.priority = URGENT
+                heap[index] = ((URGENT, rank[1]), job)
+            if mine:
+                heapq.heapify(heap)
 
     # -- the loop --------------------------------------------------------------------------------
     def idle(self) -> bool:
@@ -171,7 +249,13 @@ class Scheduler:
         self.load[job.worker] -= 1
         if job.alone:
             self.isolated.discard(job.worker)
-        worker_s = time.time() - job.dispatched_at
+        now = time.time()
+        worker_s = now - job.dispatched_at
+        job.service_s = now - self.service_start(job)
+        self.vtime[(job.device_type, job.lane)] += job.service_s / self.weight[job.lane]
+        if job in self.on_worker[job.worker]:
+            self.on_worker[job.worker].remove(job)
+        self.last_done[job.worker] = now
         try:
             value = ray.get(ref)
         except RayActorError as exc:
@@ -181,7 +265,7 @@ class Scheduler:
             job.attempts += job.alone
             job.suspect = True
             if job.attempts < self.max_attempts:
-                heapq.heappush(self.ready[job.device_type], ((-1, job.seq), job))  # first, on a live worker
+                self._push(job, (URGENT, job.seq))  # first, on a live worker
                 return
             self._finish(JobResult(job, job.artifacts[0], failure=Status.QUARANTINED,
                                    error=f"quarantined: its measuring worker died {job.attempts} times: {exc}"[-4096:]))
@@ -214,27 +298,62 @@ class Scheduler:
 
     # -- workers ---------------------------------------------------------------------------------
     def _dispatch(self) -> None:
-        for heap in self.ready.values():
-            while heap:
-                job = heap[0][1]
+        for device_type in {t for t, _ in self.ready}:
+            while (job := self._next(device_type)) is not None:
+                heapq.heappop(self.ready[(device_type, job.lane)])
                 if all(w in self.dead for w in job.workers):
-                    heapq.heappop(heap)
                     self._finish(JobResult(job, job.artifacts[0], failure=Status.WORKER_LOST,
                                            error="every measuring worker of this device type is gone"))
                     continue
-                free = [w for w in job.workers if self.alive[w] and self.load[w] < self.per_worker
-                        and w not in self.isolated and (not job.suspect or self.load[w] == 0)]
-                if not free:
-                    break
-                heapq.heappop(heap)
+                free = self._free(job)
                 # Least loaded first; among equals, round robin, so every worker (and node) takes a share.
                 worker = min(free, key=lambda w: (self.load[w], (w - self._turn) % len(self.workers)))
                 self._turn = worker + 1
                 self.load[worker] += 1
                 job.worker, job.dispatched_at, job.alone = worker, time.time(), job.suspect
+                self.on_worker[worker].append(job)
                 if job.suspect:
                     self.isolated.add(worker)
                 self.running[self._call(self.workers[worker], job)] = job
+
+    def _free(self, job: Job) -> list[int]:
+        return [w for w in job.workers if self.alive[w] and self.load[w] < self.per_worker
+                and w not in self.isolated and (not job.suspect or self.load[w] == 0)]
+
+    def _next(self, device_type: str) -> Job | None:
+        """The job a free worker of this type takes next, or None: the urgent first, else the lane
+        behind in virtual time, the check lane within its share of the workers while measurements wait."""
+        tops = {lane: heap[0] for lane in Lane if (heap := self.ready.get((device_type, lane)))}
+        tops = {lane: top for lane, top in tops.items()
+                if all(w in self.dead for w in top[1].workers) or self._free(top[1])}
+        if len(tops) < 2:
+            return next(iter(tops.values()))[1] if tops else None
+        (measure_rank, measure), (check_rank, check) = tops[Lane.MEASURE], tops[Lane.CHECK]
+        if min(measure_rank[0], check_rank[0]) == URGENT:
+            return check if check_rank < measure_rank else measure
+        checking = sum(1 for j in self.running.values() if j.device_type == device_type and j.lane is Lane.CHECK)
+        if checking >= max(1, math.floor(self.weight[Lane.CHECK] * len(self.workers_of(device_type)))):
+            return measure
+        return check if self._virtual(device_type, Lane.CHECK) < self._virtual(device_type, Lane.MEASURE) else measure
+
+    def _virtual(self, device_type: str, lane: Lane) -> float:
+        """A lane's virtual time, its jobs on the workers counted for the time they have run so far."""
+        running = sum(seconds for job, seconds in self.running_jobs()
+                      if job.device_type == device_type and job.lane is lane)
+        return self.vtime[(device_type, lane)] + running / self.weight[lane]
+
+    def service_start(self, job: Job) -> float:
+        """When its worker started on it: jobs run one at a time on an actor, in dispatch order."""
+        assert job.worker is not None
+        return max(job.dispatched_at, self.last_done[job.worker])
+
+    def worker_id(self, worker: int) -> str:
+        return self.worker_ids[worker] if worker < len(self.worker_ids) else str(worker)
+
+    def running_jobs(self) -> list[tuple[Job, float]]:
+        """The job each worker runs now, and for how many seconds so far."""
+        now = time.time()
+        return [(queue[0], now - self.service_start(queue[0])) for queue in self.on_worker if queue]
 
     def _call(self, worker: ray.actor.ActorHandle, job: Job) -> ray.ObjectRef:
         main, binary = job.builds[0], job.binary_refs[0]
@@ -290,3 +409,8 @@ class Scheduler:
             return slots + min(self.cpu_slots, max(workers, 2))
         during_compile = math.ceil(LOOKAHEAD_SPARE * workers * compile_s / max(run_s, 1e-3)) + 1
         return slots + min(self.cpu_slots, max(during_compile, workers))
+
+
+def _ended(job: Job) -> JobResult:
+    artifact = job.artifacts[0] if job.artifacts else BuildArtifact(job.candidate.key, Status.OK)
+    return JobResult(job, artifact, failure=Status.WORKER_LOST, error="not run: the sweep ended first")

@@ -1,10 +1,12 @@
 """A simulated fleet, to see past the machines at hand where the driver becomes the bottleneck.
 
 Fakes, named as such: ``SimulatedWorker`` holds a fake GPU resource and, for every job, sleeps a
-modelled run time and answers like a measuring worker; ``simulated_compile`` sleeps a modelled
-compile time and returns a build with a unique binary. Everything else is the real engine: the
-driver, the scheduler, Optuna, the flows, the Parquet writer. ``scripts/bench_sim.py`` runs it on
-Ray's ``cluster_utils.Cluster`` with 8 to 64 simulated GPUs.
+modelled run time and answers like a measuring worker (its checks, compute-sanitizer, the cheat
+checks, the fresh-seed review and Nsight Compute, sleep ``Model.check_s`` and pass);
+``simulated_compile`` sleeps a modelled compile time and returns a build with a unique binary.
+Everything else is the real engine: the driver, the scheduler, Optuna, the flows, the agents'
+workflow, the Parquet writer. ``scripts/bench_sim.py`` runs it on Ray's ``cluster_utils.Cluster``
+with 8 to 64 simulated GPUs; the tests of the time budget and the verification tiers on one.
 """
 
 from __future__ import annotations
@@ -18,16 +20,22 @@ import ray
 from cluster.config import ClusterSpec, Target
 from cluster.core.types import BuildArtifact, Candidate, DeviceInfo, Measurement, RunOutputs, Status, Telemetry
 from cluster.runners.measure import Reference
+from cluster.runners.profile import Profile
+from cluster.runners.sanitize import SanitizerResult
 
 SIMULATED_GPU = "Simulated GPU"
 
 
 @dataclass(frozen=True)
 class Model:
-    """The modelled times of one candidate: its compile, and its run on a worker."""
+    """The modelled times of one candidate: its compile, its run on a worker, each expensive check;
+    ``speed``: a source hash's time factor (an agent's variant made faster or slower), the metric
+    of every candidate being otherwise a deterministic function of its key."""
 
     compile_s: float = 1.0
     run_s: float = 0.05
+    check_s: float = 0.0
+    speed: tuple[tuple[str, float], ...] = ()
 
 
 @ray.remote(num_cpus=1, num_returns=2, max_retries=2)
@@ -40,12 +48,13 @@ def simulated_compile(target: Target, candidate: Candidate, compile_s: float) ->
 
 
 class SimulatedWorker:
-    """A fake measuring worker: a fake GPU resource, and a modelled run time per job."""
+    """A fake measuring worker: a fake GPU resource, and a modelled time per job."""
 
-    def __init__(self, worker_id: str, run_s: float) -> None:
+    def __init__(self, worker_id: str, run_s: float, check_s: float = 0.0,
+                 speed: tuple[tuple[str, float], ...] = ()) -> None:
         self.device = DeviceInfo("gpu", SIMULATED_GPU, "sm_90", uuid=worker_id, compute_capability="9.0",
                                  worker_id=worker_id)
-        self.run_s = run_s
+        self.run_s, self.check_s, self.speed = run_s, check_s, dict(speed)
 
     def device_info(self) -> DeviceInfo:
         return self.device
@@ -60,7 +69,7 @@ class SimulatedWorker:
         time.sleep(self.run_s * runs)
         # A deterministic time per configuration, so that the search has something to find.
         digest = int(hashlib.sha256(candidate.key.encode()).hexdigest()[:8], 16)
-        sample = 1.0 + (digest % 1000) / 1000
+        sample = (1.0 + (digest % 1000) / 1000) * self.speed.get(candidate.source_hash, 1.0)
         outputs = tuple(RunOutputs() for _ in range(runs)) if reference is None else ()
         raced = stop_above is not None and sample > stop_above  # as the kernel runner's racing decides it
         per_run = min(SAMPLES_PER_RUN, max_samples or SAMPLES_PER_RUN)  # the search's cap, as a harness applies it
@@ -69,6 +78,29 @@ class SimulatedWorker:
                            max(0.0, started - submitted_at), started_at=started, finished_at=time.time(),
                            outputs=outputs, raced=raced,
                            telemetry=Telemetry(0.3 * sample, 300.0, 1980.0, 2619.0, 40.0) if telemetry else None)
+
+
+    def sanitize(self, target: Target, candidate: Candidate, binary: bytes | None, tools: tuple[str, ...],
+                 timeout: float, timeouts: dict[str, float] | None = None) -> tuple[SanitizerResult, ...]:
+        time.sleep(self.check_s)
+        return tuple(SanitizerResult(tool, "clean", "simulated", self.check_s / max(1, len(tools))) for tool in tools)
+
+    def guard(self, target: Target, baseline_binary: bytes | None, binary: bytes | None, files: dict[str, str]):
+        from agents.workflow.steps import Verdict, VerdictStatus
+
+        time.sleep(self.check_s)
+        return (Verdict("poisoned_outputs", VerdictStatus.PASSED, "simulated", self.check_s),)
+
+    def reverify(self, target: Target, variant: Target, baseline_binary: bytes | None, binary: bytes | None):
+        from agents.workflow.steps import Verdict, VerdictStatus
+
+        time.sleep(self.check_s)
+        return Verdict("fresh_seeds", VerdictStatus.PASSED, "simulated", self.check_s)
+
+    def profile(self, target: Target, candidate: Candidate, binary: bytes | None, metrics: tuple[str, ...],
+                timeout: float, launches: int | None = 1) -> Profile:
+        time.sleep(self.check_s)
+        return Profile(candidate.key, Status.OK)
 
 
 SAMPLES_PER_RUN = 10  # what a simulated run reports without a cap (measure.search_samples)
@@ -80,7 +112,8 @@ def simulated_fleet(workers: int, model: Model):
 
     def start(cluster: ClusterSpec, kinds: set[str], config_file: str):
         actor = ray.remote(SimulatedWorker)
-        handles = [actor.options(num_gpus=1, num_cpus=0, max_restarts=0).remote(f"sim-{i}", model.run_s)
+        handles = [actor.options(num_gpus=1, num_cpus=0, max_restarts=0).remote(f"sim-{i}", model.run_s,
+                                                                                 model.check_s, model.speed)
                    for i in range(workers)]
         return handles, ray.get([h.device_info.remote() for h in handles]), []
 

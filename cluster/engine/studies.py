@@ -7,9 +7,11 @@ that asks for a key in flight waits for it.
 
 from __future__ import annotations
 
+import hashlib
 import itertools
 import json
 import random
+import re
 import time
 from collections import defaultdict
 from collections.abc import Callable
@@ -88,15 +90,24 @@ def storage_retry(call: Callable[[], T], attempts: int = 8, first_wait_s: float 
 
 def create_study(search: SearchSpec, target: Target, name: str,
                  storage: optuna.storages.BaseStorage | str) -> optuna.Study:
-    """The study of one (target, device type), created or loaded from the run's storage."""
+    """An Optuna study of one (target, device type), created or loaded from the run's storage."""
     goal = target.spec.metric.goal
     directions = {"time": [goal], "energy": ["minimize"], "edp": ["minimize"],
                   "time_energy": [goal, "minimize"]}[search.objective]
-    study = storage_retry(lambda: optuna.create_study(study_name=name, storage=storage, directions=directions,
-                                                      sampler=make_sampler(search), load_if_exists=True))
-    if search.sampler == "grid":
-        enqueue_grid(study, target, search.seed)
-    return study
+    return storage_retry(lambda: optuna.create_study(study_name=name, storage=storage, directions=directions,
+                                                     sampler=make_sampler(search), load_if_exists=True))
+
+
+def search_study_name(study: str, run_id: str, signature: str = "") -> str:
+    """The Optuna study behind a sweep's study: its name with the run's id (a shared database holds
+    many runs, which must never meet), and, once its space grew, the grown space's digest."""
+    return f"{study} [{run_id}]" + (f" ~{signature}" if signature else "")
+
+
+def sweep_study_of(name: str) -> str:
+    """The sweep's study that an Optuna study of ``search_study_name`` belongs to (a name without
+    the run's id, written before 2026-11-27, is its own)."""
+    return re.sub(r" \[[^\]]*\]( ~[0-9a-f]+)?$", "", name)
 
 
 def open_storage(search: SearchSpec, run_dir: Path, flush_interval_s: float = 2.0) -> optuna.storages.BaseStorage | str:
@@ -130,21 +141,32 @@ class Evaluated:
 
 @dataclass
 class StudyState:
+    """What the sweep knows of one study, and its Optuna study (``open_study``).
+
+    The search runs while the agents work: a variant that joins, or a flag that gains options (the
+    register expert's ``-maxrregcount`` values), grows the space. An Optuna categorical cannot
+    grow, so the study moves to a new Optuna study over the grown space (``widen``), seeded with
+    every result so far (the rows are the truth; a study is what the sampler learned from them) and
+    the points queued in the old one; a trial of the old study still in flight is told there and
+    copied into the new one when its result comes.
+    """
+
     target: Target
     target_ref: ray.ObjectRef
     device: DeviceInfo
     workers: list[int]
-    study: optuna.Study
+    study: optuna.Study | None
     arch: str
     objective: str = "time"
     generation: int = 1  # the target's study generation (RunDir.start_new_studies)
     reference: ray.ObjectRef | None = None
     baseline_median: float | None = None
+    baseline_run_s: float | None = None  # the baseline's time a run on its worker (the time plan's unit)
     disabled: str = ""  # why the study stopped (its baseline failed)
     results: dict[str, Evaluated] = field(default_factory=dict)
     candidates: dict[str, Candidate] = field(default_factory=dict)
     pending: set[str] = field(default_factory=set)
-    waiting: dict[str, list[int]] = field(default_factory=lambda: defaultdict(list))
+    asked: dict[str, list[tuple[optuna.Study, int]]] = field(default_factory=lambda: defaultdict(list))
     binaries: dict[str, Any] = field(default_factory=dict)  # binary hash -> Measurement
     n_search: int = 0
     n_failed: int = 0
@@ -154,6 +176,11 @@ class StudyState:
     # dimension, "variant", beside the flags; "" is the target's own sources.
     variants: dict[str, Target] = field(default_factory=dict)
     variant_refs: dict[str, ray.ObjectRef] = field(default_factory=dict)
+    retired: dict[str, Target] = field(default_factory=dict)  # variants that failed a later check: out of the space
+    # Where ``open_study`` and ``widen`` make the Optuna studies (None: ``study`` is given and fixed).
+    search: SearchSpec | None = None
+    storage: Any = None
+    run_id: str = ""
 
     @property
     def name(self) -> str:
@@ -186,9 +213,28 @@ class StudyState:
         """The target (its own, or an agent's variant) that ``candidate`` builds, and its object ref."""
         if candidate.source_hash in self.variants:
             return self.variants[candidate.source_hash], self.variant_refs[candidate.source_hash]
+        if candidate.source_hash in self.retired:
+            return self.retired[candidate.source_hash], self.variant_refs[candidate.source_hash]
         return self.target, self.target_ref
 
+    def retire(self, source_hash: str) -> None:
+        """A variant that failed its expensive checks leaves the space (its rows stay, never selected):
+        the search moves to a study without it, its queued points dropped."""
+        variant = self.variants.pop(source_hash, None)
+        if variant is None:
+            return
+        self.retired[source_hash] = variant
+        self.space_size -= variant.space_size()
+        self.widen()
+
+    def waiting_points(self) -> int:
+        """Points entered ahead of the sampler (the agents' variants' plans) not yet asked for."""
+        if self.study is None:
+            return 0
+        return len(self.study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.WAITING,)))
+
     def add_variant(self, variant: Target) -> None:
+        """A variant into the space; ``widen`` then moves the search to the grown space."""
         self.variants[variant.bundle.hash] = variant
         self.variant_refs[variant.bundle.hash] = ray.put(variant)
         self.space_size += variant.space_size()
@@ -196,42 +242,138 @@ class StudyState:
     def baseline_candidate(self) -> Candidate:
         return self.candidate(self.target.space.baseline, self.target.baseline_params, Phase.BASELINE)
 
+    # -- the Optuna study -----------------------------------------------------------------------
+    def variant_choices(self) -> list[str]:
+        """The variant dimension's choices: "" (the target's own sources), then the variants in a
+        fixed order, so that a resumed run meets the same distribution."""
+        return ["", *sorted(self.variants)]
+
+    def signature(self) -> str:
+        """The space as far as it grows during a sweep ("" while it has not): flag options and variants."""
+        flags = {k: list(v) for k, v in self.target.space.flags.items()}
+        if not self.variants and flags == self._initial_flags:
+            return ""
+        return hashlib.sha256(json.dumps([flags, sorted(self.variants)], sort_keys=True).encode()).hexdigest()[:12]
+
+    def open_study(self) -> None:
+        """The Optuna study of the current space: loaded where an earlier invocation made it (its
+        trials left running settled against the results), else created and seeded."""
+        assert self.search is not None and self.storage is not None
+        old = self.study
+        name = search_study_name(self.name, self.run_id, self.signature())
+        study = create_study(self.search, self.target, name, self.storage)
+        self.study = study
+        if study.trials:
+            self._settle_trials()
+            return
+        self._seed(study, old)
+
+    def widen(self) -> None:
+        """The space grew: move the search to a study of the grown space."""
+        if self.search is None:  # a fixed study (tests, tools): the old behaviour, no growth
+            return
+        self.open_study()
+
+    def _seed(self, study: optuna.Study, old: optuna.Study | None) -> None:
+        """A new study: every result so far as a finished trial, then the old study's queued points
+        (or, for the first study of a grid search, the grid)."""
+        trials = [t for key, result in self.results.items() if (t := self._as_trial(key, result)) is not None]
+        if trials:
+            storage_retry(lambda: study.add_trials(trials))
+        if old is None:
+            if self.search is not None and self.search.sampler == "grid":
+                enqueue_grid(study, self.target, self.search.seed)
+            return
+        for trial in old.get_trials(deepcopy=False, states=(optuna.trial.TrialState.WAITING,)):
+            point = dict(trial.system_attrs.get("fixed_params", {}))
+            if self.variants:
+                point.setdefault(VARIANT, "")
+            if point.get(VARIANT, "") not in ("", *self.variants):
+                continue  # a retired variant's point
+            if not self.variants:
+                point.pop(VARIANT, None)
+            storage_retry(lambda p=point: study.enqueue_trial(p, skip_if_exists=True))
+
+    def _as_trial(self, key: str, result: Evaluated) -> optuna.trial.FrozenTrial | None:
+        """A result as a finished trial of the current space (None where it is not a point of it)."""
+        candidate = self.candidates.get(key)
+        if candidate is None:
+            return None
+        source = self.variants.get(candidate.source_hash, self.target)
+        if candidate.source_hash != source.bundle.hash:
+            return None
+        flags, params = dict(candidate.flags), dict(candidate.params)
+        point: dict[str, Any] = {}
+        distributions: dict[str, optuna.distributions.BaseDistribution] = {}
+        if self.variants:
+            point[VARIANT] = candidate.source_hash if source is not self.target else ""
+            distributions[VARIANT] = optuna.distributions.CategoricalDistribution(self.variant_choices())
+        for name, options in self.target.space.flags.items():
+            if flags.get(name) not in options:
+                return None
+            point[OPTUNA_FLAG + name] = flags[name]
+            distributions[OPTUNA_FLAG + name] = optuna.distributions.CategoricalDistribution(list(options))
+        for name, values in source.spec.params.items():
+            if name not in params or params[name] not in values:
+                return None
+            if indexed(values):
+                point[OPTUNA_PARAM_INDEX + name] = list(values).index(params[name])
+                distributions[OPTUNA_PARAM_INDEX + name] = optuna.distributions.IntDistribution(0, len(values) - 1)
+            else:
+                point[OPTUNA_PARAM + name] = params[name]
+                distributions[OPTUNA_PARAM + name] = optuna.distributions.CategoricalDistribution(list(values))
+        values = result.values(self.objective)
+        state = optuna.trial.TrialState.COMPLETE if values is not None else optuna.trial.TrialState.FAIL
+        return optuna.trial.create_trial(state=state, values=values, params=point, distributions=distributions,
+                                         user_attrs={"key": key})
+
+    def __post_init__(self) -> None:
+        self._initial_flags = {k: list(v) for k, v in self.target.space.flags.items()}
+
+    # -- ask and tell ---------------------------------------------------------------------------
     def ask(self) -> tuple[optuna.trial.Trial, Candidate] | None:
         """A new trial and its candidate, or None when the trial proposed nothing new."""
-        trial = storage_retry(self.study.ask)
+        assert self.study is not None
+        study = self.study
+        trial = storage_retry(study.ask)
         source = self.target
         if self.variants:
-            chosen = storage_retry(lambda: trial.suggest_categorical(VARIANT, ["", *self.variants]))
+            chosen = storage_retry(lambda: trial.suggest_categorical(VARIANT, self.variant_choices()))
             source = self.variants.get(chosen, self.target)
         flags = {k: storage_retry(lambda k=k, v=v: trial.suggest_categorical(OPTUNA_FLAG + k, list(v)))
                  for k, v in self.target.space.flags.items()}
         params = {k: _suggest_param(trial, k, v) for k, v in source.spec.params.items()}
         if not source.satisfies(params):
-            storage_retry(lambda: self.study.tell(trial, state=optuna.trial.TrialState.FAIL))
+            storage_retry(lambda: study.tell(trial, state=optuna.trial.TrialState.FAIL))
             self.rejections += 1
             return None
         candidate = self.candidate(flags, params, Phase.SEARCH, trial.number, source)
         storage_retry(lambda: trial.set_user_attr("key", candidate.key))
         if candidate.key in self.results:
-            self.tell(trial.number, self.results[candidate.key])
+            self._tell(study, trial.number, self.results[candidate.key])
             self.rejections += 1
             return None
+        self.asked[candidate.key].append((study, trial.number))
         if candidate.key in self.pending:
-            self.waiting[candidate.key].append(trial.number)
             self.rejections += 1
             return None
         self.rejections = 0
         return trial, candidate
 
     def tell(self, trial_number: int, result: Evaluated) -> None:
+        assert self.study is not None
+        self._tell(self.study, trial_number, result)
+
+    def _tell(self, study: optuna.Study, trial_number: int, result: Evaluated) -> None:
         values = result.values(self.objective)
         if values is not None:
-            storage_retry(lambda: self.study.tell(trial_number, values))
+            storage_retry(lambda: study.tell(trial_number, values))
         else:
-            storage_retry(lambda: self.study.tell(trial_number, state=optuna.trial.TrialState.FAIL))
+            storage_retry(lambda: study.tell(trial_number, state=optuna.trial.TrialState.FAIL))
 
     def record(self, candidate: Candidate, result: Evaluated) -> None:
-        """A candidate's result is in: remember it and answer every trial that asked for it."""
+        """A candidate's result is in: remember it and answer every trial that asked for it (a
+        trial of a study the search has left is answered there, and the result copied over)."""
         self.pending.discard(candidate.key)
         self.candidates.setdefault(candidate.key, candidate)
         if candidate.phase is Phase.FINAL:
@@ -243,20 +385,28 @@ class StudyState:
         if candidate.phase is Phase.SEARCH:
             self.n_search += 1
             self.n_failed += result.status is not Status.OK
-        numbers = self.waiting.pop(candidate.key, [])
-        if candidate.trial_number is not None:
-            numbers.append(candidate.trial_number)
-        for number in numbers:
-            self.tell(number, result)
+        copied = False
+        for study, number in self.asked.pop(candidate.key, []):
+            self._tell(study, number, result)
+            if study is not self.study and not copied and self.study is not None:
+                trial = self._as_trial(candidate.key, result)
+                if trial is not None:
+                    storage_retry(lambda trial=trial: self.study.add_trial(trial))
+                copied = True
 
     def top(self, k: int) -> list[Candidate]:
         """The ``k`` best by the objective's first value (time for time_energy)."""
-        ok = [(values[0], key) for key, r in self.results.items() if (values := r.values(self.objective))]
+        return self.ranked()[:k]
+
+    def ranked(self, exclude: set[str] | frozenset[str] = frozenset()) -> list[Candidate]:
+        """Every candidate measured ok, best first by the objective's first value."""
+        ok = [(values[0], key) for key, r in self.results.items()
+              if key not in exclude and (values := r.values(self.objective))]
         ok.sort(reverse=self.goal == "maximize" and self.objective == "time")
-        return [self.candidates[key] for _, key in ok[:k]]
+        return [self.candidates[key] for _, key in ok]
 
     def restore(self, rows: pd.DataFrame) -> None:
-        """Rebuild the state from this study's rows (resume), then settle the journal."""
+        """Rebuild the state from this study's rows (resume); ``open_study`` then settles the journal."""
         for row in rows.itertuples(index=False):
             row_dict = row._asdict()
             flags = {k: str(row_dict.get(f"f_{k}") or "") for k in self.target.space.flags}
@@ -273,11 +423,13 @@ class StudyState:
             if phase is Phase.BASELINE:
                 self.baseline_median = result.median
             self.record(candidate, result)
-        self._settle_trials()
+        if self.study is not None and self.search is None:
+            self._settle_trials()
 
     def _settle_trials(self) -> None:
         """Trials left running by an interrupted driver: told their result if their candidate has a
         row, else failed and enqueued again so that the candidate is evaluated exactly once."""
+        assert self.study is not None
         for trial in self.study.get_trials(deepcopy=False):
             key = trial.user_attrs.get("key")
             if trial.state is optuna.trial.TrialState.RUNNING:

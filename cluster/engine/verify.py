@@ -2,7 +2,8 @@
 
     Proposal ─► static checks (declared sources only, read-only regions unchanged, every host
                 function's kernel dependences kept) ─► variant Target ─► build ─► run against the
-                baseline's outputs (and the target's tests) ─► compute-sanitizer ─► Verification
+                baseline's outputs (and the target's tests) ─► Verification: admitted
+    (later, for a variant that measures faster: compute-sanitizer, the cheat checks, cluster.engine.checks)
 
 ``QueueVerifier`` checks each proposal through the sweep's job queue (its verification run is a
 row of the results like any other); ``LocalVerifier`` in this process. Proposals that change no
@@ -12,8 +13,8 @@ file (a ``-maxrregcount`` search) pass through: the sweep checks every candidate
 from __future__ import annotations
 
 import dataclasses
-import threading
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from concurrent.futures import Future
 from typing import TYPE_CHECKING
 
 from agents._base import AnalysisContext, Proposal
@@ -29,7 +30,7 @@ from cluster.core.types import BuildArtifact, Candidate, Measurement, Phase, Sta
 from cluster.runners.sanitize import SanitizerResult
 
 if TYPE_CHECKING:
-    from cluster.engine.flow import StudyJobs
+    from cluster.engine.study_jobs import StudyJobs
 
 
 # -- static checks -----------------------------------------------------------------------------
@@ -166,22 +167,20 @@ SANITIZER_FACTOR = 4.0  # ... or this many times the baseline's own time, whiche
 
 
 class QueueVerifier(Verifier):
-    """Verifies each proposal through the sweep's job queue, from the agents' thread: a build and a
-    run against the baseline's outputs (a ``verify`` row), then compute-sanitizer and the cheat
-    checks, as jobs that any worker of the study's device type may take, so that several variants
-    are checked at once. ``submit`` is the scheduler's ``submit_threadsafe`` behind a factory of
-    the study's jobs.
+    """Verification in tiers (issue 25), through the sweep's job queue, from the agents' thread.
 
-    The sanitizer is bounded: the baseline runs each tool once within ``sanitizer_timeout_s``; a
-    variant then gets ``max(SANITIZER_FLOOR_S, SANITIZER_FACTOR x the baseline's time)`` per tool
-    (never more than the cap), and a tool that runs out is a ``sanitizer_timeout`` verdict."""
+    The cheap tier admits: the static checks, then a build and a run against the baseline's outputs
+    (a ``verify`` row: its time too). A variant that passes is handed to ``admit`` at once: it joins
+    the running search, and the expensive tier (compute-sanitizer, the cheat checks:
+    ``cluster.engine.checks``) runs for it if it measured faster than the baseline. ``admit``'s
+    future brings those verdicts back (none, for a variant no faster), so that a transformer that
+    takes feedback hears of a failed cheat check and can try again. Without ``admit`` (the
+    profile-guided rounds' trials), only the cheap tier runs. ``jobs`` is the study's job factory
+    whose ``submit`` is the scheduler's ``submit_threadsafe``."""
 
-    def __init__(self, jobs: StudyJobs, runs: int, sanitizer: tuple[str, ...] = (),
-                 sanitizer_timeout_s: float = 300, guardrails: bool = False) -> None:
-        self.jobs, self.runs, self.sanitizer, self.cap = jobs, runs, sanitizer, sanitizer_timeout_s
-        self.guardrails = guardrails
-        self._baseline_sanitizer: dict[str, SanitizerResult] | None = None
-        self._lock = threading.Lock()
+    def __init__(self, jobs: StudyJobs, runs: int, known: frozenset[str] = frozenset(),
+                 admit: Callable[[Target, Plan, Proposal], Future[tuple[Verdict, ...]]] | None = None) -> None:
+        self.jobs, self.runs, self.known, self.admit = jobs, runs, known, admit  # known: admitted before (resume)
         self.measured: dict[str, Measurement] = {}  # proposal key -> its verification run (profile-guided rounds)
 
     def verify(self, context: AnalysisContext, plan: Plan, proposal: Proposal) -> Verification:
@@ -191,7 +190,9 @@ class QueueVerifier(Verifier):
                 verdicts.append(Verdict("build", V.SKIPPED, "no source change: the sweep checks each flag value"))
             return Verification(tuple(verdicts))
         variant = variant_target(context.target, proposal)
-        result = self.jobs.verify(variant, self.runs).result()
+        if variant.bundle.hash in self.known:
+            return Verification((*verdicts, Verdict("admitted", V.PASSED, "admitted by an earlier invocation")))
+        result = self.jobs.verify(variant, self.runs, label=plan.finding.location).result()
         verdicts += run_verdicts(result.artifact, result.measurement, bool(variant.spec.verify.test))
         measurement = result.measurement
         if measurement is None or measurement.status is not Status.OK:
@@ -199,34 +200,9 @@ class QueueVerifier(Verifier):
         from agents.workflow.engine import proposal_key
 
         self.measured[proposal_key(proposal)] = measurement
-        checks = []
-        if self.sanitizer:
-            baseline = self._baseline_results()
-            budgets = {tool: min(self.cap, max(SANITIZER_FLOOR_S, SANITIZER_FACTOR * r.seconds))
-                       for tool, r in baseline.items()}
-            checks.append(("sanitizer", self.jobs.sanitize(variant, self.sanitizer, self.cap, budgets)))
-        if self.guardrails:
-            checks.append(("guard", self.jobs.guard(variant, dict(proposal.files))))
-        for kind, future in checks:
-            done = future.result()
-            if done.failure is not None or done.value is None:
-                verdicts.append(Verdict("sanitizer" if kind == "sanitizer" else "cheat_checks", V.SKIPPED,
-                                        f"not run: {done.error or done.artifact.error_tail}"[:300]))
-            elif kind == "sanitizer":
-                verdicts += sanitizer_verdicts(done.value, self._baseline_results())
-            else:
-                verdicts += list(done.value)
+        if self.admit is not None:
+            verdicts += self.admit(variant, plan, proposal).result()
         return Verification(tuple(verdicts))
-
-    def _baseline_results(self) -> dict[str, SanitizerResult]:
-        """The baseline under the same tools, once: errors it has too are not the variant's fault,
-        and its times size the variants' budgets."""
-        with self._lock:
-            if self._baseline_sanitizer is None:
-                done = self.jobs.sanitize(None, self.sanitizer, self.cap, None).result()
-                results = done.value if done.failure is None and done.value else ()
-                self._baseline_sanitizer = {r.tool: r for r in results}
-            return self._baseline_sanitizer
 
 
 # -- here, without Ray ---------------------------------------------------------------------------

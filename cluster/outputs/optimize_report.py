@@ -18,7 +18,7 @@ from cluster.outputs.select import select_best
 from cluster.runners.profile import BANK_CONFLICT_METRICS, LOCAL_MEMORY_METRICS, PROFILE_SCHEMA
 from cluster.store.results import read_results, read_table
 from cluster.store.rundir import RunDir, is_current_study, read_generations
-from cluster.store.variants import VARIANT_SCHEMA
+from cluster.store.variants import VARIANT_SCHEMA, latest_outcomes
 
 OCCUPANCY = "sm__warps_active.avg.pct_of_peak_sustained_active"
 
@@ -148,7 +148,7 @@ def _winner_lines(best: BestConfig, rows: pd.DataFrame, variants: pd.DataFrame, 
 
 def render(run_dir: Path) -> str:
     rows = read_results(run_dir)
-    variants = read_table(run_dir, RunDir.VARIANTS, VARIANT_SCHEMA)
+    variants = latest_outcomes(read_table(run_dir, RunDir.VARIANTS, VARIANT_SCHEMA))
     generations = read_generations(run_dir)
     variants = variants[[is_current_study(str(study), generations) for study in variants["study"]]]
     profiles = read_table(run_dir, RunDir.PROFILES, PROFILE_SCHEMA)

@@ -57,12 +57,13 @@ class RunDir:
     VARIANTS: ClassVar[str] = "variants"
     VARIANT_SOURCES: ClassVar[str] = "variant_sources"
     REVIEWS: ClassVar[str] = "reviews"
+    JOBS: ClassVar[str] = "jobs"  # every job a worker did, with its time (cluster.store.tables)
     REFERENCES: ClassVar[str] = "references"
     LLM: ClassVar[str] = "llm"
     QUARANTINE: ClassVar[str] = "quarantine"
     REPORT: ClassVar[str] = "report.md"
     OWNER_LOCK: ClassVar[str] = ".driver.lock"  # held (flock) by the driver of the run: see break_stale_lock
-    TABLES: ClassVar[tuple[str, ...]] = (RESULTS, PROFILES, VARIANTS, REVIEWS)  # the Parquet datasets
+    TABLES: ClassVar[tuple[str, ...]] = (RESULTS, PROFILES, VARIANTS, REVIEWS, JOBS)  # the Parquet datasets
 
     @classmethod
     def create(cls, plan: RunPlan, output_dir: Path | None = None, meta: dict[str, Any] | None = None) -> RunDir:

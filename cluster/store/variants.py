@@ -14,9 +14,11 @@ from __future__ import annotations
 import json
 import os
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
+import pandas as pd
 import pyarrow as pa
 
 from agents._base import Proposal
@@ -39,6 +41,10 @@ VARIANT_SCHEMA = pa.schema([
     ("llm_model", pa.string()), ("llm_tokens_in", pa.int64()), ("llm_tokens_out", pa.int64()),
     ("llm_calls", pa.int64()), ("llm_latency_s", pa.float64()), ("llm_cost", pa.float64()),
     ("llm_exchanges", pa.string()),
+    # The expensive tier's result for an admitted variant (issue 25): "" (not run: never faster than
+    # the baseline, or not yet), "passed" or "failed"; each such result is a later record of the same
+    # outcome, its verdicts both tiers'. ``latest_outcomes`` keeps the last record of each.
+    ("checks", pa.string()),
 ])
 
 
@@ -50,6 +56,7 @@ class AcceptedVariant:
     label: str  # optimization and location, for humans
     search: dict[str, tuple[int | float | str, ...]]
     files_changed: bool
+    record: dict | None = field(default=None, compare=False)  # its variants-table record (admission)
 
     @property
     def source_hash(self) -> str:
@@ -75,8 +82,33 @@ def outcome_record(run_id: str, study: str, target: Target, outcome: Outcome) ->
         "description": proposal.description if proposal else "", "diff": diff,
         "search": json.dumps({k: list(v) for k, v in (proposal.search_params if proposal else {}).items()}),
         "verdicts": outcome.verification.to_json() if outcome.verification else "", "created_at": time.time(),
-        **usage_record(proposal if proposal is not None else Proposal("", "", ())),
+        **usage_record(proposal if proposal is not None else Proposal("", "", ())), "checks": "",
     }
+
+
+OUTCOME_KEY = ["study", "source_hash", "optimization", "location", "attempt"]
+
+
+def latest_outcomes(variants: pd.DataFrame) -> pd.DataFrame:
+    """One record per outcome: the last written (an admitted variant's checks add a later record)."""
+    if variants.empty:
+        return variants
+    return variants.sort_values("created_at", kind="stable").drop_duplicates(OUTCOME_KEY, keep="last")
+
+
+def check_states(variants: pd.DataFrame, study: str) -> dict[str, tuple[str, dict[str, Any]]]:
+    """Per admitted variant of ``study`` (its source hash): its checks' state ("", passed, failed)
+    and its latest record, from the variants table."""
+    if variants.empty:
+        return {}
+    mine = latest_outcomes(variants[(variants["study"] == study) & (variants["source_hash"] != "")])
+    out: dict[str, tuple[str, dict[str, Any]]] = {}
+    for record in mine.to_dict("records"):
+        checks = str(record.get("checks") or "")
+        previous = out.get(record["source_hash"])
+        if previous is None or checks:  # a checked record tells more than an admission of the same sources
+            out[record["source_hash"]] = (checks, record)
+    return out
 
 
 def _diff(target: Target, files: tuple[tuple[str, str], ...]) -> str:
@@ -133,6 +165,16 @@ def load_accepted(run_dir: Path, study: str, target: Target) -> list[AcceptedVar
         if (folder / f"{_safe(study)}.done").exists():
             return [_restore(target, path) for path in sorted(folder.glob(f"{_safe(study)}-*.json"), key=_number)]
     return None
+
+
+def load_admitted(run_dir: Path, study: str, target: Target) -> tuple[bool, list[AcceptedVariant]]:
+    """Whether a study's workflow finished before, and the variants it had admitted by then."""
+    for folder in _source_dirs(run_dir):
+        paths = sorted(folder.glob(f"{_safe(study)}-*.json"), key=_number)
+        done = (folder / f"{_safe(study)}.done").exists()
+        if done or paths:
+            return done, [_restore(target, path) for path in paths]
+    return False, []
 
 
 def stored_variant(run_dir: Path, target: Target, source_hash: str) -> Target | None:

@@ -231,14 +231,20 @@ def test_two_targets_keep_integer_params_in_exports(tmp_path):
 
 
 def test_time_budget_and_an_rdb_storage(tmp_path):
+    """The budget is the sweep's wall clock: the search closes in time for the finals, which run; the
+    Optuna study in a shared database carries the run's id."""
     import optuna
 
     url = f"sqlite:///{tmp_path}/optuna.db"
-    run_dir, _ = sweep(FIXTURES / "demo_cpu.yaml", tmp_path, trials=None, time_budget_s=3.0, storage=url)
+    run_dir, summary = sweep(FIXTURES / "demo_cpu.yaml", tmp_path, trials=None, time_budget_s=25.0, storage=url)
     rows = read_results(run_dir.path)
     search = rows[rows["phase"] == "search"]
     assert 1 <= len(search) < 96 and search["candidate_key"].is_unique  # stopped by time, not by the space
+    finals = rows[rows["phase"] == "final"]
+    assert summary.unfinished == () and len(finals) >= 2 and (finals["status"] == "ok").all()
+    assert search["finished_at"].max() <= finals["started_at"].min()  # the search closed, then the finals
     [summary] = optuna.get_all_study_summaries(url)
+    assert run_dir.run_id in summary.study_name
     study = optuna.load_study(study_name=summary.study_name, storage=url)
     told = [t for t in study.trials if t.state.is_finished() and "key" in t.user_attrs]
     assert set(search["candidate_key"]) <= {t.user_attrs["key"] for t in told}

@@ -5,6 +5,7 @@ without Ray."""
 from __future__ import annotations
 
 import textwrap
+import types
 
 import pytest
 import yaml
@@ -15,7 +16,7 @@ from agents.workflow import Analyst, Finding, Level, Plan, Planner, Steps, Trans
 from cluster.config import load_run
 from cluster.core.types import DeviceInfo, Measurement, Status
 from cluster.engine.driver import Sweep
-from cluster.engine.jobs import PRIORITY, JobKind
+from cluster.engine.jobs import LANE, PRIORITY, URGENT, Build, Job, JobKind, Lane
 from cluster.engine.scheduler import Scheduler
 from cluster.store.results import read_results
 from cluster.store.rundir import RunDir
@@ -130,10 +131,78 @@ def test_the_lookahead_learns_the_actors_own_time_and_the_compiles_time_in_the_p
     assert scheduler.run_s[a] == pytest.approx(0.8 * 0.013 + 0.2 * 0.030)
 
 
-def test_baselines_go_first_then_every_studys_work_in_turn_and_the_winners_profiles_last():
-    """A study's search is not queued behind another study's verification: after the baselines, the
-    agents' checks, searches, finals and reviews go in the order they came (submission order)."""
-    assert PRIORITY[JobKind.BASELINE] < PRIORITY[JobKind.SEARCH] < PRIORITY[JobKind.PROFILE]
-    in_turn = (JobKind.VERIFY, JobKind.SANITIZE, JobKind.GUARD, JobKind.SEARCH, JobKind.FINAL, JobKind.REVIEW,
-               JobKind.EVALUATE)
-    assert {PRIORITY[kind] for kind in in_turn} == {PRIORITY[JobKind.SEARCH]}
+class FakeActor:
+    """An actor handle whose every method's ``remote`` returns a fresh reference (nothing runs)."""
+
+    def __getattr__(self, name: str):
+        return types.SimpleNamespace(remote=lambda *args, **kwargs: object())
+
+
+def ready_job(scheduler: Scheduler, kind: JobKind, study: str = "s", workers=(0,), priority=None) -> Job:
+    from cluster.core.types import BuildArtifact, Candidate
+
+    candidate = Candidate("t", "nvcc", device("A").device_type, "sm_90", f"{kind}{len(scheduler.running)}", (), ())
+    job = Job(kind, study, list(workers), device("A"), (Build(None, None, candidate),), priority=priority)
+    job.artifacts, job.binary_refs = [BuildArtifact(candidate.key, Status.OK)], [None]
+    scheduler._push(job, job.rank)
+    return job
+
+
+def test_the_lanes_measurements_first_then_checks_within_their_share():
+    """Baselines, the agents' admission runs and the finals before the search; the long checks in a
+    lane of their own: while measurements wait, at most their share of the workers runs checks."""
+    assert PRIORITY[JobKind.BASELINE] < PRIORITY[JobKind.VERIFY] == PRIORITY[JobKind.FINAL] < PRIORITY[JobKind.SEARCH]
+    assert {LANE[k] for k in (JobKind.SANITIZE, JobKind.GUARD, JobKind.REVIEW, JobKind.PROFILE)} == {Lane.CHECK}
+    scheduler = Scheduler([FakeActor(), FakeActor()], [device("A")] * 2, per_worker=1, cpu_slots=4)
+    for _ in range(3):
+        ready_job(scheduler, JobKind.SANITIZE, workers=(0, 1))
+        ready_job(scheduler, JobKind.SEARCH, workers=(0, 1))
+    scheduler._dispatch()
+    running = list(scheduler.running.values())
+    assert len(running) == 2 and {j.kind for j in running} == {JobKind.SANITIZE, JobKind.SEARCH}
+
+
+def test_a_lane_behind_in_virtual_time_goes_next_and_idleness_earns_no_credit():
+    a = device("A").device_type
+    scheduler = Scheduler([FakeActor()], [device("A")], per_worker=1, cpu_slots=4)
+    scheduler.vtime[(a, Lane.CHECK)] = 20.0  # a 10 s check ran (weight 0.5)
+    ready_job(scheduler, JobKind.SANITIZE)
+    search = ready_job(scheduler, JobKind.SEARCH)
+    assert scheduler._next(a) is search
+    scheduler.vtime[(a, Lane.MEASURE)] = 25.0
+    assert scheduler._next(a).kind is JobKind.SANITIZE
+    # A lane that had nothing to do comes back at the other's virtual time, not with its credit.
+    idle = Scheduler([FakeActor()], [device("A")], per_worker=1, cpu_slots=4)
+    idle.vtime[(a, Lane.MEASURE)] = 500.0
+    ready_job(idle, JobKind.SEARCH)
+    ready_job(idle, JobKind.GUARD)
+    assert idle.vtime[(a, Lane.CHECK)] == 500.0
+
+
+def test_an_urgent_check_goes_first_and_promote_makes_a_studys_checks_urgent():
+    a = device("A").device_type
+    scheduler = Scheduler([FakeActor()], [device("A")], per_worker=1, cpu_slots=4)
+    ready_job(scheduler, JobKind.SEARCH, study="other")
+    guard = ready_job(scheduler, JobKind.GUARD, study="finalist")
+    scheduler.vtime[(a, Lane.CHECK)] = 100.0  # far behind on share: it would wait
+    assert scheduler._next(a).kind is JobKind.SEARCH
+    scheduler.promote("finalist", frozenset({JobKind.GUARD}))
+    assert scheduler._next(a) is guard and guard.priority == URGENT
+
+
+def test_drop_takes_queued_search_jobs_back_and_close_answers_every_waiting_future():
+    from concurrent.futures import Future
+
+    scheduler = Scheduler([FakeActor()], [device("A")], per_worker=1, cpu_slots=4)
+    queued = [ready_job(scheduler, JobKind.SEARCH, study="s") for _ in range(3)]
+    kept = ready_job(scheduler, JobKind.SEARCH, study="other")
+    assert scheduler.drop("s", frozenset({JobKind.SEARCH})) == 3
+    dropped = scheduler.finished
+    assert [r.job for r in dropped] == queued and all(r.dropped for r in dropped)
+    assert scheduler._next(device("A").device_type) is kept
+    waiting = ready_job(scheduler, JobKind.VERIFY)
+    waiting.future = Future()
+    scheduler.close()
+    assert waiting.future.result().failure is Status.WORKER_LOST
+    late = scheduler.submit_threadsafe(Job(JobKind.VERIFY, "s", [0], device("A"), waiting.builds))
+    assert late.done() and "ended" in late.result().error

@@ -1,0 +1,88 @@
+"""The sweep's time budget (``--time-budget``, ``search.time_budget_s``): the wall clock of the whole
+sweep, from the command's start. The plan works back from it:
+
+    deadline ─ reserve(device type) ─► the search of every study of that type closes
+             ─► finals (the baseline's missing references, the best few and the baseline on fresh
+                seeds) and the checks they wait for, at the front of the queues ─► deadline
+    deadline + grace ─► the loop stops, whatever is left (a run stopped there keeps every row and
+                        shows each study's best so far, "not re-measured")
+
+The reserve of a device type is what its studies still need after their search, in worker-seconds
+(``StudyFlow.work_left``: each from its own baseline's time a run), shared by the type's workers,
+with ``SAFETY`` to spare. It is estimated again on every turn of the loop, so that it follows the
+times actually measured; once a type's search closes it stays closed.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections import defaultdict
+from collections.abc import Callable, Sequence
+from typing import Protocol
+
+SAFETY = 1.5  # the reserve is this many times the estimate: finals queue behind running jobs, estimates are rough
+MARGIN_S = 3.0  # and this much more: the last job's results, the last flush
+GRACE_FRACTION, GRACE_MAX_S = 0.02, 15.0  # past the deadline, the loop waits at most this for the finals
+
+
+class Planned(Protocol):
+    """What the plan reads of a study's flow."""
+
+    device_type: str
+    done: bool
+
+    def work_left(self) -> float:
+        """Worker-seconds the study still needs once its search is closed (finals, references, checks)."""
+        ...
+
+    def in_search(self) -> bool: ...
+
+
+def grace_s(budget_s: float) -> float:
+    return min(GRACE_MAX_S, max(1.0, GRACE_FRACTION * budget_s))
+
+
+class TimePlan:
+    def __init__(self, budget_s: float, started_at: float | None = None,
+                 log: Callable[[str], None] = lambda message: None) -> None:
+        self.budget_s = budget_s
+        self.started_at = time.monotonic() if started_at is None else started_at
+        self.deadline = self.started_at + budget_s
+        self.hard_stop = self.deadline + grace_s(budget_s)
+        self.log = log
+        self.closed: dict[str, float] = {}  # device type -> when its search closed (monotonic)
+        self.reserve: dict[str, float] = defaultdict(float)
+
+    def time_left(self, now: float | None = None) -> float:
+        return self.deadline - (time.monotonic() if now is None else now)
+
+    def expired(self, now: float | None = None) -> bool:
+        return (time.monotonic() if now is None else now) >= self.hard_stop
+
+    def search_open(self, device_type: str) -> bool:
+        return device_type not in self.closed
+
+    def may_wait(self, device_type: str, needed_s: float) -> bool:
+        """Whether finals may still wait ``needed_s`` more (for a check) and end by the deadline."""
+        return self.time_left() > needed_s * SAFETY
+
+    def update(self, flows: Sequence[Planned], workers: Callable[[str], int]) -> None:
+        """Estimate each device type's reserve; close the search of a type whose reserve no longer fits."""
+        now = time.monotonic()
+        need: dict[str, float] = defaultdict(float)
+        for flow in flows:
+            if not flow.done:
+                need[flow.device_type] += flow.work_left()
+        for device_type, seconds in need.items():
+            self.reserve[device_type] = SAFETY * seconds / max(1, workers(device_type)) + MARGIN_S
+            if device_type in self.closed:
+                continue
+            searching = any(f.in_search() for f in flows if f.device_type == device_type)
+            if searching and now + self.reserve[device_type] >= self.deadline:
+                self.closed[device_type] = now
+                self.log(f"time budget: {self.time_left(now):.0f} s left, {math.ceil(self.reserve[device_type])} s "
+                         f"kept for the finals and their checks on {device_type}: the search stops")
+
+    def elapsed(self, now: float | None = None) -> float:
+        return (time.monotonic() if now is None else now) - self.started_at

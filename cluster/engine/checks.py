@@ -1,0 +1,237 @@
+"""Verification's expensive tier (issue 25): compute-sanitizer and the cheat checks, for a variant
+that measured faster than the baseline beyond its noise, and the fresh-seed review of a candidate
+more than 10x the baseline.
+
+    admitted variant (cheap tier: guards, dependence graph, contracts, build, one run, its time)
+        ─► joins the search ─► measures faster than the baseline ─► ``DeepChecks.request``
+        ─► compute-sanitizer (after the baseline's own run of each tool, once a study) and the
+           cheat checks, as jobs of the check lane ─► passed or failed, recorded in ``variants/``
+
+A variant no faster than the baseline never pays for them; one that could be a final, a winner or
+an export must have passed them (``StudyFlow`` asks for them, promoted, before its finals).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+from concurrent.futures import Future
+from dataclasses import asdict, dataclass, field
+from enum import StrEnum
+from typing import TYPE_CHECKING, Any
+
+from agents.patch import source_files
+from agents.workflow.steps import Verdict, VerdictStatus
+from cluster.config import Target
+from cluster.engine.jobs import JobResult
+from cluster.engine.verify import SANITIZER_FACTOR, SANITIZER_FLOOR_S, sanitizer_verdicts
+from cluster.runners.sanitize import SanitizerResult
+from cluster.store.variants import AcceptedVariant
+
+if TYPE_CHECKING:
+    from cluster.engine.study_jobs import StudyJobs
+
+
+class Trust(StrEnum):
+    """Where a variant or candidate stands with the expensive tier."""
+
+    NOT_RUN = ""  # never asked for (no faster than the baseline so far)
+    PENDING = "pending"
+    PASSED = "passed"
+    FAILED = "failed"
+
+
+EXPENSIVE = frozenset({"memcheck", "racecheck", "initcheck", "synccheck", "sanitizer", "cheat_checks",
+                       "poisoned_outputs", "cached_results", "untimed_work", "timing_code"})
+
+
+def expensive_state(verification: Any) -> str:
+    """What a verification says of the expensive tier: "" (it did not run), "passed" or "failed"."""
+    ran = [v for v in (verification.verdicts if verification is not None else ()) if v.check in EXPENSIVE]
+    if not ran:
+        return ""
+    return Trust.FAILED.value if any(v.failed for v in ran) else Trust.PASSED.value
+
+
+@dataclass
+class _Checked:
+    variant: AcceptedVariant
+    record: dict[str, Any]
+    trust: Trust = Trust.NOT_RUN
+    verdicts: list[Verdict] = field(default_factory=list)
+    outstanding: int = 0
+    started: float = 0.0
+    # The admission that waits for these verdicts (the agents' thread: feedback for a retry); while
+    # one waits, its outcome's record carries them, and no record of the checks' own is written.
+    tickets: list[Future[tuple[Verdict, ...]]] = field(default_factory=list)
+
+
+def changed_files(original: Target, variant: Target) -> dict[str, str]:
+    """The sources a variant changed, as text: what the cheat checks read."""
+    before, after = source_files(original), source_files(variant)
+    return {path: text for path, text in after.items() if before.get(path) != text}
+
+
+class DeepChecks:
+    """The expensive tier of one study's variants, driven from the driver's thread: ``request``
+    submits the checks, their futures finish in the flow's ``on_result``."""
+
+    def __init__(self, jobs: StudyJobs, tools: tuple[str, ...], cap_s: float, guardrails: bool,
+                 write: Callable[[dict[str, Any]], None], log: Callable[[str], None],
+                 record_of: Callable[[str], dict[str, Any] | None] = lambda source_hash: None,
+                 on_failed: Callable[[str], None] = lambda source_hash: None) -> None:
+        self.jobs, self.tools, self.cap_s, self.guardrails = jobs, tools, cap_s, guardrails
+        self.write, self.log, self.record_of, self.on_failed = write, log, record_of, on_failed
+        self.variants: dict[str, _Checked] = {}
+        self._baseline: dict[str, SanitizerResult] | None = None
+        self._baseline_asked = False
+        self._waiting_for_baseline: list[str] = []
+
+    @property
+    def configured(self) -> bool:
+        return bool(self.tools) or self.guardrails
+
+    def add(self, variant: AcceptedVariant, record: dict[str, Any] | None, trust: Trust = Trust.NOT_RUN) -> None:
+        """An admitted variant (``trust``: what an earlier invocation's checks found)."""
+        if variant.source_hash not in self.variants:
+            self.variants[variant.source_hash] = _Checked(variant, dict(record or {}), trust)
+        if trust is Trust.FAILED:
+            self.on_failed(variant.source_hash)
+
+    def trust(self, source_hash: str) -> Trust:
+        checked = self.variants.get(source_hash)
+        return Trust.PASSED if checked is None else checked.trust
+
+    def pending(self) -> list[str]:
+        return [h for h, c in self.variants.items() if c.trust is Trust.PENDING]
+
+    def request(self, source_hash: str, why: str, ticket: Future[tuple[Verdict, ...]] | None = None) -> Trust:
+        """The expensive checks of an admitted variant, once; its trust now. ``ticket`` gets their
+        verdicts once they are in (at once, where they ran before)."""
+        checked = self.variants.get(source_hash)
+        if checked is None:
+            _resolve(ticket, ())
+            return self.trust(source_hash)
+        if ticket is not None:
+            checked.tickets.append(ticket)
+        if checked.trust is not Trust.NOT_RUN:
+            if checked.trust is not Trust.PENDING:
+                self._answer(checked)
+            return checked.trust
+        if not self.configured:
+            checked.trust = Trust.PASSED
+            self._answer(checked)
+            return checked.trust
+        checked.trust, checked.started = Trust.PENDING, time.monotonic()
+        self.log(f"{self.jobs.state.name}: {checked.variant.label}: {why}: compute-sanitizer and the cheat checks "
+                 f"before it can be a final")
+        if self.guardrails:
+            files = changed_files(self.jobs.state.target, checked.variant.target)
+            self._expect(checked, self.jobs.guard(checked.variant.target, files, label=checked.variant.label),
+                         self._guarded)
+        if self.tools:
+            if self._baseline is None:
+                self._waiting_for_baseline.append(source_hash)
+                checked.outstanding += 1  # its sanitizer job, submitted once the baseline's is in
+                self._sanitize_baseline()
+            else:
+                self._sanitize(checked)
+        return checked.trust
+
+    # -- the jobs --------------------------------------------------------------------------------
+    def _expect(self, checked: _Checked, future: Future[JobResult],
+                done: Callable[[_Checked, JobResult], None]) -> None:
+        checked.outstanding += 1
+
+        def finished(f: Future[JobResult]) -> None:
+            checked.outstanding -= 1
+            done(checked, f.result())
+            self._settle(checked)
+
+        future.add_done_callback(finished)
+
+    def _sanitize_baseline(self) -> None:
+        if self._baseline_asked:
+            return
+        self._baseline_asked = True
+        future = self.jobs.sanitize(None, self.tools, self.cap_s, None, label="the baseline, for the variants' budgets")
+        future.add_done_callback(self._baseline_sanitized)
+
+    def _baseline_sanitized(self, future: Future[JobResult]) -> None:
+        done = future.result()
+        results = done.value if done.failure is None and done.value else ()
+        self._baseline = {r.tool: r for r in results}
+        for source_hash in self._waiting_for_baseline:
+            checked = self.variants[source_hash]
+            checked.outstanding -= 1
+            self._sanitize(checked)
+        self._waiting_for_baseline.clear()
+
+    def _sanitize(self, checked: _Checked) -> None:
+        baseline = self._baseline or {}
+        budgets = {tool: min(self.cap_s, max(SANITIZER_FLOOR_S, SANITIZER_FACTOR * r.seconds))
+                   for tool, r in baseline.items()}
+        future = self.jobs.sanitize(checked.variant.target, self.tools, self.cap_s, budgets,
+                                    label=f"{', '.join(self.tools)} on {checked.variant.label}")
+        self._expect(checked, future, self._sanitized)
+
+    def _sanitized(self, checked: _Checked, done: JobResult) -> None:
+        if done.failure is not None or done.value is None:
+            checked.verdicts.append(Verdict("sanitizer", VerdictStatus.SKIPPED,
+                                            f"not run: {done.error or done.artifact.error_tail}"[:300]))
+        else:
+            checked.verdicts += sanitizer_verdicts(done.value, self._baseline or {})
+
+    def _guarded(self, checked: _Checked, done: JobResult) -> None:
+        if done.failure is not None or done.value is None:
+            checked.verdicts.append(Verdict("cheat_checks", VerdictStatus.SKIPPED,
+                                            f"not run: {done.error or done.artifact.error_tail}"[:300]))
+        else:
+            checked.verdicts += list(done.value)
+
+    def _settle(self, checked: _Checked) -> None:
+        if checked.outstanding or checked.trust is not Trust.PENDING:
+            return
+        failed = [v for v in checked.verdicts if v.failed]
+        checked.trust = Trust.FAILED if failed else Trust.PASSED
+        seconds = time.monotonic() - checked.started
+        self.log(f"{self.jobs.state.name}: {checked.variant.label}: expensive checks {checked.trust.value} in "
+                 f"{seconds:.0f} s" + (": " + "; ".join(f"{v.check}: {v.detail}" for v in failed)[:300]
+                                        if failed else ""))
+        if not checked.tickets:
+            self.write(self._record(checked, failed))
+        self._answer(checked)
+        if failed:
+            self.on_failed(checked.variant.source_hash)
+
+    def _answer(self, checked: _Checked) -> None:
+        for ticket in checked.tickets:
+            _resolve(ticket, tuple(checked.verdicts))
+        checked.tickets.clear()
+
+    def close(self) -> None:
+        """The sweep ended: whoever waits for checks that will not finish hears so."""
+        for checked in self.variants.values():
+            if checked.trust is Trust.PENDING:
+                checked.verdicts.append(Verdict("sanitizer", VerdictStatus.SKIPPED, "not run: the sweep ended first"))
+            self._answer(checked)
+
+    def _record(self, checked: _Checked, failed: list[Verdict]) -> dict[str, Any]:
+        record = dict(self.record_of(checked.variant.source_hash) or checked.record or {
+            "target": self.jobs.state.target.name, "study": self.jobs.state.name,
+            "source_hash": checked.variant.source_hash, "optimization": checked.variant.label.split(" ")[0],
+            "location": checked.variant.label.partition(" ")[2], "attempt": 0})
+        earlier = json.loads(record.get("verdicts") or "[]")
+        record.update({
+            "stage": "rejected" if failed else "accepted", "checks": checked.trust.value,
+            "verdicts": json.dumps(earlier + [asdict(v) for v in checked.verdicts], sort_keys=True),
+            "reason": "; ".join(f"{v.check}: {v.detail}" for v in failed) if failed else record.get("reason", ""),
+            "created_at": time.time(),
+        })
+        return record
+
+
+def _resolve(ticket: Future[tuple[Verdict, ...]] | None, verdicts: tuple[Verdict, ...]) -> None:
+    if ticket is not None and not ticket.done():
+        ticket.set_result(verdicts)

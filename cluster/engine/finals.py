@@ -1,0 +1,149 @@
+"""A study's finals: the best few candidates and the baseline again, on seeds the search did not
+use (1..final_runs), what the selection trusts.
+
+    the baseline's outputs on the finals' seeds it has not run (a ``reference`` job, no row)
+        ─► the baseline's final ─► the best candidates in order, each once its checks passed
+           (a variant's expensive checks, a 10x candidate's fresh-seed review: asked for now where
+           they never ran, and promoted to the front of the check lane), up to ``final_top_k``;
+           one that failed makes room for the next
+
+With a time budget, a candidate whose checks cannot finish in time is left out (its rows stay: it
+is shown as the best so far where nothing re-measured beats it).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import ray
+
+from cluster.core.placeholders import names_in
+from cluster.core.types import Candidate, Measurement, Phase
+from cluster.engine.checks import Trust
+from cluster.engine.jobs import JobKind
+from cluster.engine.studies import save_reference
+from cluster.runners.measure import Reference
+
+if TYPE_CHECKING:
+    from cluster.engine.flow import StudyFlow
+
+
+class Finals:
+    def __init__(self, flow: StudyFlow) -> None:
+        self.flow = flow
+        self.entered = False
+        self.reference: Reference | None = None  # the baseline's outputs by seed, as the flow made or loaded them
+        self.reference_ready = False
+        self.pool: list[Candidate] = []  # the rest of the ranking, best first
+        self.finalists: list[str] = []  # keys whose finals were submitted (or ran before a resume)
+        self.outstanding: set[str] = set()
+        self.holding: set[str] = set()  # waiting for their checks
+        self.gave_up: list[str] = []
+
+    @property
+    def wanted(self) -> int:
+        return max(1, self.flow.ctx.config.measure.final_top_k)
+
+    # -- entering ------------------------------------------------------------------------------
+    def enter(self) -> None:
+        flow, state = self.flow, self.flow.state
+        self.entered = True
+        before = {r["candidate_key"] for r in flow.rows if r["phase"] == Phase.FINAL.value}
+        baseline = state.baseline_candidate().key
+        self.finalists = [k for k in before if k != baseline]
+        self.pool = [c for c in state.ranked() if c.key != baseline and c.key not in before]
+        missing = self._missing_seeds()
+        if missing:
+            have = self.flow.ctx.config.measure.final_runs + 1 - missing
+            flow._submit(flow.jobs.job(JobKind.REFERENCE, flow.jobs.build(), runs=missing, first_seed=have,
+                                       label=f"the baseline's outputs on seeds {have}..{have + missing - 1}"))
+            return
+        self._ready(baseline not in before)
+
+    def _missing_seeds(self) -> int:
+        """Seeds 1..final_runs whose baseline outputs the reference lacks (a seeded run only)."""
+        spec = self.flow.state.target.spec
+        if "seed" not in names_in(spec.run) or self.reference is None:
+            return 0
+        return max(0, self.flow.ctx.config.measure.final_runs + 1 - len(self.reference.runs))
+
+    def referenced(self, measurement: Measurement) -> None:
+        """The baseline's outputs on the missing seeds are in: the reference extended, then the finals."""
+        assert self.reference is not None
+        self.reference = Reference((*self.reference.runs, *measurement.outputs))
+        save_reference(self.flow.ctx.run_dir, self.flow.state.baseline_candidate().key, self.reference)
+        self.flow.state.reference = ray.put(self.reference)
+        self._ready(True)
+
+    def reference_failed(self, why: str) -> None:
+        self.flow.ctx.log(f"{self.flow.name}: the baseline failed on the finals' seeds ({why}): no finals")
+        self.pool.clear()
+        self.reference_ready = True
+
+    def _ready(self, baseline_final: bool) -> None:
+        self.reference_ready = True
+        if baseline_final:
+            self._submit(self.flow.state.baseline_candidate())
+
+    # -- the finalists -------------------------------------------------------------------------
+    def step(self) -> bool:
+        """Submit what can go; True when the finals are complete."""
+        if not self.reference_ready:
+            return False
+        self._settle_holds()
+        self._fill()
+        return not self.outstanding and not self.holding and not self.flow.awaited
+
+    def _fill(self) -> None:
+        while self.pool and len(self.finalists) + len(self.holding) < self.wanted:
+            candidate = self.pool.pop(0)
+            trust = self.flow.trust(candidate)
+            if trust is Trust.PASSED:
+                self._submit(candidate)
+            elif trust is not Trust.FAILED:
+                self.holding.add(candidate.key)
+                self.flow.promote_checks()
+
+    def _settle_holds(self) -> None:
+        flow = self.flow
+        plan = flow.ctx.plan
+        for key in sorted(self.holding):
+            candidate = flow.state.candidates[key]
+            trust = flow.trust(candidate, ask=False)
+            if trust is Trust.PASSED:
+                self.holding.discard(key)
+                self._submit(candidate)
+            elif trust is Trust.FAILED:
+                self.holding.discard(key)
+            elif plan is not None and not plan.may_wait(flow.device_type, flow.work_left()):
+                self.holding.discard(key)
+                self.gave_up.append(key)
+                flow.ctx.log(f"{flow.name}: {key}: its checks did not finish within the time budget; "
+                             f"left out of the finals (shown as not re-measured where it is the best)")
+
+    def _submit(self, candidate: Candidate) -> None:
+        flow, measure = self.flow, self.flow.ctx.config.measure
+        source = flow.state.source_of(candidate)[0]
+        build = flow.jobs.build(source, candidate.with_phase(Phase.FINAL))
+        baseline = candidate.key == flow.state.baseline_candidate().key
+        if not baseline:
+            self.finalists.append(candidate.key)
+        self.outstanding.add(candidate.key)
+        flow._submit(flow.jobs.job(JobKind.FINAL, build, runs=measure.final_runs, first_seed=1,
+                                   reference=flow.state.reference, label="the baseline" if baseline else ""))
+
+    def measured(self, key: str) -> None:
+        self.outstanding.discard(key)
+
+    # -- the time plan -------------------------------------------------------------------------
+    def work_left(self, run_s: float) -> float:
+        """Worker-seconds its finals still take, ``run_s`` a run (its overhead counted as a run)."""
+        measure = self.flow.ctx.config.measure
+        if not self.entered:
+            measured = sum(1 for c in self.flow.state.ranked() if c.key != self.flow.state.baseline_candidate().key)
+            finals = min(self.wanted, max(1, measured)) + 1
+            return (finals * (measure.final_runs + 1) + self._missing_seeds()) * run_s
+        room = max(0, self.wanted - len(self.finalists) - len(self.holding)) if self.pool else 0
+        finals = len(self.outstanding) + len(self.holding) + room
+        missing = self._missing_seeds() if not self.reference_ready else 0
+        return (finals * (measure.final_runs + 1) + missing) * run_s

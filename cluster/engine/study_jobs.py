@@ -1,0 +1,76 @@
+"""The jobs of one study, made for its flow (on the driver's thread) or for the agents' thread
+(through the scheduler's inbox): each ``submit`` returns a future of the job's result."""
+
+from __future__ import annotations
+
+import dataclasses
+from concurrent.futures import Future
+from typing import Any
+
+import ray
+
+from cluster.config import Target
+from cluster.core.types import Candidate, Phase
+from cluster.engine.jobs import ANALYSTS_PROFILE, Build, Job, JobKind, JobResult
+from cluster.engine.scheduler import Scheduler
+from cluster.engine.studies import StudyState
+
+
+class StudyJobs:
+    def __init__(self, state: StudyState, scheduler: Scheduler, threadsafe: bool = True) -> None:
+        self.state, self.scheduler, self.threadsafe = state, scheduler, threadsafe
+
+    def build(self, source: Target | None = None, candidate: Candidate | None = None) -> Build:
+        """A build of the study: ``candidate`` (default: the baseline) from ``source`` (default:
+        the target's own sources; a variant is put in the object store once)."""
+        state = self.state
+        candidate = candidate or state.baseline_candidate()
+        if source is None or source.bundle.hash == state.target.bundle.hash:
+            return Build(state.target, state.target_ref, candidate)
+        if source.bundle.hash not in state.variant_refs:
+            state.variant_refs[source.bundle.hash] = ray.put(source)
+        return Build(source, state.variant_refs[source.bundle.hash], candidate)
+
+    def job(self, kind: JobKind, *builds: Build, **fields: Any) -> Job:
+        state = self.state
+        return Job(kind, state.name, state.workers, state.device, tuple(builds), **fields)
+
+    def submit(self, job: Job) -> Future[JobResult]:
+        if self.threadsafe:
+            return self.scheduler.submit_threadsafe(job)
+        job.future = Future()
+        self.scheduler.submit(job)
+        return job.future
+
+    def variant_candidate(self, variant: Target, phase: Phase = Phase.VERIFY) -> Candidate:
+        """The baseline's flags and params with the variant's sources (and its own params' defaults)."""
+        baseline = self.state.baseline_candidate()
+        params = {**dict(baseline.params), **variant.baseline_params}
+        return dataclasses.replace(baseline, source_hash=variant.bundle.hash, params=tuple(params.items()),
+                                   phase=phase)
+
+    def verify(self, variant: Target, runs: int, label: str = "") -> Future[JobResult]:
+        build = self.build(variant, self.variant_candidate(variant))
+        return self.submit(self.job(JobKind.VERIFY, build, runs=runs, reference=self.state.reference, label=label))
+
+    def sanitize(self, variant: Target | None, tools: tuple[str, ...], timeout: float,
+                 timeouts: dict[str, float] | None, label: str = "") -> Future[JobResult]:
+        build = self.build() if variant is None else self.build(variant, self.variant_candidate(variant))
+        return self.submit(self.job(JobKind.SANITIZE, build, label=label,
+                                    args={"tools": tools, "timeout": timeout, "timeouts": timeouts}))
+
+    def guard(self, variant: Target, files: dict[str, str], label: str = "") -> Future[JobResult]:
+        build = self.build(variant, self.variant_candidate(variant))
+        return self.submit(self.job(JobKind.GUARD, build, self.build(), args={"files": files},
+                                    label=f"cheat checks of {label}" if label else ""))
+
+    def review(self, candidate: Candidate, label: str = "") -> Future[JobResult]:
+        """A candidate far faster than the baseline, run again against it on fresh seeds."""
+        build = self.build(self.state.source_of(candidate)[0], candidate)
+        return self.submit(self.job(JobKind.REVIEW, build, self.build(), label=label))
+
+    def profile(self, candidate: Candidate | None, metrics: tuple[str, ...], timeout: float,
+                launches: int | None, priority: int | None = ANALYSTS_PROFILE, label: str = "") -> Future[JobResult]:
+        source = self.state.source_of(candidate)[0] if candidate else None
+        return self.submit(self.job(JobKind.PROFILE, self.build(source, candidate), priority=priority, label=label,
+                                    args={"metrics": metrics, "timeout": timeout, "launches": launches}))

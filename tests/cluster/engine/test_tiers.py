@@ -1,0 +1,145 @@
+"""Issue 25 on the CPU, with the simulated fleet (cluster.engine.simulate: one fake GPU whose every
+expensive check sleeps): the search starts from the baseline on while the agents work; a variant
+joins it when the cheap checks admit it; only a variant faster than the baseline pays for the
+expensive checks, which must pass before it is a final; the whole-sweep time budget ends the sweep
+with re-measured winners. The driver, scheduler, Optuna, the agents' workflow and Parquet are real."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from agents._base import AnalysisContext, Proposal
+from agents.patch import source_files
+from agents.workflow import Analyst, Finding, Level, Plan, Planner, Steps, Transformer
+from cluster.config import RunPlan, load_run
+from cluster.engine.budget import grace_s
+from cluster.engine.driver import Sweep
+from cluster.engine.simulate import Model, simulated_fleet
+from cluster.outputs.select import select_best
+from cluster.store.results import read_results, read_table
+from cluster.store.rundir import RunDir
+from cluster.store.tables import JOBS_SCHEMA
+from cluster.store.variants import VARIANT_SCHEMA, latest_outcomes
+from tests.conftest import REPO
+
+HEADER = "// A SAXPY-like CUDA kernel for the GPU demo"
+CHECK_S = 2.0  # every simulated expensive check
+
+
+@pytest.fixture(scope="module")
+def one_fake_gpu():
+    import ray
+
+    ray.shutdown()
+    ray.init(address="local", num_cpus=3, num_gpus=1, include_dashboard=False, log_to_driver=False,
+             configure_logging=False)
+    yield
+    ray.shutdown()
+
+
+class Commented(Analyst, Planner, Transformer):
+    """Proposes variants of saxpy that differ in a comment only (the simulated worker decides their
+    speed by source hash); ``delay_s``: each transformation's time, as an expert's analysis takes."""
+
+    name = "commented"
+
+    def __init__(self, words: tuple[str, ...], delay_s: float = 0.0) -> None:
+        self.words, self.delay_s = words, delay_s
+
+    def analyse(self, context: AnalysisContext) -> list[Finding]:
+        return [Finding(word, Level.KERNEL, f"saxpy.cu:1 {word}", True, ("scripted",)) for word in self.words]
+
+    def plan(self, context: AnalysisContext, finding: Finding) -> Plan:
+        return Plan(finding, ("comment",))
+
+    def transform(self, context: AnalysisContext, plan: Plan, feedback: str | None = None) -> list[Proposal]:
+        time.sleep(self.delay_s)
+        return [Proposal(self.name, plan.optimization, (("saxpy.cu", variant_text(plan.optimization)),))]
+
+
+def variant_text(word: str) -> str:
+    from cluster.config import load_target
+
+    text = source_files(load_target(REPO / "configs/targets/saxpy/target.yaml"))["saxpy.cu"]
+    return text.replace(HEADER, f"{HEADER} ({word})")
+
+
+def variant_hash(word: str) -> str:
+    from agents.patch import variant_target
+    from cluster.config import load_target
+
+    target = load_target(REPO / "configs/targets/saxpy/target.yaml")
+    return variant_target(target, Proposal("x", word, (("saxpy.cu", variant_text(word)),))).bundle.hash
+
+
+def sweep(tmp_path, agent: Commented, model: Model, trials: int | None = 16, budget: float | None = None,
+          started_at: float | None = None):
+    plan = load_run(REPO / "configs" / "demo.yaml")
+    saxpy = tuple(t for t in plan.targets if t.name == "saxpy")
+    config = plan.config.model_copy(update={
+        "output_dir": str(tmp_path), "targets": ["targets/saxpy/target.yaml"],
+        "search": plan.config.search.model_copy(update={"sampler": "random", "trials": trials,
+                                                        "time_budget_s": budget}),
+        "measure": plan.config.measure.model_copy(update={"final_top_k": 2, "final_runs": 2}),
+        "profile": plan.config.profile.model_copy(update={"candidates": "none"}),
+        "agents": plan.config.agents.model_copy(update={"enabled": True})})
+    plan = RunPlan(config, plan.file, saxpy)
+    run_dir = RunDir.create(plan)
+    fleet, compile_model = simulated_fleet(1, model)
+    summary = Sweep(plan, run_dir, log=lambda m: None, fleet=fleet, compile=compile_model,
+                    agent_steps=lambda: [Steps.of(agent)], started_at=started_at).run(show_progress=False)
+    return run_dir, summary
+
+
+def test_the_search_starts_at_once_and_only_a_faster_variant_pays_for_the_expensive_checks(tmp_path, one_fake_gpu):
+    fast, slow = variant_hash("fast"), variant_hash("slow")
+    model = Model(compile_s=0.01, run_s=0.02, check_s=CHECK_S, speed=((fast, 0.25), (slow, 4.0)))
+    run_dir, summary = sweep(tmp_path, Commented(("fast", "slow"), delay_s=1.0), model)
+    rows = read_results(run_dir.path)
+    jobs = read_table(run_dir.path, RunDir.JOBS, JOBS_SCHEMA)
+    search = rows[rows["phase"] == "search"]
+    verify = rows[rows["phase"] == "verify"]
+    # The flags search ran while the agents were still transforming: before any variant was verified.
+    assert len(verify) == 2 and search["started_at"].min() < verify["started_at"].min()
+    # Both variants joined the running search.
+    assert {fast, slow} <= set(search["source_hash"])
+    # Only the faster variant paid for compute-sanitizer and the cheat checks (and the baseline's own
+    # sanitizer run, once, which sizes the variants' budgets).
+    checks = jobs[jobs["kind"].isin(["sanitize", "guard"])]
+    fast_key = verify.loc[verify["source_hash"] == fast, "candidate_key"].iloc[0]
+    slow_key = verify.loc[verify["source_hash"] == slow, "candidate_key"].iloc[0]
+    assert fast_key in set(checks["candidate_key"]) and slow_key not in set(checks["candidate_key"])
+    assert sorted(checks["kind"]) == ["guard", "sanitize", "sanitize"]
+    variants = latest_outcomes(read_table(run_dir.path, RunDir.VARIANTS, VARIANT_SCHEMA))
+    states = dict(zip(variants["source_hash"], variants["checks"], strict=True))
+    assert states == {fast: "passed", slow: ""}
+    # The winner is re-measured, from the faster variant, its checks passed before its finals.
+    [best] = select_best(rows)
+    assert best.source_hash == fast and best.speedup > 2
+    finals = rows[(rows["phase"] == "final") & (rows["source_hash"] == fast)]
+    assert len(finals) >= 1 and finals["started_at"].min() >= checks["finished_at"].max()
+    assert summary.unfinished == ()
+
+
+def test_a_time_budget_ends_the_sweep_in_time_with_re_measured_winners(tmp_path, one_fake_gpu):
+    """No trial limit and slow checks: the budget alone ends the search, early enough for the finals
+    and the checks that the finalists wait for. The budget counts from the sweep's start (here the
+    test's, so that Ray's start counts as a user's would)."""
+    fast = variant_hash("quick")
+    model = Model(compile_s=0.01, run_s=0.05, check_s=CHECK_S, speed=((fast, 0.5),))
+    budget = 30.0
+    started = time.monotonic()
+    started_wall = time.time()
+    run_dir, summary = sweep(tmp_path, Commented(("quick",)), model, trials=None, budget=budget,
+                             started_at=started)
+    rows = read_results(run_dir.path)
+    search, finals = rows[rows["phase"] == "search"], rows[rows["phase"] == "final"]
+    assert len(search) >= 10 and summary.unfinished == ()
+    assert set(finals["status"]) == {"ok"} and len(set(finals["candidate_key"])) >= 2  # the baseline and a winner
+    [best] = select_best(rows)
+    assert best.source_hash == fast and best.reason != ""
+    # The hard stop is the budget plus its grace: no row finishes after it (the loop has ended there).
+    end = rows["finished_at"].max().timestamp()
+    assert end <= started_wall + budget + grace_s(budget) + 1.0

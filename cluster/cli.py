@@ -106,6 +106,10 @@ def sweep(config: str, address: str | None, resume: str | None, accept_changes: 
         summary = Sweep(plan, run_dir, log=lambda m: click.echo(m, err=True),
                         started_at=started).run(address, show_progress)
     click.echo(f"{summary.evaluated} rows written to {run_dir.results}", err=True)
+    if summary.unfinished:
+        click.echo(f"time budget: {len(summary.unfinished)} studies stopped before their finals "
+                   f"({', '.join(summary.unfinished)}): their best so far is shown, not re-measured; "
+                   f"to finish them: warpfleet sweep {config} --resume {run_dir.path}", err=True)
     selected = show(run_dir.path)
     click.echo("next:\n" + "".join(f"  {command}\n" for command in next_commands(run_dir.path, selected)),
                err=True, nl=False)
@@ -113,6 +117,24 @@ def sweep(config: str, address: str | None, resume: str | None, accept_changes: 
 
 
 COMMAND_LINE = "command_line"  # meta.json: the budget given on the command line, for a resume
+
+
+def _budget_note(plan: RunPlan) -> None:
+    """What a time budget asks of the targets: each study's baseline and finals are runs of its
+    program that the search cannot use; on one worker, the run time under which they all fit."""
+    budget = plan.config.search.time_budget_s
+    if not budget:
+        return
+    measure = plan.config.measure
+    runs = measure.runs + (max(1, measure.final_top_k) + 1) * (measure.final_runs + 1)
+    per_run = budget / (runs * len(plan.targets))
+    line = (f"time budget {budget:g} s: each target's baseline and finals take {runs} runs of its program; "
+            f"on one worker the {len(plan.targets)} targets' fit where a run takes under {per_run:.3g} s")
+    if per_run < 0.5:
+        click.echo(f"warning: {plan.file}: search.time_budget_s: {line}, which may not hold; the sweep says so "
+                   f"once it has measured the baselines", err=True)
+    else:
+        click.echo(line)
 
 
 def _accept_needs_resume(accept_changes: bool, resume: str | None) -> None:
@@ -206,10 +228,11 @@ def validate(config: str, build: bool, arch: str) -> None:
         if (agents.enabled and agents.sanitizer and target.spec.toolchain == "nvcc"
                 and target.spec.kind == "program" and not target.spec.verify.sanitize_run):
             click.echo(f"note: {target.file}: no verify.sanitize_run: on a GPU, compute-sanitizer "
-                       f"({', '.join(agents.sanitizer)}) runs every variant on the full problem, up to "
-                       f"{agents.sanitizer_timeout_s:g} s per tool; give it a smaller one "
-                       f"(README: Bounded verification)",
+                       f"({', '.join(agents.sanitizer)}) runs each variant that measures faster than the baseline "
+                       f"on the full problem, up to {agents.sanitizer_timeout_s:g} s per tool; give it a smaller "
+                       f"one (README: Bounded verification)",
                        err=True)
+    _budget_note(plan)
     if build:
         from cluster.runners.probe import probe_params
 
@@ -321,17 +344,28 @@ def optimize(target: str, experts: str, trials: int, sanitizer: str, address: st
 @click.option("--output", type=click.Path(), help="Write here instead of stdout (bundle: the folder, required).")
 @click.option("--target", help="Only this target.")
 @click.option("--device", help="Only device types whose name contains this (H100, sm_90).")
+@click.option("--unconfirmed", is_flag=True,
+              help="Also export a study's best so far that was never re-measured on fresh seeds (a run stopped, "
+                   "or ended by its time budget, before its finals).")
 @_one_line_errors
-def export(run: str, fmt: str, output: str | None, target: str | None, device: str | None) -> None:
+def export(run: str, fmt: str, output: str | None, target: str | None, device: str | None,
+           unconfirmed: bool) -> None:
     """Export the best configurations of RUN for a build."""
-    from cluster.outputs.exports import WRITES_FOLDER, ExportError, ExportRequest, NothingToExport, render
-    from cluster.outputs.select import select_best
+    from cluster.outputs.exports import (
+        WHOLE_STUDIES,
+        WRITES_FOLDER,
+        ExportError,
+        ExportRequest,
+        NothingToExport,
+        render,
+    )
+    from cluster.outputs.select import load_verified, select_best
     from cluster.store.results import read_results
     from cluster.store.rundir import RunDir
 
     run_dir = RunDir.open(run)
     rows = read_results(run_dir.path)
-    best = select_best(rows)
+    best = select_best(rows, load_verified(run_dir.path))
     if target:
         best = [b for b in best if b.target == target]
         if not best:
@@ -342,6 +376,11 @@ def export(run: str, fmt: str, output: str | None, target: str | None, device: s
             raise ConfigError(run, "--device", f"no selected configuration on a device matching {device!r}")
     if not best:
         raise ConfigError(run, "results", "no correct candidate to export")
+    interim = [b for b in best if not b.remeasured]
+    if interim and not unconfirmed and fmt not in WHOLE_STUDIES:
+        names = ", ".join(f"{b.target} on {b.device_type} ({b.speedup:.2f}x)" for b in interim)
+        raise ConfigError(run, "--unconfirmed", f"not re-measured on fresh seeds (the run stopped before its "
+                          f"finals): {names}; resume the run, or export them with --unconfirmed")
     request = ExportRequest(best, rows, run_dir.path, Path(output) if output else None)
     try:
         text = render(fmt, request)

@@ -272,6 +272,9 @@ class BestConfig:
     source_hash: str = ""  # the sources it builds (an agent's variant or the target's own); evaluate checks them
     baseline_source_hash: str = ""
     noisy: bool = False  # its re-measurements' IQR/median stayed above measure.max_noise: its lead may be noise
+    # False: the best measured so far of a study that had no finals (a run stopped or ended by its
+    # budget first): its search-phase measurement, never re-run on fresh seeds (export: --unconfirmed)
+    remeasured: bool = True
 
     @property
     def is_variant(self) -> bool:

@@ -38,6 +38,10 @@ class Planned(Protocol):
 
     def in_search(self) -> bool: ...
 
+    def searched(self) -> bool:
+        """Whether it measured a search candidate."""
+        ...
+
 
 def grace_s(budget_s: float) -> float:
     return min(GRACE_MAX_S, max(1.0, GRACE_FRACTION * budget_s))
@@ -78,9 +82,16 @@ class TimePlan:
             self.reserve[device_type] = SAFETY * seconds / max(1, workers(device_type)) + MARGIN_S
             if device_type in self.closed:
                 continue
-            searching = any(f.in_search() for f in flows if f.device_type == device_type)
+            mine = [f for f in flows if f.device_type == device_type]
+            searching = any(f.in_search() for f in mine)
             if searching and now + self.reserve[device_type] >= self.deadline:
                 self.closed[device_type] = now
+                if not any(f.searched() for f in mine):
+                    self.log(f"time budget: {self.budget_s:g} s cannot hold the baselines and finals of "
+                             f"{len(mine)} studies on {workers(device_type)} {device_type} workers (about "
+                             f"{math.ceil(seconds / max(1, workers(device_type)))} s of finals alone): no search; "
+                             f"give a larger --time-budget")
+                    continue
                 self.log(f"time budget: {self.time_left(now):.0f} s left, {math.ceil(self.reserve[device_type])} s "
                          f"kept for the finals and their checks on {device_type}: the search stops")
 

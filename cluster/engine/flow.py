@@ -47,11 +47,9 @@ from cluster.runners.profile import DEFAULT_METRICS, Profile, profile_records
 from cluster.runners.profile import PROFILE_SCHEMA as _PROFILE_SCHEMA
 from cluster.store.results import ResultWriter, make_row
 from cluster.store.rundir import RunDir
-from cluster.store.tables import Tables
+from cluster.store.tables import REVIEW_SCHEMA, Tables
 from cluster.store.variants import VARIANT_SCHEMA, AcceptedVariant
 
-REVIEW_SCHEMA = pa.schema([("run_id", pa.string()), ("study", pa.string()), ("candidate_key", pa.string()),
-                           ("speedup", pa.float64()), ("status", pa.string()), ("detail", pa.string())])
 SEARCH_ONLY = frozenset({JobKind.SEARCH})
 CHECK_KINDS = frozenset({JobKind.SANITIZE, JobKind.GUARD, JobKind.REVIEW})
 
@@ -134,6 +132,9 @@ class Flow(ABC):
     def in_search(self) -> bool:
         return False
 
+    def searched(self) -> bool:
+        return False
+
 
 class StudyFlow(Flow):
     """One study's way through the stages, driven by ``step`` and ``on_result``."""
@@ -207,6 +208,9 @@ class StudyFlow(Flow):
 
     def in_search(self) -> bool:
         return self.stage in (Stage.BASELINE, Stage.SEARCH)
+
+    def searched(self) -> bool:
+        return self.state.n_search > 0
 
     def _enter_baseline(self) -> None:
         from cluster.engine.studies import load_reference

@@ -40,7 +40,7 @@ import pandas as pd
 from cluster.config import Target
 from cluster.core.encodings import FLAG_PREFIX, PARAM_PREFIX, config_id, settings
 from cluster.core.types import Candidate, Phase, Scalar, Stats, Status
-from cluster.outputs.select import select_best
+from cluster.outputs.select import load_verified, select_best
 from cluster.runners.build import compile_candidate
 from cluster.store.results import read_results
 from cluster.store.rundir import RunDir
@@ -85,6 +85,7 @@ class Config:
     is_baseline: bool = False
     tuned_in: tuple[str, ...] = ()  # the run each tuned_on entry won in ("" when not known)
     noisy: bool = False  # a win whose re-measurements were noisy (select.NOISY_ADVICE)
+    unconfirmed: bool = False  # a study's best so far, never re-measured (select.NOT_REMEASURED)
 
     @property
     def label(self) -> str:
@@ -173,14 +174,15 @@ def _configs(runs: Sequence[Run], target: str) -> list[Config]:
     found: dict[str, Config] = {}
 
     def add(cid: str, tuned_on: str, flags: tuple, params: tuple, source_hash: str, baseline: bool = False,
-            run_id: str = "", noisy: bool = False) -> None:
+            run_id: str = "", noisy: bool = False, unconfirmed: bool = False) -> None:
         known = found.get(cid) or Config(cid, (), flags, params, source_hash)
         pairs = list(zip(known.tuned_on, known.tuned_in or ("",) * len(known.tuned_on), strict=True))
         if tuned_on and (tuned_on, run_id) not in pairs and not (not run_id and tuned_on in known.tuned_on):
             pairs = [(d, r) for d, r in pairs if (d, r) != (tuned_on, "")] + [(tuned_on, run_id)]  # a run beats none
         found[cid] = dataclasses.replace(known, tuned_on=tuple(d for d, _ in pairs),
                                          tuned_in=tuple(r for _, r in pairs), source_hash=source_hash,
-                                         is_baseline=known.is_baseline or baseline, noisy=known.noisy or noisy)
+                                         is_baseline=known.is_baseline or baseline, noisy=known.noisy or noisy,
+                                         unconfirmed=known.unconfirmed or unconfirmed)
 
     for run in runs:
         rows = run.rows[run.rows["target"] == target] if len(run.rows) else run.rows
@@ -189,10 +191,10 @@ def _configs(runs: Sequence[Run], target: str) -> list[Config]:
                 baseline=True)
         if run.is_evaluation:
             continue
-        for best in select_best(rows):
+        for best in select_best(rows, load_verified(run.path)):
             row = rows[rows["candidate_key"] == best.candidate_key].iloc[0]
             add(row["config_id"], best.device_type, _settings(row, FLAG_PREFIX), _settings(row, PARAM_PREFIX),
-                row["source_hash"], run_id=run.run_id, noisy=best.noisy)
+                row["source_hash"], run_id=run.run_id, noisy=best.noisy, unconfirmed=not best.remeasured)
     for run in runs:
         for origin in run.meta.get("evaluated", []) if run.is_evaluation else []:
             if origin["target"] != target:

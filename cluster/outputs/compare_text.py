@@ -8,7 +8,7 @@ from itertools import combinations
 from typing import Any
 
 from cluster.outputs.compare import Cell, Matrix, Resources, differences
-from cluster.outputs.select import NOISY_ADVICE
+from cluster.outputs.select import NOISY_ADVICE, NOT_REMEASURED
 
 NOISY_MARK = "*"
 
@@ -44,12 +44,14 @@ def matrix_markdown(matrix: Matrix) -> str:
              "Each cell: the configuration's performance on the column's device type as a share of that "
              "device type's own best (100% = as good as the configuration tuned there).", ""]
     lines += _table(["configuration", *matrix.devices],
-                    [[c.label + (f" {NOISY_MARK}" if c.noisy else ""),
+                    [[c.label + (f" {NOISY_MARK}" if c.noisy else "") + (" (not re-measured)" if c.unconfirmed else ""),
                       *(share_text(matrix.cells.get((c.config_id, d))) for d in matrix.devices)]
                      for c in matrix.configs])
     lines.append("")
     if any(c.noisy for c in matrix.configs):
         lines += [f"{NOISY_MARK} noisy: {NOISY_ADVICE}", ""]
+    if any(c.unconfirmed for c in matrix.configs):
+        lines += [f"(not re-measured): {NOT_REMEASURED}", ""]
     if matrix.best_worst_case:
         cid, worst, where = matrix.best_worst_case
         config = matrix.config(cid)
@@ -82,6 +84,7 @@ def _matrix_record(matrix: Matrix) -> dict[str, Any]:
         "target": matrix.target, "unit": matrix.unit, "goal": matrix.goal, "devices": list(matrix.devices),
         "configs": [{"config_id": c.config_id, "label": c.label, "tuned_on": list(c.tuned_on),
                      "tuned_in": list(c.tuned_in), "noisy": c.noisy,
+                     "unconfirmed": c.unconfirmed,
                      "baseline": c.is_baseline, "arguments": c.arguments, "params": dict(c.params),
                      "flags": dict(c.flag_options)} for c in matrix.configs],
         "cells": [{"config_id": cid, "device": device, "share": cell.share, "how": cell.how, "run_id": cell.run_id}

@@ -28,7 +28,7 @@ from cluster.outputs import plots
 from cluster.outputs.compare import Matrix, Run, add_resources, build_matrices, differences, load_run_dir
 from cluster.outputs.compare_text import resources_text, share_text
 from cluster.outputs.exports.bundle import slug
-from cluster.outputs.select import select_best
+from cluster.outputs.select import NOT_REMEASURED, load_verified, select_best
 from cluster.store.rundir import RunDir, is_current_study, read_generations
 
 MIN_TRIALS = 5  # fewer completed trials than this: no parameter importance for the study
@@ -50,7 +50,7 @@ def _table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> Block:
 def _winners(runs: Sequence[Run]) -> list[tuple[Run, BestConfig]]:
     """Each sweep study's winner; an evaluation run's best only where no sweep is given."""
     sweeps = [run for run in runs if not run.is_evaluation] or list(runs)
-    return [(run, best) for run in sweeps for best in select_best(run.rows)]
+    return [(run, best) for run in sweeps for best in select_best(run.rows, load_verified(run.path))]
 
 
 def _summary(runs: Sequence[Run], out: Path) -> list[Block]:
@@ -64,8 +64,11 @@ def _summary(runs: Sequence[Run], out: Path) -> list[Block]:
     if not winners:
         return [*blocks, Block("p", "No correct candidate in these runs.")]
     blocks.append(_table(["target", "device type", "run", "baseline", "best", "speedup", "configuration"], [
-        [b.target, b.device_type, r.run_id, f"{b.baseline_median:.4g} {b.unit}", f"{b.median:.4g} {b.unit}",
+        [b.target, b.device_type, r.run_id, f"{b.baseline_median:.4g} {b.unit}",
+         f"{b.median:.4g} {b.unit}" + ("" if b.remeasured else " (not re-measured)"),
          f"{b.speedup:.2f}x", " ".join([*b.flag_argv, *b.defines]) or "(baseline)"] for r, b in winners]))
+    if not all(b.remeasured for _, b in winners):
+        blocks.append(Block("p", f"(not re-measured): {NOT_REMEASURED}."))
     image = plots.speedup_plot([b for _, b in winners], out / "speedup.png")
     return [*blocks, *([Block("img", image.name)] if image else [])]
 

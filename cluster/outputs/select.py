@@ -17,10 +17,14 @@ re-measurements were ``noisy`` (IQR/median above ``measure.max_noise``) is marke
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
 import numpy as np
 import pandas as pd
 
-from cluster.core.encodings import FLAG_PREFIX, PARAM_PREFIX, settings, speedup
+from cluster.core.encodings import FLAG_PREFIX, PARAM_PREFIX, settings, speedup, suspect_speedup
 from cluster.core.types import BestConfig, Phase, Stats, Status
 
 MIN_DIFFERENCE = 0.01  # relative: differences below 1% of the median are not trusted
@@ -137,13 +141,89 @@ def pareto_front(rows: pd.DataFrame) -> pd.DataFrame:
     return ok.loc[front]
 
 
-def select_best(rows: pd.DataFrame) -> list[BestConfig]:
-    """One BestConfig per (target, device type) that has a correct candidate."""
+NOT_REMEASURED = ("not re-measured: the best measured so far, verified, of a study with no finals (the run "
+                  "stopped or its time budget ended first); resume the run to re-measure it")
+
+
+@dataclass(frozen=True)
+class Verified:
+    """What a run's expensive checks found (issue 25), for the best so far of a study with no
+    finals: each admitted variant's checks ("", passed, failed; by source hash) and each fresh-seed
+    review (by candidate key). A variant's candidate counts only once its checks passed, and one
+    over 10x the baseline only once its review did."""
+
+    variants: Mapping[str, str] = field(default_factory=dict)
+    reviews: Mapping[str, str] = field(default_factory=dict)
+
+    def trusted(self, row: pd.Series, baseline: pd.Series | None, ratio: float | None) -> bool:
+        source = str(row.get("source_hash") or "")
+        own = baseline is None or source == str(baseline.get("source_hash") or "")
+        if not own and self.variants.get(source) != "passed":
+            return False
+        reviewed = self.reviews.get(str(row["candidate_key"])) in ("passed", "skipped")
+        return reviewed or not suspect_speedup(ratio)
+
+
+def load_verified(run_dir: Path) -> Verified:
+    """A run's ``Verified``, from its variants/ and reviews/ tables."""
+    from cluster.store.results import read_table
+    from cluster.store.rundir import RunDir
+    from cluster.store.tables import REVIEW_SCHEMA
+    from cluster.store.variants import VARIANT_SCHEMA, latest_outcomes
+
+    variants = latest_outcomes(read_table(run_dir, RunDir.VARIANTS, VARIANT_SCHEMA))
+    checks: dict[str, str] = {}
+    for record in variants.to_dict("records"):
+        source = record["source_hash"]
+        if source and (record.get("checks") or source not in checks):
+            checks[source] = "failed" if record["stage"] == "rejected" else str(record.get("checks") or "")
+    reviews = read_table(run_dir, RunDir.REVIEWS, REVIEW_SCHEMA)
+    return Verified(checks, dict(zip(reviews["candidate_key"].astype(str), reviews["status"].astype(str), strict=True)))
+
+
+def best_so_far(rows: pd.DataFrame, verified: Verified) -> BestConfig | None:
+    """The best candidate a study measured correctly and verified, where it had no finals: marked
+    not re-measured. None where it has finals, or nothing measured beats the baseline."""
+    goal = str(rows["goal"].iloc[0])
+    finals = rows[(rows["phase"] == Phase.FINAL.value) & (rows["status"] == Status.OK.value)]
+    baseline_rows = rows[(rows["phase"] == Phase.BASELINE.value) & (rows["status"] == Status.OK.value)]
+    if baseline_rows.empty:
+        return None
+    baseline = baseline_rows.iloc[0]
+    if (finals["candidate_key"] != baseline["candidate_key"]).any():
+        return None  # finals ran: the selection's own rule
+    failed = set(rows.loc[(rows["phase"] == Phase.FINAL.value) & (rows["status"] != Status.OK.value), "candidate_key"])
+    measured = rows[rows["phase"].isin([Phase.SEARCH.value, Phase.VERIFY.value]) & (rows["status"] == Status.OK.value)
+                    & rows["median"].notna() & (rows["median"] > 0) & ~rows["candidate_key"].isin(failed)]
+    base_median = float(baseline["median"])
+    best, best_ratio = None, 1.0
+    for _, row in measured.iterrows():
+        ratio = speedup(float(row["median"]), base_median, goal)
+        if ratio is not None and ratio > best_ratio and verified.trusted(row, baseline, ratio):
+            best, best_ratio = row, ratio
+    if best is None:
+        return None
+    return BestConfig(
+        target=str(best["target"]), device_type=str(best["device_type"]), arch=str(best["arch"]),
+        toolchain=str(best["toolchain"]), candidate_key=str(best["candidate_key"]),
+        flags={k: str(v) for k, v in settings(best, FLAG_PREFIX).items()}, params=settings(best, PARAM_PREFIX),
+        median=float(best["median"]), baseline_median=base_median, speedup=best_ratio, unit=str(best["unit"]),
+        iqr=float(best["iqr"]) if pd.notna(best.get("iqr")) else 0.0, reason=NOT_REMEASURED,
+        source_hash=str(best.get("source_hash", "") or ""),
+        baseline_source_hash=str(baseline.get("source_hash", "") or ""), remeasured=False)
+
+
+def select_best(rows: pd.DataFrame, verified: Verified | None = None) -> list[BestConfig]:
+    """One BestConfig per (target, device type) that has a correct candidate. With ``verified`` (a
+    run's checks: ``load_verified``), a study that had no finals gives its best so far, marked not
+    re-measured, where one beats the baseline: never 1.00x while a faster verified candidate exists."""
     if rows.empty:
         return []
     best = []
     for _, group in rows.groupby(["target", "device_type"], sort=True):
         choice = select_study(group)
+        interim = best_so_far(group, verified) if verified is not None else None
+        choice = interim or choice
         if choice is not None:
             best.append(choice)
     return best

@@ -13,11 +13,12 @@ from rich.console import Console
 from rich.table import Table
 
 from cluster.core.types import BestConfig, Status
-from cluster.outputs.select import NOISY_ADVICE, pareto_front, select_best
+from cluster.outputs.select import NOISY_ADVICE, NOT_REMEASURED, load_verified, pareto_front, select_best
 from cluster.store.results import read_results, read_table
 from cluster.store.rundir import RunDir
 
 NOISY_MARK = "*"
+NOT_REMEASURED_MARK = "(not re-measured)"
 
 
 def speedup_text(value: float) -> str:
@@ -29,7 +30,7 @@ def show(path: Path, console: Console | None = None) -> list[BestConfig]:
     """Print the run's tables; returns the selected configurations."""
     run_dir = RunDir.open(path)
     rows = read_results(run_dir.path)
-    selected = select_best(rows)
+    selected = select_best(rows, load_verified(run_dir.path))
     best = {(b.target, b.device_type): b for b in selected}
     console = console or (Console() if sys.stdout.isatty() else Console(width=200))  # pipes get whole lines
     if rows.empty:
@@ -51,11 +52,14 @@ def show(path: Path, console: Console | None = None) -> list[BestConfig]:
         config = " ".join([*b.flag_argv, *b.defines]) or "(baseline)"
         baseline = f"{b.baseline_median:.4g} {b.unit}" if math.isfinite(b.baseline_median) else "-"
         table.add_row(b.target, b.device_type, str(len(search)), str(len(failed)), baseline,
-                      f"{b.median:.4g} ± {b.iqr:.2g} {b.unit}" + (f" {NOISY_MARK}" if b.noisy else ""),
+                      f"{b.median:.4g} ± {b.iqr:.2g} {b.unit}" + (f" {NOISY_MARK}" if b.noisy else "")
+                      + ("" if b.remeasured else f" {NOT_REMEASURED_MARK}"),
                       speedup_text(b.speedup), config)
     console.print(table)
     if any(b.noisy for b in selected):
         console.print(f"{NOISY_MARK} noisy: {NOISY_ADVICE}")
+    if not all(b.remeasured for b in selected):
+        console.print(f"{NOT_REMEASURED_MARK}: {NOT_REMEASURED}; `warpfleet export --unconfirmed` exports it")
     _show_pareto(console, rows)
     _show_profiles(console, run_dir.path, rows, best)
     return selected
@@ -124,8 +128,9 @@ def _show_pareto(console: Console, rows: Any) -> None:
 
 def next_commands(run: Path, selected: list[BestConfig]) -> list[str]:
     """What to run after a sweep: look at the run, and take its winners into a build."""
+    unconfirmed = " --unconfirmed" if not all(b.remeasured for b in selected) else ""
     commands = [f"warpfleet show {run}",
-                f"warpfleet export {run} --format flags   # or json, yaml, header, cmake, t4; "
+                f"warpfleet export {run} --format flags{unconfirmed}   # or json, yaml, header, cmake, t4; "
                 f"bundle --output DIR for all of them"]
     if any(b.is_variant for b in selected):
         commands.append(f"warpfleet export {run} --format patch > winner.patch   # the agents' source changes")

@@ -27,6 +27,11 @@ JOBS_SCHEMA = pa.schema([
 ])
 
 
+# The fresh-seed reviews of candidates over 10x their baseline (cluster.engine.flow writes them).
+REVIEW_SCHEMA = pa.schema([("run_id", pa.string()), ("study", pa.string()), ("candidate_key", pa.string()),
+                           ("speedup", pa.float64()), ("status", pa.string()), ("detail", pa.string())])
+
+
 class Tables:
     """Thread-safe writers of the side tables of one run directory."""
 

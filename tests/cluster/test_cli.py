@@ -330,6 +330,20 @@ def test_two_runs_on_one_device_type_are_labelled_by_run(tmp_path):
     assert labels == [f"tuned on {H100.device_type} in run", f"tuned on {H100.device_type} in other"]
 
 
+def test_validate_says_what_a_time_budget_asks_of_the_targets(tmp_path):
+    write_target(tmp_path / "a")
+    roomy = write_config(tmp_path, ["a/target.yaml"], search={"time_budget_s": 600},
+                         measure={"final_top_k": 3, "final_runs": 5})
+    result = CliRunner().invoke(main, ["validate", str(roomy)])
+    assert result.exit_code == 0, result.output
+    # 1 baseline run, then (3 finalists + the baseline) x (5 runs + 1 of the baseline's references): 25 runs
+    assert "time budget 600 s: each target's baseline and finals take 25 runs" in result.output
+    assert "under 24 s" in result.output
+    tight = write_config(tmp_path, ["a/target.yaml"], search={"time_budget_s": 5})
+    result = CliRunner().invoke(main, ["validate", str(tight)])
+    assert result.exit_code == 0 and "warning:" in result.output and "may not hold" in result.output
+
+
 def test_validate_notes_a_cuda_target_without_a_smaller_problem_for_the_sanitizer(tmp_path):
     write_target(tmp_path / "full", toolchain="nvcc")
     write_target(tmp_path / "small", toolchain="nvcc", name="small",
@@ -340,7 +354,7 @@ def test_validate_notes_a_cuda_target_without_a_smaller_problem_for_the_sanitize
     assert result.exit_code == 0, result.output
     notes = [line for line in result.output.splitlines() if line.startswith("note:")]
     assert notes == [f"note: {tmp_path / 'full' / 'target.yaml'}: no verify.sanitize_run: on a GPU, compute-sanitizer "
-                     f"(memcheck) runs every variant on the full problem, up to 90 s per tool; give it a smaller "
-                     f"one (README: Bounded verification)"]
+                     f"(memcheck) runs each variant that measures faster than the baseline on the full problem, up "
+                     f"to 90 s per tool; give it a smaller one (README: Bounded verification)"]
     quiet = write_config(tmp_path, ["full/target.yaml"], agents={"enabled": True, "sanitizer": []})
     assert "note:" not in CliRunner().invoke(main, ["validate", str(quiet)]).output

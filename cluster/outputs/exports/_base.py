@@ -49,3 +49,4 @@ def render(fmt: str, request: ExportRequest) -> str:
 
 
 WRITES_FOLDER = frozenset({"bundle"})  # formats that write into --output themselves
+WHOLE_STUDIES = frozenset({"t4"})  # formats that carry a study's measurements, not its chosen configuration

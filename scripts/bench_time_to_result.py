@@ -1,0 +1,189 @@
+"""Time to result on the user's path (issue 25): `warpfleet sweep CONFIG --time-budget S`, with a
+plain config a user writes (its targets and `agents: {enabled: true}`, nothing else), run as a user
+runs it (a subprocess, its wall clock from the command's start), then read back from the run's rows.
+
+    python scripts/bench_time_to_result.py --out DIR --config configs/unseen.yaml --budget 600
+    python scripts/bench_time_to_result.py --out DIR --config configs/public.yaml --budget 600 --no-sanitize-run
+    python scripts/bench_time_to_result.py --report DIR/RUN ...     # the table of runs already made
+
+The config given is reduced to its name and targets (the targets' files as they are), and
+`agents: {enabled: true}` is added: every other setting is warpfleet's default, as a user who
+turns the agents on gets it. `--no-sanitize-run` copies the config's folder and drops each target's
+`verify.sanitize_run` (the smaller problem compute-sanitizer gets): a user's program has none.
+Nothing here adds a setting that hides a cost.
+
+Per study, from the rows and the jobs table: when its baseline ended and its first search candidate
+started (seconds from the command's start), rows per phase, whether it reached a re-measured winner
+(select_best, finals on fresh seeds), the winner's speedup against the best verified speedup the run
+measured (a variant's candidates count once its expensive checks passed; a 10x candidate once its
+review passed). Per worker: the share of the command's wall clock it spent on jobs, checks included.
+Writes DIR/ttr-<run>.json and DIR/ttr-<run>.md, and prints the table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import yaml
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+from cluster.core.encodings import speedup  # noqa: E402
+from cluster.outputs.select import Verified, load_verified, select_best  # noqa: E402
+from cluster.store.results import read_results, read_table  # noqa: E402
+from cluster.store.rundir import RunDir  # noqa: E402
+from cluster.store.tables import JOBS_SCHEMA  # noqa: E402
+
+
+def plain_config(config: Path, work: Path, no_sanitize_run: bool) -> Path:
+    """The user's config: the given one's name and targets, the agents on. With ``no_sanitize_run``
+    the config's folder is copied (links kept) and each target's verify.sanitize_run dropped."""
+    spec = yaml.safe_load(config.read_text())
+    base = config.parent
+    if no_sanitize_run:
+        copy = work / "configs"
+        shutil.copytree(base, copy, symlinks=True, dirs_exist_ok=True)
+        for target in spec["targets"]:
+            path = copy / target
+            data = yaml.safe_load(path.read_text())
+            if (data.get("verify") or {}).pop("sanitize_run", None) is not None:
+                path.write_text(yaml.safe_dump(data, sort_keys=False))
+        base = copy
+    work.mkdir(parents=True, exist_ok=True)
+    out = work / f"ttr-{spec['name']}.yaml"
+    targets = [os.path.abspath(base / target) for target in spec["targets"]]
+    out.write_text(yaml.safe_dump({"name": f"{spec['name']}-agents", "targets": targets,
+                                   "output_dir": str(work / "runs"), "agents": {"enabled": True}}, sort_keys=False))
+    return out
+
+
+def run_sweep(config: Path, budget: float, log: Path) -> tuple[Path, float, int]:
+    """`warpfleet sweep CONFIG --time-budget S --no-progress`: the run directory, the command's wall
+    clock and its exit status."""
+    command = [sys.executable, "-m", "cluster.cli", "sweep", str(config), "--time-budget", str(budget),
+               "--no-progress"]
+    started = time.time()
+    with log.open("w") as out:
+        done = subprocess.run(command, cwd=REPO, stdout=out, stderr=subprocess.STDOUT,
+                              env={**os.environ, "PYTHONUNBUFFERED": "1"}, check=False)
+    wall = time.time() - started
+    run = next(line.split(": ", 1)[1].strip() for line in log.read_text().splitlines()
+               if line.startswith("run directory: "))
+    (Path(run) / "bench.json").write_text(json.dumps({"command": command, "started": started, "wall_s": wall,
+                                                       "exit": done.returncode, "budget_s": budget}))
+    return Path(run), wall, done.returncode
+
+
+def verified_best(group, verified: Verified) -> float | None:
+    """The best speedup the run measured on a candidate it trusts (the winner's selection aside)."""
+    base = group[(group["phase"] == "baseline") & (group["status"] == "ok")]
+    if base.empty:
+        return None
+    baseline = base.iloc[0]
+    best = None
+    for _, row in group[(group["status"] == "ok") & group["median"].notna()].iterrows():
+        ratio = speedup(float(row["median"]), float(baseline["median"]), str(row["goal"]))
+        if ratio is not None and verified.trusted(row, baseline, ratio) and (best is None or ratio > best):
+            best = ratio
+    return best
+
+
+def busy(jobs, started: float, ended: float) -> dict[str, float]:
+    """Per worker, the share of [started, ended] it spent on jobs (their union: a worker runs one at a time)."""
+    out = {}
+    for worker, group in jobs.groupby("worker_id"):
+        spans = sorted((max(started, s.timestamp()), min(ended, e.timestamp()))
+                       for s, e in zip(group["started_at"], group["finished_at"], strict=True) if s is not None)
+        total, reach = 0.0, started
+        for a, b in spans:
+            a = max(a, reach)
+            if b > a:
+                total, reach = total + b - a, b
+        out[str(worker)] = total / max(ended - started, 1e-9)
+    return out
+
+
+def report(run: Path) -> dict:
+    meta = json.loads((run / "bench.json").read_text()) if (run / "bench.json").exists() else {}
+    rows = read_results(run)
+    jobs = read_table(run, RunDir.JOBS, JOBS_SCHEMA)
+    started = meta.get("started") or rows["started_at"].min().timestamp()
+    ended = started + meta["wall_s"] if meta.get("wall_s") else rows["finished_at"].max().timestamp()
+    verified = load_verified(run)
+    winners = {(b.target, b.device_type): b for b in select_best(rows)}
+    studies = []
+    for (target, device), group in rows.groupby(["target", "device_type"], sort=True):
+        base = group[group["phase"] == "baseline"]
+        search = group[group["phase"] == "search"]
+        winner = winners.get((target, device))
+        final = group[(group["phase"] == "final") & (group["status"] == "ok")]
+        remeasured = winner is not None and winner.candidate_key in set(final["candidate_key"])
+        best = verified_best(group, verified)
+        base_end = base["finished_at"].max().timestamp() - started if len(base) else None
+        first = search["started_at"].min().timestamp() - started if len(search) else None
+        studies.append({
+            "target": target, "device": device, "baseline_end_s": base_end, "first_search_s": first,
+            "first_after_baseline_s": first - base_end if first is not None and base_end is not None else None,
+            "search": len(search), "verify": int((group["phase"] == "verify").sum()), "finals": len(final),
+            "winner": winner.speedup if winner is not None else None, "remeasured": remeasured,
+            "best_verified": best, "share": winner.speedup / best if winner is not None and best else None,
+            "winner_source": "variant" if winner is not None and winner.is_variant else "flags/params"})
+    kinds = jobs.groupby("kind")["service_s"].sum().round(1).to_dict() if len(jobs) else {}
+    return {"run": run.name, "budget_s": meta.get("budget_s"), "wall_s": round(ended - started, 1),
+            "exit": meta.get("exit"), "busy": busy(jobs, started, ended) if len(jobs) else {},
+            "worker_s_by_kind": kinds, "studies": studies}
+
+
+def markdown(result: dict) -> str:
+    def f(x, fmt="{:.0f}"):
+        return "-" if x is None else fmt.format(x)
+
+    lines = [f"### {result['run']}: budget {f(result['budget_s'])} s, wall {f(result['wall_s'])} s, "
+             f"exit {result['exit']}", "",
+             "| target | baseline end | first search | after baseline | search | verify | finals | winner | "
+             "re-measured | best verified | share |", "|---|---|---|---|---|---|---|---|---|---|---|"]
+    for s in result["studies"]:
+        lines.append(f"| {s['target']} | {f(s['baseline_end_s'])} s | {f(s['first_search_s'])} s | "
+                     f"{f(s['first_after_baseline_s'])} s | {s['search']} | {s['verify']} | {s['finals']} | "
+                     f"{f(s['winner'], '{:.2f}x')} | {'yes' if s['remeasured'] else 'no'} | "
+                     f"{f(s['best_verified'], '{:.2f}x')} | {f(s['share'], '{:.0%}')} |")
+    lines += ["", "workers busy: " + ", ".join(f"{w} {b:.0%}" for w, b in result["busy"].items()),
+              "worker seconds by job kind: " + ", ".join(f"{k} {v}" for k, v in result["worker_s_by_kind"].items()),
+              ""]
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--config", type=Path)
+    parser.add_argument("--budget", type=float, default=600.0)
+    parser.add_argument("--no-sanitize-run", action="store_true")
+    parser.add_argument("--report", type=Path, nargs="*", help="runs made before: their tables only")
+    args = parser.parse_args()
+    args.out.mkdir(parents=True, exist_ok=True)
+    runs = list(args.report or [])
+    if args.config is not None:
+        work = args.out / f"work-{args.config.stem}"
+        config = plain_config(args.config.resolve(), work, args.no_sanitize_run)
+        run, wall, code = run_sweep(config, args.budget, args.out / f"sweep-{args.config.stem}.log")
+        print(f"{run}: {wall:.0f} s, exit {code}", flush=True)
+        runs.append(run)
+    for run in runs:
+        result = report(run)
+        (args.out / f"ttr-{run.name}.json").write_text(json.dumps(result, indent=1, default=str))
+        text = markdown(result)
+        (args.out / f"ttr-{run.name}.md").write_text(text)
+        print(text, flush=True)
+
+
+if __name__ == "__main__":
+    main()

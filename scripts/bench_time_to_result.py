@@ -31,6 +31,7 @@ import sys
 import time
 from pathlib import Path
 
+import pandas as pd
 import yaml
 
 REPO = Path(__file__).resolve().parent.parent
@@ -99,9 +100,10 @@ def verified_best(group, verified: Verified) -> float | None:
 def busy(jobs, started: float, ended: float) -> dict[str, float]:
     """Per worker, the share of [started, ended] it spent on jobs (their union: a worker runs one at a time)."""
     out = {}
-    for worker, group in jobs.groupby("worker_id"):
+    for worker, group in jobs[jobs["worker_id"].fillna("") != ""].groupby("worker_id"):
         spans = sorted((max(started, s.timestamp()), min(ended, e.timestamp()))
-                       for s, e in zip(group["started_at"], group["finished_at"], strict=True) if s is not None)
+                       for s, e in zip(group["started_at"], group["finished_at"], strict=True)
+                       if not pd.isna(s) and not pd.isna(e))
         total, reach = 0.0, started
         for a, b in spans:
             a = max(a, reach)

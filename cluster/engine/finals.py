@@ -1,8 +1,8 @@
 """A study's finals: the best few candidates and the baseline again, on seeds the search did not
 use (1..final_runs), what the selection trusts.
 
-    the baseline's outputs on the finals' seeds it has not run (a ``reference`` job, no row)
-        ─► the baseline's final ─► the best candidates in order, each once its checks passed
+    the baseline's final (on seeds it had not run, its outputs become the reference there)
+        ─► the best candidates in order, each once its checks passed
            (a variant's expensive checks, a 10x candidate's fresh-seed review: asked for now where
            they never ran, and promoted to the front of the check lane), up to ``final_top_k``;
            one that failed makes room for the next
@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 import ray
 
 from cluster.core.placeholders import names_in
-from cluster.core.types import Candidate, Measurement, Phase
+from cluster.core.types import Candidate, Measurement, Phase, Status
 from cluster.engine.checks import Trust
 from cluster.engine.jobs import JobKind
 from cluster.engine.studies import save_reference
@@ -53,7 +53,10 @@ class Finals:
         self.finalists = [k for k in before if k != baseline]
         self.pool = [c for c in state.ranked() if c.key != baseline and c.key not in before]
         missing = self._missing_seeds()
-        if missing:
+        if missing and baseline not in before:
+            self._submit(state.baseline_candidate(), extend=True)  # its outputs: the finals' references
+            return
+        if missing:  # its final ran before a resume whose references/ were lost
             have = self.flow.ctx.config.measure.final_runs + 1 - missing
             flow._submit(flow.jobs.job(JobKind.REFERENCE, flow.jobs.build(), runs=missing, first_seed=have,
                                        label=f"the baseline's outputs on seeds {have}..{have + missing - 1}"))
@@ -67,10 +70,12 @@ class Finals:
             return 0
         return max(0, self.flow.ctx.config.measure.final_runs + 1 - len(self.reference.runs))
 
-    def referenced(self, measurement: Measurement) -> None:
-        """The baseline's outputs on the missing seeds are in: the reference extended, then the finals."""
+    def referenced(self, measurement: Measurement, first_seed: int | None = None) -> None:
+        """The baseline's outputs on the missing seeds are in (from ``first_seed`` on; default: the
+        seed after the reference's last): the reference extended, then the finals."""
         assert self.reference is not None
-        self.reference = Reference((*self.reference.runs, *measurement.outputs))
+        keep = len(self.reference.runs) if first_seed is None else first_seed
+        self.reference = Reference((*self.reference.runs[:keep], *measurement.outputs))
         save_reference(self.flow.ctx.run_dir, self.flow.state.baseline_candidate().key, self.reference)
         self.flow.state.reference = ray.put(self.reference)
         self._ready(True)
@@ -121,7 +126,8 @@ class Finals:
                 flow.ctx.log(f"{flow.name}: {key}: its checks did not finish within the time budget; "
                              f"left out of the finals (shown as not re-measured where it is the best)")
 
-    def _submit(self, candidate: Candidate) -> None:
+    def _submit(self, candidate: Candidate, extend: bool = False) -> None:
+        """Its final; ``extend``: the baseline's, with no reference (its outputs become the finals')."""
         flow, measure = self.flow, self.flow.ctx.config.measure
         source = flow.state.source_of(candidate)[0]
         build = flow.jobs.build(source, candidate.with_phase(Phase.FINAL))
@@ -130,20 +136,28 @@ class Finals:
             self.finalists.append(candidate.key)
         self.outstanding.add(candidate.key)
         flow._submit(flow.jobs.job(JobKind.FINAL, build, runs=measure.final_runs, first_seed=1,
-                                   reference=flow.state.reference, label="the baseline" if baseline else ""))
+                                   reference=None if extend else flow.state.reference,
+                                   label="the baseline" if baseline else ""))
 
-    def measured(self, key: str) -> None:
+    def measured(self, key: str, measurement: Measurement | None, extended: bool) -> None:
+        """A final is in; the baseline's that made the finals' references: the others can go."""
         self.outstanding.discard(key)
+        if not extended:
+            return
+        if measurement is None or measurement.status is not Status.OK or not measurement.outputs:
+            why = measurement.status.value if measurement is not None else "not run"
+            self.reference_failed(why)
+            return
+        self.referenced(measurement, first_seed=1)
 
     # -- the time plan -------------------------------------------------------------------------
     def work_left(self, run_s: float) -> float:
-        """Worker-seconds its finals still take, ``run_s`` a run (its overhead counted as a run)."""
+        """Worker-seconds its finals still take, ``run_s`` a run (a job's own overhead counted as a run)."""
         measure = self.flow.ctx.config.measure
         if not self.entered:
             measured = sum(1 for c in self.flow.state.ranked() if c.key != self.flow.state.baseline_candidate().key)
             finals = min(self.wanted, max(1, measured)) + 1
-            return (finals * (measure.final_runs + 1) + self._missing_seeds()) * run_s
+            return finals * (measure.final_runs + 1) * run_s
         room = max(0, self.wanted - len(self.finalists) - len(self.holding)) if self.pool else 0
         finals = len(self.outstanding) + len(self.holding) + room
-        missing = self._missing_seeds() if not self.reference_ready else 0
-        return (finals * (measure.final_runs + 1) + missing) * run_s
+        return finals * (measure.final_runs + 1) * run_s

@@ -544,7 +544,7 @@ class StudyFlow(Flow):
                 key = (result.artifact.binary_hash, run_signature(job.target, job.candidate))
                 self.measured.setdefault(key, measurement)
         if job.kind is JobKind.FINAL:
-            self.finals.measured(job.candidate.key)
+            self.finals.measured(job.candidate.key, measurement, extended=job.reference is None)
         stats = measurement.stats if measurement is not None and measurement.status is Status.OK else None
         if stats is not None and job.kind in (JobKind.BASELINE, JobKind.SEARCH, JobKind.VERIFY):
             self.stats[job.candidate.key] = stats

@@ -8,7 +8,8 @@ The lanes share the workers by weighted fair queueing: each lane's virtual time 
 worker-seconds its jobs take over its weight (``CHECK_SHARE`` for checks), and a free worker serves
 the lane that is behind; a lane that had no work comes back at the other's virtual time, so that
 idleness earns no credit. While measurements wait, at most that share of a type's workers run
-checks at once (at least one). An ``URGENT`` job goes first in either lane.
+checks at once (at least one); while a baseline of the type is still to come (compiling or
+queued), no check starts. An ``URGENT`` job goes first in either lane.
 
 Nothing here ends a sweep: a lost compile task, a dead worker or a lost node becomes a result
 with a status. A worker that dies under a job is probed until Ray has restarted it (or declared
@@ -326,6 +327,8 @@ class Scheduler:
         tops = {lane: heap[0] for lane in Lane if (heap := self.ready.get((device_type, lane)))}
         tops = {lane: top for lane, top in tops.items()
                 if all(w in self.dead for w in top[1].workers) or self._free(top[1])}
+        if Lane.CHECK in tops and tops[Lane.CHECK][0][0] != URGENT and self.counts[(device_type, JobKind.BASELINE)]:
+            del tops[Lane.CHECK]  # baselines first: every study waits for its own, none behind a long check
         if len(tops) < 2:
             return next(iter(tops.values()))[1] if tops else None
         (measure_rank, measure), (check_rank, check) = tops[Lane.MEASURE], tops[Lane.CHECK]

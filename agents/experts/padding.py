@@ -175,6 +175,10 @@ class PaddingExpert(Expert):
     level = Level.KERNEL
     uses_profile = True  # the profile's bank conflicts decide
 
+    def needs_profile(self, context: AnalysisContext) -> bool:
+        """Only where the source has a tile that would be padded: the profile confirms its conflicts."""
+        return any(f.pad for f in find_padding(context))
+
     def analyse(self, context: AnalysisContext) -> list[Finding]:
         metric = context.metrics.get(BANK_CONFLICTS_METRIC)
         findings = []

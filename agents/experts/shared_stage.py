@@ -81,6 +81,15 @@ class SharedStageExpert(Expert):
     level = Level.KERNEL
     uses_profile = True  # the profile's constant-cache stalls decide
 
+    def needs_profile(self, context: AnalysisContext) -> bool:
+        """Only where a kernel reads a ``__constant__`` table at run-time indices: the profile's stalls decide."""
+        for path, model in source_models(context).items():
+            tables = constant_tables(model)
+            if tables and any(not isinstance(stageable(model, path, kernel, tables, context), str)
+                              for kernel in model.kernels):
+                return True
+        return False
+
     def analyse(self, context: AnalysisContext) -> list[Finding]:
         files = source_files(context.target)
         why_not, stall = stall_evidence(context.metrics)

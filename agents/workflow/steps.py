@@ -101,6 +101,12 @@ class Analyst(ABC):
     # analyst waits for Nsight Compute; the others (ptxas, the source) start at once.
     uses_profile: bool = False
 
+    def needs_profile(self, context: AnalysisContext) -> bool:
+        """Whether, for this target, its findings wait for the profile (``context`` has none yet): an
+        analyst that reads the profile but finds nothing in the source it could decide on says no,
+        and the sweep spares the GPU an Nsight Compute run."""
+        return self.uses_profile
+
     @abstractmethod
     def analyse(self, context: AnalysisContext) -> list[Finding]:
         """Findings for every place looked at, those that do not apply included (with the reason)."""

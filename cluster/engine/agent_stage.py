@@ -33,7 +33,7 @@ from cluster.core.registry import EXPERTS
 from cluster.core.types import Status
 from cluster.engine.checks import Trust, expensive_state
 from cluster.engine.studies import StudyState, storage_retry
-from cluster.engine.verify import QueueVerifier
+from cluster.engine.verify import QueueVerifier, SearchClosed
 from cluster.runners.profile import DEFAULT_METRICS, PROFILE_SCHEMA, Profile, profile_records
 from cluster.store.results import ResultWriter, read_table
 from cluster.store.rundir import RunDir
@@ -139,13 +139,13 @@ class AgentStage:
             self.steps_used = steps
         gpu = study.device.kind == "gpu"
         profiling = gpu and self.spec.profile_baseline and self.profile_spec.candidates != "none"
-        later = [s for s in steps if profiling and s.analyst.uses_profile]
+        context = AnalysisContext(study.target, study.arch, study.baseline_median, kernels)
+        later = [s for s in steps if profiling and s.analyst.uses_profile and _needs_profile(s, context)]
         now = [s for s in steps if s not in later]
         self.log(f"{study.name}: analysis, plans and transformations by "
                  f"{', '.join(s.analyst.name for s in steps)}; each proposal admitted by the cheap checks "
                  f"joins the search at once" + (f" ({', '.join(s.analyst.name for s in later)} after Nsight "
                                                 f"Compute on the baseline)" if later else ""))
-        context = AnalysisContext(study.target, study.arch, study.baseline_median, kernels)
         accepted: list[Outcome] = []
 
         def on_outcome(outcome: Outcome) -> None:
@@ -155,8 +155,9 @@ class AgentStage:
             with self._lock:
                 if record["source_hash"]:
                     self.records[(study.name, record["source_hash"])] = record
-            self.log(f"{study.name}: {outcome.finding.optimization} {outcome.finding.location}: {outcome.stage}"
-                     + (f" ({outcome.reason[:160]})" if outcome.reason and not outcome.accepted else ""))
+            if SearchClosed.__name__ not in outcome.error:  # one line says so, from the flow
+                self.log(f"{study.name}: {outcome.finding.optimization} {outcome.finding.location}: {outcome.stage}"
+                         + (f" ({outcome.reason[:160]})" if outcome.reason and not outcome.accepted else ""))
             if outcome.accepted and outcome.proposal is not None:
                 accepted.append(outcome)
                 proposal = outcome.proposal
@@ -290,6 +291,9 @@ class AgentStage:
         metrics = tuple(self.profile_spec.metrics or DEFAULT_METRICS)
         done = jobs.profile(None, metrics, self.profile_spec.timeout_s, self.profile_spec.launches,
                             label="the baseline, for the analysts").result()
+        if done.dropped:
+            self.log(f"{study.name}: the search closed before Nsight Compute ran on the baseline; analysing without")
+            return {}, frozenset()
         profile: Profile = done.value if isinstance(done.value, Profile) else Profile(
             study.baseline_candidate().key, done.failure or Status.CRASHED, error_tail=done.error)
         for record in profile_records(self.run_id, study, profile):
@@ -323,6 +327,13 @@ class AgentStage:
         for flags, point in flag_sets:
             params = optuna_point(flags, point, target.spec.params, target.bundle.hash)
             storage_retry(lambda params=params: study.study.enqueue_trial(params, skip_if_exists=True))
+
+
+def _needs_profile(step: Steps, context: AnalysisContext) -> bool:
+    try:
+        return step.analyst.needs_profile(context)
+    except Exception:  # an analyst that cannot tell: it waits for the profile, as it always did
+        return True
 
 
 def _admit_nothing(variant: AcceptedVariant) -> Future[tuple[Verdict, ...]]:

@@ -22,6 +22,7 @@ from collections.abc import Callable, Sequence
 from typing import Protocol
 
 SAFETY = 1.5  # the reserve is this many times the estimate: finals queue behind running jobs, estimates are rough
+DEFAULT_RUN_S = 1.0  # a run's time where no study of the device type has been measured yet
 MARGIN_S = 3.0  # and this much more: the last job's results, the last flush
 GRACE_FRACTION, GRACE_MAX_S = 0.02, 15.0  # past the deadline, the loop waits at most this for the finals
 
@@ -57,6 +58,7 @@ class TimePlan:
         self.log = log
         self.closed: dict[str, float] = {}  # device type -> when its search closed (monotonic)
         self.reserve: dict[str, float] = defaultdict(float)
+        self.typical: dict[str, float] = {}  # device type -> a run's time, for a study not yet measured
 
     def time_left(self, now: float | None = None) -> float:
         return self.deadline - (time.monotonic() if now is None else now)
@@ -71,9 +73,17 @@ class TimePlan:
         """Whether finals may still wait ``needed_s`` more (for a check) and end by the deadline."""
         return self.time_left() > needed_s * SAFETY
 
+    def typical_run(self, device_type: str) -> float:
+        return self.typical.get(device_type, DEFAULT_RUN_S)
+
     def update(self, flows: Sequence[Planned], workers: Callable[[str], int]) -> None:
         """Estimate each device type's reserve; close the search of a type whose reserve no longer fits."""
         now = time.monotonic()
+        runs: dict[str, list[float]] = defaultdict(list)
+        for flow in flows:
+            if getattr(flow, "run_estimate", None) is not None:
+                runs[flow.device_type].append(flow.run_estimate)
+        self.typical = {device_type: max(found) for device_type, found in runs.items()}
         need: dict[str, float] = defaultdict(float)
         for flow in flows:
             if not flow.done:

@@ -102,6 +102,9 @@ class Finals:
     def _fill(self) -> None:
         while self.pool and len(self.finalists) + len(self.holding) < self.wanted:
             candidate = self.pool.pop(0)
+            if (candidate.source_hash in self.flow.state.variants and not self.flow.beats_baseline(candidate)
+                    and self.flow.checks.trust(candidate.source_hash) is Trust.NOT_RUN):
+                continue  # a variant no better than the baseline: not worth its expensive checks
             trust = self.flow.trust(candidate)
             if trust is Trust.PASSED:
                 self._submit(candidate)
@@ -151,13 +154,13 @@ class Finals:
         self.referenced(measurement, first_seed=1)
 
     # -- the time plan -------------------------------------------------------------------------
-    def work_left(self, run_s: float) -> float:
-        """Worker-seconds its finals still take, ``run_s`` a run (a job's own overhead counted as a run)."""
+    def work_left(self, run_s: float, overhead_s: float = 0.0) -> float:
+        """Worker-seconds its finals still take: ``run_s`` a run, ``overhead_s`` a job besides its runs."""
         measure = self.flow.ctx.config.measure
         if not self.entered:
             measured = sum(1 for c in self.flow.state.ranked() if c.key != self.flow.state.baseline_candidate().key)
             finals = min(self.wanted, max(1, measured)) + 1
-            return finals * (measure.final_runs + 1) * run_s
-        room = max(0, self.wanted - len(self.finalists) - len(self.holding)) if self.pool else 0
-        finals = len(self.outstanding) + len(self.holding) + room
-        return finals * (measure.final_runs + 1) * run_s
+        else:
+            room = max(0, self.wanted - len(self.finalists) - len(self.holding)) if self.pool else 0
+            finals = len(self.outstanding) + len(self.holding) + room
+        return finals * (overhead_s + measure.final_runs * run_s)

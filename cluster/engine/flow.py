@@ -51,6 +51,7 @@ from cluster.store.tables import REVIEW_SCHEMA, Tables
 from cluster.store.variants import VARIANT_SCHEMA, AcceptedVariant
 
 SEARCH_ONLY = frozenset({JobKind.SEARCH})
+AGENTS_ONLY = frozenset({JobKind.VERIFY, JobKind.PROFILE})  # the agents' jobs (a study's own profiles come later)
 CHECK_KINDS = frozenset({JobKind.SANITIZE, JobKind.GUARD, JobKind.REVIEW})
 
 
@@ -152,6 +153,7 @@ class StudyFlow(Flow):
         self.stats: dict[str, Stats] = {}  # candidate key -> the samples' statistics of its ok row
         self.search_in_flight = 0
         self.agents_future: Future[Any] | None = None
+        self.threaded: StudyJobs | None = None  # the agents' thread's jobs
         # From the agents' thread: each admitted variant, and the future its admission waits on.
         self.admitted: queue.SimpleQueue[tuple[AcceptedVariant, Future[tuple[Verdict, ...]]]] = queue.SimpleQueue()
         self.closed = False
@@ -159,6 +161,8 @@ class StudyFlow(Flow):
         self.review_trust: dict[str, Trust] = {k: Trust(v) for k, v in ctx.reviewed.items()}
         self.reviews: list[str] = []  # one word per review, for the summary line
         self.run_estimate: float | None = None  # worker-seconds a run of the baseline takes (the plan's unit)
+        self.job_overhead = 0.0  # worker-seconds of a job besides its runs (staging, the sandbox's start)
+        self.check_s: float | None = None  # this study's expensive checks, worker-seconds a job (a running mean)
         self.profile_s: float | None = None  # the analysts' baseline profile's time
         agents = ctx.config.agents
         gpu = state.device.kind == "gpu"
@@ -235,7 +239,8 @@ class StudyFlow(Flow):
         """A resumed study's time a run, from its rows (the baseline's run over its runs)."""
         base = [r for r in self.rows if r.get("phase") == Phase.BASELINE.value and r.get("status") == "ok"]
         if base and base[0].get("run_s") and base[0].get("n_samples"):
-            self.run_estimate = float(base[0]["run_s"]) / max(1, self.ctx.config.measure.runs)
+            self.run_estimate = (float(base[0]["run_s"]) + float(base[0].get("verify_s") or 0.0)) / max(
+                1, self.ctx.config.measure.runs)
         if base and base[0].get("median") is not None:
             self.stats.setdefault(base[0]["candidate_key"], Stats(float(base[0]["median"]), float(base[0]["median"]),
                                                                   float(base[0].get("iqr") or 0.0), 1))
@@ -249,7 +254,7 @@ class StudyFlow(Flow):
         """The agents' workflow in its own thread, beside the search: each variant it admits is
         handed over through ``admitted`` and joins the search at the flow's next step."""
         assert self.ctx.agents is not None and self.ctx.executor is not None
-        threaded = StudyJobs(self.state, self.ctx.scheduler, threadsafe=True)
+        threaded = self.threaded = StudyJobs(self.state, self.ctx.scheduler, threadsafe=True)
         if not self.kernels:  # resumed: the baseline's ptxas report from its build
             self.kernels = self._baseline_kernels()
         self.agents_future = self.ctx.executor.submit(self.ctx.agents.propose, self.state, threaded, self.kernels,
@@ -338,6 +343,12 @@ class StudyFlow(Flow):
         return None
 
     def _enter_final(self) -> None:
+        if self.threaded is not None and not self.agents_done:
+            # The search is over: the agents' further admissions and profiles could change nothing.
+            self.threaded.closed = True
+            self.ctx.scheduler.drop(self.name, AGENTS_ONLY)
+            self.ctx.log(f"{self.name}: the search is over; the agents' proposals from now on are not verified")
+        self.jobs.urgent = True  # the checks the finalists wait for go first
         self.finals.enter()
 
     def _enter_review(self) -> None:  # a stage of older runs; nothing to do now
@@ -443,14 +454,19 @@ class StudyFlow(Flow):
         time a run."""
         if self.done:
             return 0.0
-        run = self.run_estimate if self.run_estimate is not None else 1.0
-        return self.finals.work_left(run) + self._checks_left(run)
+        run = self.run_estimate
+        if run is None:
+            run = self.ctx.plan.typical_run(self.device_type) if self.ctx.plan is not None else 1.0
+        return self.finals.work_left(run, self.job_overhead) + self._checks_left(run)
 
     def _checks_left(self, run: float) -> float:
-        pending = len(self.checks.pending()) + sum(t is Trust.PENDING for t in self.review_trust.values())
-        agents = self.ctx.config.agents
-        per_check = min(agents.sanitizer_timeout_s, CHECK_RUNS * run + CHECK_OVERHEAD_S)
-        return pending * per_check
+        """The expensive checks that the finals may wait for: those running for the best few (a
+        variant's compute-sanitizer and cheat checks, two jobs; a review, one)."""
+        wanted = max(1, self.ctx.config.measure.final_top_k)
+        variants = min(len(self.checks.pending()), wanted)
+        reviews = min(sum(t is Trust.PENDING for t in self.review_trust.values()), wanted)
+        per_job = self.check_s if self.check_s is not None else CHECK_RUNS * run + CHECK_OVERHEAD_S
+        return min(self.ctx.config.agents.sanitizer_timeout_s, per_job) * (2 * variants + reviews)
 
     # -- trust -----------------------------------------------------------------------------------
     def trust(self, candidate: Candidate, ask: bool = True) -> Trust:
@@ -481,11 +497,12 @@ class StudyFlow(Flow):
 
     def _maybe_check(self, candidate: Candidate | None, stats: Stats,
                      ticket: Future[tuple[Verdict, ...]] | None = None) -> None:
-        """A measurement in: a variant faster than the baseline beyond the noise gets its expensive
-        checks (``ticket``: its admission waits for them); a candidate over 10x its fresh-seed review."""
+        """A measurement in: a variant faster than the baseline beyond the noise, and among the best
+        few (those the finals would take now), gets its expensive checks (``ticket``: its admission
+        waits for them); such a candidate over 10x, its fresh-seed review."""
         state = self.state
         base = self.stats.get(state.baseline_candidate().key)
-        if candidate is None or base is None:
+        if candidate is None or base is None or candidate.key not in self.contenders():
             return
         faster = beats(stats.median, stats.iqr, base.median, base.iqr, state.goal)
         if candidate.source_hash in state.variants and faster:
@@ -493,6 +510,19 @@ class StudyFlow(Flow):
             self.checks.request(candidate.source_hash, f"measured {ratio:.2f}x the baseline", ticket)
         if suspect_speedup(speedup(stats.median, base.median, state.goal)):
             self._review(candidate)
+
+    def beats_baseline(self, candidate: Candidate) -> bool:
+        """Whether its measurement is better than the baseline's beyond their noise."""
+        stats, base = self.stats.get(candidate.key), self.stats.get(self.state.baseline_candidate().key)
+        return stats is not None and base is not None and beats(stats.median, stats.iqr, base.median, base.iqr,
+                                                                  self.state.goal)
+
+    def contenders(self) -> set[str]:
+        """The candidates the finals would take now: the best few, a failed variant's left out."""
+        wanted = max(1, self.ctx.config.measure.final_top_k)
+        best = [c.key for c in self.state.ranked() if c.source_hash not in self.state.retired
+                and c.key != self.state.baseline_candidate().key]
+        return set(best[:wanted])
 
     def _review(self, candidate: Candidate) -> Trust:
         if self.review_trust.get(candidate.key, Trust.NOT_RUN) is not Trust.NOT_RUN:
@@ -514,7 +544,8 @@ class StudyFlow(Flow):
         elif job.kind is JobKind.REFERENCE:
             self._referenced(result)
         elif job.kind in (JobKind.SANITIZE, JobKind.GUARD, JobKind.REVIEW):
-            pass  # their futures' callbacks (the checks, the review) read them
+            if job.service_s > 0:  # their futures' callbacks (the checks, the review) read them; the plan their time
+                self.check_s = job.service_s if self.check_s is None else 0.7 * self.check_s + 0.3 * job.service_s
         else:
             self._measured(result)
         self.awaited.discard(job.seq)
@@ -522,7 +553,10 @@ class StudyFlow(Flow):
             job.future.set_result(result)
 
     def _dropped(self, result: JobResult) -> None:
-        """A search job taken off the queue when the search closed: its trials told it failed, no row."""
+        """A search job taken off the queue when the search closed: its trials told it failed, no row
+        (the agents' jobs dropped with it: their futures say so)."""
+        if result.job.kind is not JobKind.SEARCH:
+            return
         candidate = result.job.candidate
         self.search_in_flight -= 1
         self.state.pending.discard(candidate.key)
@@ -582,7 +616,14 @@ class StudyFlow(Flow):
         save_reference(self.ctx.run_dir, measurement.candidate_key, reference)
         state.reference, self.finals.reference = ray.put(reference), reference
         state.baseline_median = stats.median
-        self.run_estimate = max(result.job.service_s, measurement.run_s) / max(1, result.job.runs)
+        self._estimate(result.job, measurement)
+
+    def _estimate(self, job: Job, measurement: Measurement) -> None:
+        """The plan's units from the baseline's job: a run (the program and the check of its outputs)
+        and the job's own overhead (staging, the sandbox's start, the telemetry)."""
+        measured = measurement.run_s + measurement.verify_s
+        self.run_estimate = measured / max(1, job.runs)
+        self.job_overhead = max(0.0, job.service_s - measured)
 
     def _referenced(self, result: JobResult) -> None:
         """The baseline's outputs on seeds it had not run (references/ lost, or the finals' seeds)."""
@@ -599,7 +640,7 @@ class StudyFlow(Flow):
             save_reference(self.ctx.run_dir, measurement.candidate_key, reference)
             self.state.reference, self.finals.reference = ray.put(reference), reference
             if self.run_estimate is None:
-                self.run_estimate = max(result.job.service_s, measurement.run_s) / max(1, result.job.runs)
+                self._estimate(result.job, measurement)
             self._after_baseline()
             return
         self.finals.referenced(measurement)

@@ -35,30 +35,36 @@ class JobKind(StrEnum):
     EVALUATE = "evaluate"  # measure: a configuration tuned elsewhere
 
 
-# Two lanes per device type. The measure lane (short jobs whose rows a user waits for): baselines
-# first (every study waits for its own), then the agents' admission runs and the finals (they unlock
-# a variant's search, a study's result), then the search. The check lane (long jobs: Nsight Compute,
-# compute-sanitizer, the cheat checks, the fresh-seed review): the analysts' baseline profile first,
-# then the checks in the order they came, the winners' profiles last. The scheduler gives the check
-# lane at most ``CHECK_SHARE`` of the workers' time while both lanes have work, so that no long
-# check holds every study's search behind it (issue 25: with one queue, one GPU measured no search
-# candidate for minutes while compute-sanitizer and the cheat checks ran back to back), and a
-# study waiting for its checks to reach its finals has them promoted (``URGENT``).
+# Four lanes per device type (issue 25). The critical lane goes first, always: baselines (every
+# study waits for its own), finals (a study's result), the finals' references, evaluations. The other
+# three share the workers by weighted fair queueing (``WEIGHT``): the search; the agents' admission
+# runs (one run of a variant: they unlock its search); the long checks (Nsight Compute,
+# compute-sanitizer, the cheat checks, the fresh-seed reviews), the analysts' baseline profile first
+# and the winners' profiles last. So no long check holds every study's search behind it (with one
+# queue, one GPU measured no search candidate for minutes while compute-sanitizer and the cheat
+# checks ran back to back), and neither do a study's dozens of admissions (with the admissions ahead
+# of the search in one lane, an H100 measured no search candidate of eight programs in ten
+# minutes). Within a lane, the studies take turns (``Job.turn``). A study waiting for its checks
+# before its finals has them promoted (``URGENT``: first in any lane).
 class Lane(StrEnum):
-    MEASURE = "measure"
+    CRITICAL = "critical"
+    SEARCH = "search"
+    ADMIT = "admit"
     CHECK = "check"
 
 
-LANE = {JobKind.BASELINE: Lane.MEASURE, JobKind.VERIFY: Lane.MEASURE, JobKind.SEARCH: Lane.MEASURE,
-        JobKind.FINAL: Lane.MEASURE, JobKind.REFERENCE: Lane.MEASURE, JobKind.EVALUATE: Lane.MEASURE,
-        JobKind.SANITIZE: Lane.CHECK,
-        JobKind.GUARD: Lane.CHECK, JobKind.REVIEW: Lane.CHECK, JobKind.PROFILE: Lane.CHECK}
-PRIORITY = {JobKind.BASELINE: 0, JobKind.VERIFY: 1, JobKind.FINAL: 1, JobKind.REFERENCE: 1, JobKind.EVALUATE: 1,
-            JobKind.SEARCH: 2,
-            JobKind.SANITIZE: 1, JobKind.GUARD: 1, JobKind.REVIEW: 1, JobKind.PROFILE: 2}
+LANE = {JobKind.BASELINE: Lane.CRITICAL, JobKind.FINAL: Lane.CRITICAL, JobKind.REFERENCE: Lane.CRITICAL,
+        JobKind.EVALUATE: Lane.CRITICAL, JobKind.SEARCH: Lane.SEARCH, JobKind.VERIFY: Lane.ADMIT,
+        JobKind.SANITIZE: Lane.CHECK, JobKind.GUARD: Lane.CHECK, JobKind.REVIEW: Lane.CHECK,
+        JobKind.PROFILE: Lane.CHECK}
+WEIGHT = {Lane.SEARCH: 0.4, Lane.ADMIT: 0.3, Lane.CHECK: 0.3}  # shares of the workers' time, lanes with work
+PRIORITY = {JobKind.BASELINE: 0, JobKind.FINAL: 1, JobKind.REFERENCE: 1, JobKind.EVALUATE: 1, JobKind.SEARCH: 1,
+            JobKind.VERIFY: 1, JobKind.SANITIZE: 1, JobKind.GUARD: 1, JobKind.REVIEW: 1, JobKind.PROFILE: 2}
 ANALYSTS_PROFILE = 0  # the priority of the analysts' baseline profile in the check lane: experts wait for it
 URGENT = -1  # a job whose study waits for it to go on (a check before its finals; a requeued suspect)
-CHECK_SHARE = 0.5  # of a device type's worker time, at most, for the check lane while the measure lane has work
+CHECK_SHARE = WEIGHT[Lane.CHECK]  # while other work waits, at most this share of the workers runs checks
+
+
 # The worker method that does each kind (cluster.engine.workers.MeasureWorker).
 METHOD = {JobKind.SANITIZE: "sanitize", JobKind.GUARD: "guard", JobKind.REVIEW: "reverify",
           JobKind.PROFILE: "profile"}
@@ -96,6 +102,7 @@ class Job:
     future: Future[JobResult] | None = None  # for a thread waiting on it (the agents' stage)
     # Filled in as it moves along:
     seq: int = field(default_factory=lambda: next(_sequence))
+    turn: int = 0  # its study's how-manieth job in its lane: the studies take turns
     attempts: int = 0  # times its worker died while it ran alone there
     suspect: bool = False  # its worker died with it in flight: it runs alone from now on
     alone: bool = False  # dispatched with nothing else on its worker
@@ -120,8 +127,8 @@ class Job:
         return self.device.device_type
 
     @property
-    def rank(self) -> tuple[int, int]:
-        return (PRIORITY[self.kind] if self.priority is None else self.priority, self.seq)
+    def rank(self) -> tuple[int, int, int]:
+        return (PRIORITY[self.kind] if self.priority is None else self.priority, self.turn, self.seq)
 
     @property
     def lane(self) -> Lane:

@@ -1,15 +1,17 @@
-"""The scheduler: compile ahead on every CPU, two ready queues per device type (the measure lane and
-the check lane), every worker of a type serving them by priority and a fair share of its time.
+"""The scheduler: compile ahead on every CPU, four ready queues (lanes) per device type, every
+worker of a type serving them by priority and a fair share of its time.
 
     submit(job) ─► builds (compile tasks; one per distinct build, cached) ─► ready[device type, lane]
         ─► a free worker of that type (at most ``per_worker`` jobs each) ─► poll() ─► JobResult
 
-The lanes share the workers by weighted fair queueing: each lane's virtual time grows by the
-worker-seconds its jobs take over its weight (``CHECK_SHARE`` for checks), and a free worker serves
-the lane that is behind; a lane that had no work comes back at the other's virtual time, so that
-idleness earns no credit. While measurements wait, at most that share of a type's workers run
+The critical lane (baselines, finals) goes first. The search, admission and check lanes share the
+workers by weighted fair queueing (``jobs.WEIGHT``): each lane's virtual time grows by the
+worker-seconds its jobs take over its weight, and a free worker serves the lane with work that is
+furthest behind; a lane that had no work comes back at the others' virtual time, so that idleness
+earns no credit. While other work waits, at most the check lane's share of a type's workers run
 checks at once (at least one); while a baseline of the type is still to come (compiling or
-queued), no check starts. An ``URGENT`` job goes first in either lane.
+queued), no check starts. An ``URGENT`` job goes first in any lane. Within a lane the studies take
+turns: each job's ``turn`` is its study's count of jobs in that lane.
 
 Nothing here ends a sweep: a lost compile task, a dead worker or a lost node becomes a result
 with a status. A worker that dies under a job is probed until Ray has restarted it (or declared
@@ -33,7 +35,7 @@ import ray
 from ray.exceptions import ActorUnavailableError, RayActorError, RayError
 
 from cluster.core.types import BuildArtifact, DeviceInfo, Measurement, Status
-from cluster.engine.jobs import CHECK_SHARE, MEASURES, METHOD, URGENT, Build, Job, JobKind, JobResult, Lane
+from cluster.engine.jobs import MEASURES, METHOD, URGENT, WEIGHT, Build, Job, JobKind, JobResult, Lane
 from cluster.engine.workers import compile_task
 
 BUILD_CACHE = 512  # builds whose binaries stay in the object store for later jobs (finals, profiles)
@@ -46,9 +48,9 @@ class Scheduler:
                  per_worker: int, cpu_slots: int, max_attempts: int = 3, probe_timeout_s: float = 300.0,
                  reuse: Callable[[Job, BuildArtifact], Measurement | None] | None = None,
                  compile: Callable[[ray.ObjectRef, Any], tuple[ray.ObjectRef, ray.ObjectRef]] | None = None,
-                 check_share: float = CHECK_SHARE) -> None:
+                 weights: dict[Lane, float] | None = None) -> None:
         """``compile``: submits a build, returning its (artifact, binary) refs (default: the
-        compile task; a simulation passes its own). ``check_share``: the check lane's weight."""
+        compile task; a simulation passes its own). ``weights``: the shared lanes' (``jobs.WEIGHT``)."""
         self.workers, self.per_worker, self.cpu_slots = list(workers), per_worker, max(1, cpu_slots)
         self.worker_type = [d.device_type for d in devices]
         self.worker_ids = [d.worker_id or d.uuid or str(i) for i, d in enumerate(devices)]
@@ -76,7 +78,8 @@ class Scheduler:
         self.run_s: dict[str, float] = {}
         self._turn = 0
         self.closed = False
-        self.weight = {Lane.MEASURE: 1.0 - check_share, Lane.CHECK: check_share}
+        self.weight = dict(weights or WEIGHT)
+        self.turns: dict[tuple[str, Lane, str], int] = defaultdict(int)
 
     # -- submitting ------------------------------------------------------------------------------
     def submit(self, job: Job) -> None:
@@ -178,13 +181,20 @@ class Scheduler:
             if reused is not None:
                 self._finish(JobResult(job, main, reused))
                 return
-        self._push(job, job.rank)
+        self._push(job)
 
-    def _push(self, job: Job, rank: tuple[int, int]) -> None:
+    def _push(self, job: Job, rank: tuple[int, int, int] | None = None) -> None:
         key = (job.device_type, job.lane)
-        if not self.ready[key] and not self._running_in(key):  # back from idle: no credit for it
-            other = (job.device_type, Lane.CHECK if job.lane is Lane.MEASURE else Lane.MEASURE)
-            self.vtime[key] = max(self.vtime[key], self.vtime[other])
+        if rank is None:
+            job.turn = self.turns[(job.device_type, job.lane, job.study)]
+            self.turns[(job.device_type, job.lane, job.study)] += 1
+            rank = job.rank
+        if job.lane in self.weight and not self.ready[key] and not self._running_in(key):
+            busy = [self.vtime[(job.device_type, lane)] for lane in self.weight
+                    if lane is not job.lane and (self.ready[(job.device_type, lane)]
+                                                 or self._running_in((job.device_type, lane)))]
+            if busy:  # back from idle: no credit for the time it had nothing to do
+                self.vtime[key] = max(self.vtime[key], min(busy))
         heapq.heappush(self.ready[key], (rank, job))
 
     def _running_in(self, key: tuple[str, Lane]) -> int:
@@ -197,7 +207,7 @@ class Scheduler:
             for index in mine:
                 rank, job = heap[index]
                 job.priority = URGENT
-                heap[index] = ((URGENT, rank[1]), job)
+                heap[index] = ((URGENT, *rank[1:]), job)
             if mine:
                 heapq.heapify(heap)
 
@@ -253,7 +263,8 @@ class Scheduler:
         now = time.time()
         worker_s = now - job.dispatched_at
         job.service_s = now - self.service_start(job)
-        self.vtime[(job.device_type, job.lane)] += job.service_s / self.weight[job.lane]
+        if job.lane in self.weight:
+            self.vtime[(job.device_type, job.lane)] += job.service_s / self.weight[job.lane]
         if job in self.on_worker[job.worker]:
             self.on_worker[job.worker].remove(job)
         self.last_done[job.worker] = now
@@ -266,7 +277,7 @@ class Scheduler:
             job.attempts += job.alone
             job.suspect = True
             if job.attempts < self.max_attempts:
-                self._push(job, (URGENT, job.seq))  # first, on a live worker
+                self._push(job, (URGENT, 0, job.seq))  # first, on a live worker
                 return
             self._finish(JobResult(job, job.artifacts[0], failure=Status.QUARANTINED,
                                    error=f"quarantined: its measuring worker died {job.attempts} times: {exc}"[-4096:]))
@@ -322,22 +333,26 @@ class Scheduler:
                 and w not in self.isolated and (not job.suspect or self.load[w] == 0)]
 
     def _next(self, device_type: str) -> Job | None:
-        """The job a free worker of this type takes next, or None: the urgent first, else the lane
-        behind in virtual time, the check lane within its share of the workers while measurements wait."""
+        """The job a free worker of this type takes next, or None: an urgent one first, then the
+        critical lane, else the shared lane furthest behind in virtual time (the check lane within
+        its share of the workers while other work waits, and not before the type's baselines)."""
         tops = {lane: heap[0] for lane in Lane if (heap := self.ready.get((device_type, lane)))}
         tops = {lane: top for lane, top in tops.items()
                 if all(w in self.dead for w in top[1].workers) or self._free(top[1])}
-        if Lane.CHECK in tops and tops[Lane.CHECK][0][0] != URGENT and self.counts[(device_type, JobKind.BASELINE)]:
+        urgent = [top for top in tops.values() if top[0][0] == URGENT]
+        if urgent:
+            return min(urgent, key=lambda top: top[0])[1]
+        if Lane.CRITICAL in tops:
+            return tops[Lane.CRITICAL][1]
+        if Lane.CHECK in tops and self.counts[(device_type, JobKind.BASELINE)]:
             del tops[Lane.CHECK]  # baselines first: every study waits for its own, none behind a long check
-        if len(tops) < 2:
-            return next(iter(tops.values()))[1] if tops else None
-        (measure_rank, measure), (check_rank, check) = tops[Lane.MEASURE], tops[Lane.CHECK]
-        if min(measure_rank[0], check_rank[0]) == URGENT:
-            return check if check_rank < measure_rank else measure
-        checking = sum(1 for j in self.running.values() if j.device_type == device_type and j.lane is Lane.CHECK)
-        if checking >= max(1, math.floor(self.weight[Lane.CHECK] * len(self.workers_of(device_type)))):
-            return measure
-        return check if self._virtual(device_type, Lane.CHECK) < self._virtual(device_type, Lane.MEASURE) else measure
+        if Lane.CHECK in tops and len(tops) > 1:
+            checking = sum(1 for j in self.running.values() if j.device_type == device_type and j.lane is Lane.CHECK)
+            if checking >= max(1, math.floor(self.weight[Lane.CHECK] * len(self.workers_of(device_type)))):
+                del tops[Lane.CHECK]
+        if not tops:
+            return None
+        return tops[min(tops, key=lambda lane: self._virtual(device_type, lane))][1]
 
     def _virtual(self, device_type: str, lane: Lane) -> float:
         """A lane's virtual time, its jobs on the workers counted for the time they have run so far."""

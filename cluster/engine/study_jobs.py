@@ -10,8 +10,8 @@ from typing import Any
 import ray
 
 from cluster.config import Target
-from cluster.core.types import Candidate, Phase
-from cluster.engine.jobs import ANALYSTS_PROFILE, Build, Job, JobKind, JobResult
+from cluster.core.types import BuildArtifact, Candidate, Phase, Status
+from cluster.engine.jobs import ANALYSTS_PROFILE, URGENT, Build, Job, JobKind, JobResult
 from cluster.engine.scheduler import Scheduler
 from cluster.engine.studies import StudyState
 
@@ -19,6 +19,8 @@ from cluster.engine.studies import StudyState
 class StudyJobs:
     def __init__(self, state: StudyState, scheduler: Scheduler, threadsafe: bool = True) -> None:
         self.state, self.scheduler, self.threadsafe = state, scheduler, threadsafe
+        self.urgent = False  # its study waits for these jobs to go on (its finals for their checks)
+        self.closed = False  # its study's search is over: the agents' jobs come back dropped, unrun
 
     def build(self, source: Target | None = None, candidate: Candidate | None = None) -> Build:
         """A build of the study: ``candidate`` (default: the baseline) from ``source`` (default:
@@ -36,6 +38,12 @@ class StudyJobs:
         return Job(kind, state.name, state.workers, state.device, tuple(builds), **fields)
 
     def submit(self, job: Job) -> Future[JobResult]:
+        if self.closed:
+            done: Future[JobResult] = Future()
+            done.set_result(JobResult(job, BuildArtifact(job.candidate.key, Status.OK), dropped=True))
+            return done
+        if self.urgent and job.kind in (JobKind.SANITIZE, JobKind.GUARD, JobKind.REVIEW):
+            job.priority = URGENT
         if self.threadsafe:
             return self.scheduler.submit_threadsafe(job)
         job.future = Future()

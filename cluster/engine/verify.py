@@ -166,6 +166,10 @@ SANITIZER_FLOOR_S = 60.0  # a variant's budget per tool is at least this ...
 SANITIZER_FACTOR = 4.0  # ... or this many times the baseline's own time, whichever is larger
 
 
+class SearchClosed(RuntimeError):
+    """A variant's verification was not run: its study's search had closed (its time was up)."""
+
+
 class QueueVerifier(Verifier):
     """Verification in tiers (issue 25), through the sweep's job queue, from the agents' thread.
 
@@ -193,6 +197,8 @@ class QueueVerifier(Verifier):
         if variant.bundle.hash in self.known:
             return Verification((*verdicts, Verdict("admitted", V.PASSED, "admitted by an earlier invocation")))
         result = self.jobs.verify(variant, self.runs, label=plan.finding.location).result()
+        if result.dropped:
+            raise SearchClosed("the study's search closed before this variant's verification ran")
         verdicts += run_verdicts(result.artifact, result.measurement, bool(variant.spec.verify.test))
         measurement = result.measurement
         if measurement is None or measurement.status is not Status.OK:

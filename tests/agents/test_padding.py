@@ -217,3 +217,12 @@ def test_dynamic_arrays_are_reported_not_changed(tmp_path: Path) -> None:
     assert proposals and all("Dynamic shared arrays, not changed: kernel.cu:5 dynamic_tile[]" in p.description
                              for p in proposals)
     assert all("extern __shared__ float dynamic_tile[];" in patched_text(p, "kernel.cu") for p in proposals)
+
+
+def test_the_profile_is_needed_only_where_a_tile_would_be_padded() -> None:
+    """The analyst waits for Nsight Compute only where the source has a tile it would pad: the hand-
+    padded transpose and a program without 2D shared tiles spare the GPU the profile."""
+    expert = PaddingExpert()
+    assert expert.needs_profile(context(load_target(TRANSPOSE / "target.yaml")))
+    assert not expert.needs_profile(context(load_target(TRANSPOSE / "target_opt.yaml")))
+    assert not expert.needs_profile(context(load_target(TRANSPOSE.parent / "saxpy" / "target.yaml")))

@@ -195,3 +195,10 @@ def test_the_profile_collects_the_stall_the_expert_reads():
     from cluster.runners.profile import DEFAULT_METRICS
 
     assert IMC in DEFAULT_METRICS
+
+
+def test_the_profile_is_needed_only_where_a_table_is_read_at_run_time_indices():
+    expert = SharedStageExpert()
+    assert expert.needs_profile(AnalysisContext(load_target(UNROLL), "sm_90"))
+    transpose = load_target(REPO / "configs/targets/transpose/target.yaml")  # no __constant__ table
+    assert not expert.needs_profile(AnalysisContext(transpose, "sm_90"))

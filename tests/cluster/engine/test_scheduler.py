@@ -4,6 +4,7 @@ without Ray."""
 
 from __future__ import annotations
 
+import heapq
 import textwrap
 import types
 
@@ -144,15 +145,18 @@ def ready_job(scheduler: Scheduler, kind: JobKind, study: str = "s", workers=(0,
     candidate = Candidate("t", "nvcc", device("A").device_type, "sm_90", f"{kind}{len(scheduler.running)}", (), ())
     job = Job(kind, study, list(workers), device("A"), (Build(None, None, candidate),), priority=priority)
     job.artifacts, job.binary_refs = [BuildArtifact(candidate.key, Status.OK)], [None]
-    scheduler._push(job, job.rank)
+    scheduler._push(job)
     return job
 
 
-def test_the_lanes_measurements_first_then_checks_within_their_share():
-    """Baselines, the agents' admission runs and the finals before the search; the long checks in a
-    lane of their own: while measurements wait, at most their share of the workers runs checks."""
-    assert PRIORITY[JobKind.BASELINE] < PRIORITY[JobKind.VERIFY] == PRIORITY[JobKind.FINAL] < PRIORITY[JobKind.SEARCH]
+def test_the_lanes_baselines_and_finals_first_then_checks_within_their_share():
+    """Baselines and finals before anything else; the search, the agents' admission runs and the long
+    checks in lanes of their own: while other work waits, at most the checks' share of the workers
+    runs checks."""
+    assert {LANE[k] for k in (JobKind.BASELINE, JobKind.FINAL)} == {Lane.CRITICAL}
+    assert PRIORITY[JobKind.BASELINE] < PRIORITY[JobKind.FINAL]
     assert {LANE[k] for k in (JobKind.SANITIZE, JobKind.GUARD, JobKind.REVIEW, JobKind.PROFILE)} == {Lane.CHECK}
+    assert LANE[JobKind.SEARCH] is Lane.SEARCH and LANE[JobKind.VERIFY] is Lane.ADMIT
     scheduler = Scheduler([FakeActor(), FakeActor()], [device("A")] * 2, per_worker=1, cpu_slots=4)
     for _ in range(3):
         ready_job(scheduler, JobKind.SANITIZE, workers=(0, 1))
@@ -165,18 +169,37 @@ def test_the_lanes_measurements_first_then_checks_within_their_share():
 def test_a_lane_behind_in_virtual_time_goes_next_and_idleness_earns_no_credit():
     a = device("A").device_type
     scheduler = Scheduler([FakeActor()], [device("A")], per_worker=1, cpu_slots=4)
-    scheduler.vtime[(a, Lane.CHECK)] = 20.0  # a 10 s check ran (weight 0.5)
+    scheduler.vtime[(a, Lane.CHECK)] = 20.0  # a 6 s check ran (weight 0.3)
     ready_job(scheduler, JobKind.SANITIZE)
     search = ready_job(scheduler, JobKind.SEARCH)
+    admission = ready_job(scheduler, JobKind.VERIFY)
+    scheduler.vtime[(a, Lane.ADMIT)] = 30.0
     assert scheduler._next(a) is search
-    scheduler.vtime[(a, Lane.MEASURE)] = 25.0
+    scheduler.vtime[(a, Lane.SEARCH)] = 25.0
     assert scheduler._next(a).kind is JobKind.SANITIZE
-    # A lane that had nothing to do comes back at the other's virtual time, not with its credit.
+    scheduler.vtime[(a, Lane.CHECK)] = 40.0
+    assert scheduler._next(a) is search
+    scheduler.vtime[(a, Lane.SEARCH)] = 35.0
+    assert scheduler._next(a) is admission
+    baseline = ready_job(scheduler, JobKind.BASELINE)
+    assert scheduler._next(a) is baseline  # the critical lane first, whatever the shares
+    # A lane that had nothing to do comes back at the others' virtual time, not with its credit.
     idle = Scheduler([FakeActor()], [device("A")], per_worker=1, cpu_slots=4)
-    idle.vtime[(a, Lane.MEASURE)] = 500.0
+    idle.vtime[(a, Lane.SEARCH)] = 500.0
     ready_job(idle, JobKind.SEARCH)
     ready_job(idle, JobKind.GUARD)
     assert idle.vtime[(a, Lane.CHECK)] == 500.0
+
+
+def test_within_a_lane_the_studies_take_turns():
+    """A study with many admissions in the queue does not hold another's first one behind them."""
+    a = device("A").device_type
+    scheduler = Scheduler([FakeActor()], [device("A")], per_worker=1, cpu_slots=4)
+    many = [ready_job(scheduler, JobKind.VERIFY, study="many") for _ in range(5)]
+    other = ready_job(scheduler, JobKind.VERIFY, study="other")
+    assert scheduler._next(a) is many[0]
+    heapq.heappop(scheduler.ready[(a, Lane.ADMIT)])
+    assert scheduler._next(a) is other
 
 
 def test_an_urgent_check_goes_first_and_promote_makes_a_studys_checks_urgent():
@@ -198,7 +221,7 @@ def test_drop_takes_queued_search_jobs_back_and_close_answers_every_waiting_futu
     kept = ready_job(scheduler, JobKind.SEARCH, study="other")
     assert scheduler.drop("s", frozenset({JobKind.SEARCH})) == 3
     dropped = scheduler.finished
-    assert [r.job for r in dropped] == queued and all(r.dropped for r in dropped)
+    assert {id(r.job) for r in dropped} == {id(j) for j in queued} and all(r.dropped for r in dropped)
     assert scheduler._next(device("A").device_type) is kept
     waiting = ready_job(scheduler, JobKind.VERIFY)
     waiting.future = Future()

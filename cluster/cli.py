@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -64,8 +65,8 @@ def main() -> None:
 @click.option("--accept-changes", is_flag=True, help=ACCEPT_CHANGES_HELP)
 @click.option("--trials", type=click.IntRange(min=1, max=MAX_TRIALS),
               help="Evaluated candidates per study (overrides the config; a resume keeps it).")
-@click.option("--time-budget", type=click.FloatRange(min=0, min_open=True),
-              help="Seconds of search (overrides the config; a resume keeps it).")
+@click.option("--time-budget", type=click.FloatRange(min=0, min_open=True), callback=lambda ctx, param, value:
+              _finite(value), help="Seconds of search (overrides the config; a resume keeps it).")
 @click.option("--output-dir", type=click.Path(file_okay=False), help="Where run directories go (overrides).")
 @click.option("--progress/--no-progress", default=None, help="Progress bars (default: when stderr is a terminal).")
 @click.option("--unsandboxed", is_flag=True,
@@ -89,6 +90,8 @@ def sweep(config: str, address: str | None, resume: str | None, accept_changes: 
         budget = {**existing.read_meta().get(COMMAND_LINE, {}), **budget}
         check_tables(existing.path)  # a damaged part is one line now, before Ray and workers start
     plan = _override(plan, budget, output_dir)
+    if existing is None:
+        _check_output_dir(plan, output_dir)
     policy = _isolate(plan, unsandboxed)
     _join_ray(plan, address)
     run_dir = existing or RunDir.create(plan, meta={COMMAND_LINE: budget})
@@ -129,6 +132,18 @@ def _override(plan: RunPlan, budget: dict[str, Any], output_dir: str | None) -> 
     if output_dir:
         update["output_dir"] = output_dir
     return RunPlan(plan.config.model_copy(update=update), plan.file, plan.targets)
+
+
+def _check_output_dir(plan: RunPlan, option: str | None) -> None:
+    """A place that cannot hold a run directory is one line before Ray starts, against what named
+    it: ``--output-dir`` when given, else the config's ``output_dir``."""
+    from cluster.store.rundir import output_dir_problem
+
+    problem = output_dir_problem(Path(option or plan.config.output_dir))
+    if problem and option:
+        raise ConfigError(option, "--output-dir", f"cannot hold a run directory: {problem}")
+    if problem:
+        raise ConfigError(plan.file, "output_dir", f"{plan.config.output_dir} cannot hold a run directory: {problem}")
 
 
 def _join_ray(plan: RunPlan, address: str | None) -> None:
@@ -192,6 +207,7 @@ def _fail_without_baseline(summary: Any) -> None:
 def validate(config: str, build: bool, arch: str) -> None:
     """Check CONFIG and its targets without running anything (--build: compile them)."""
     plan = load_run(config)
+    _check_output_dir(plan, None)
     for target in plan.targets:
         points, exact = target.space_count()
         count = f"{points} configurations" if exact else \
@@ -372,6 +388,7 @@ def evaluate(sources: tuple[str, ...], config: str | None, runs: int | None, add
     from cluster.engine.evaluate import Evaluation, create_run_dir, plan_for
 
     plan, origins = plan_for(list(sources), config)
+    _check_output_dir(plan, output_dir)
     policy = _isolate(plan, unsandboxed)
     _join_ray(plan, address)
     run_dir = create_run_dir(plan, origins, list(sources), output_dir)
@@ -416,6 +433,12 @@ def compare(runs: tuple[str, ...], fmt: str, output: str | None, archs: tuple[st
     else:
         click.echo(text, nl=False)
 
+
+
+def _finite(value: float | None) -> float | None:
+    if value is not None and not math.isfinite(value):  # FloatRange lets nan through, and inf has no bound
+        raise click.BadParameter(f"{value} is not a finite number of seconds")
+    return value
 
 
 def _archs(values: tuple[str, ...]) -> tuple[str, ...]:

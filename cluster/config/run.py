@@ -21,7 +21,7 @@ class SearchSpec(_Model):
     objective: Literal["time", "energy", "edp", "time_energy"] = "time"
     seed: int = 0
     trials: int | None = Field(40, gt=0, le=MAX_TRIALS)  # evaluated candidates per study (strict: not `true`)
-    time_budget_s: float | None = Field(None, gt=0)
+    time_budget_s: float | None = Field(None, gt=0, allow_inf_nan=False)
     storage: str | None = None  # an RDB URL; default: a journal file in the run directory
 
     @field_validator("sampler")

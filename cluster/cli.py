@@ -363,8 +363,7 @@ def export(run: str, fmt: str, output: str | None, target: str | None, device: s
     if fmt in WRITES_FOLDER:
         click.echo(text, err=True)
     elif output:
-        Path(output).write_text(text)
-        click.echo(f"wrote {output}", err=True)
+        _write_output(output, text)
     else:
         click.echo(text, nl=not text.endswith("\n"))
 
@@ -428,10 +427,23 @@ def compare(runs: tuple[str, ...], fmt: str, output: str | None, archs: tuple[st
     matrices = [add_resources(m, loaded, archs, targets if compile_missing else None) for m in build_matrices(loaded)]
     text = to_json(matrices) if fmt == "json" else to_markdown(matrices)
     if output:
-        Path(output).write_text(text)
-        click.echo(f"wrote {output}", err=True)
+        _write_output(output, text)
     else:
         click.echo(text, nl=False)
+
+
+def _write_output(output: str, text: str) -> None:
+    """``--output FILE``: its folder made if need be (as ``report`` makes its own), the file written
+    whole or not at all; a place that cannot be written is one line."""
+    from cluster.store.rundir import write_atomic
+
+    path = Path(output)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        write_atomic(path, text.encode())
+    except OSError as exc:
+        raise ConfigError(output, "--output", f"cannot be written ({exc.strerror or exc})") from None
+    click.echo(f"wrote {output}", err=True)
 
 
 
@@ -486,9 +498,15 @@ def kt_import(script: str, output: str, name: str | None, inputs: str, outputs: 
     from cluster.config.kt_import import kt_import as convert
 
     try:
-        convert(Path(script), Path(output), name, inputs, [o for o in (outputs or "").split(",") if o], params_only)
+        imported = convert(Path(script), Path(output), name, inputs, [o for o in (outputs or "").split(",") if o],
+                           params_only)
     except KtImportError as exc:
         raise ConfigError(script, "", str(exc)) from None
+    except OSError as exc:  # the script ran: what failed is writing the target or what goes beside it
+        where = f" ({exc.filename})" if exc.filename and exc.filename != output else ""
+        raise ConfigError(output, "--output", f"cannot be written{where}: {exc.strerror or exc}") from None
+    for note in imported.notes:
+        click.echo(f"note: {script}: {note}", err=True)
     target = load_target(output)  # what was written must load as it is
     click.echo(f"wrote {output}: kernel {target.spec.kernel.name if target.spec.kernel else ''}, "
                f"{target.space_size()} configurations", err=True)

@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import errno
+import logging
 import math
+import os
+import signal
 import sys
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from functools import wraps
 from pathlib import Path
 from typing import Any
@@ -56,6 +60,20 @@ ACCEPT_CHANGES_HELP = ("With --resume: a target whose sources or spec changed si
 @click.version_option(package_name="warpfleet")
 def main() -> None:
     """Profile-guided tuning of CUDA (and C) programs, swept over a Ray cluster."""
+    banner = logging.getLogger(RAY_AUTH_LOGGER)
+    if _not_the_auth_banner not in banner.filters:
+        banner.addFilter(_not_the_auth_banner)
+
+
+# Ray 2.60 logs "Token authentication is enabled for this Ray cluster. Set RAY_AUTH_MODE=disabled to
+# opt out..." whenever it starts a local instance: before every sweep's output, one-line errors
+# included. warpfleet keeps token authentication on (README: Security of the cluster), so the line
+# asks nothing of a user; Ray's other authentication warnings (it is off, a token is missing) stay.
+RAY_AUTH_LOGGER = "ray._private.authentication.authentication_token_setup"
+
+
+def _not_the_auth_banner(record: logging.LogRecord) -> bool:
+    return not record.getMessage().startswith("Token authentication is enabled for this Ray cluster")
 
 
 @main.command()
@@ -94,6 +112,7 @@ def sweep(config: str, address: str | None, resume: str | None, accept_changes: 
         _check_output_dir(plan, output_dir)
     policy = _isolate(plan, unsandboxed)
     _join_ray(plan, address)
+    _check_runnable(plan, plan.file, "targets")
     run_dir = existing or RunDir.create(plan, meta={COMMAND_LINE: budget})
     if existing is not None and budget:
         run_dir.update_meta(**{COMMAND_LINE: budget})
@@ -102,8 +121,9 @@ def sweep(config: str, address: str | None, resume: str | None, accept_changes: 
     _record_sandbox(run_dir, policy)
     click.echo(f"run directory: {run_dir.path}", err=True)
     show_progress = sys.stderr.isatty() if progress is None else progress
-    with _resume_hint(f"warpfleet sweep {config} --resume {run_dir.path}"):
+    with _resume_hint(f"warpfleet sweep {config} --resume {run_dir.path}", run_dir.path):
         summary = Sweep(plan, run_dir, log=lambda m: click.echo(m, err=True)).run(address, show_progress)
+    _fail_if_nothing_ran(plan, summary)
     click.echo(f"{summary.evaluated} rows written to {run_dir.results}", err=True)
     selected = show(run_dir.path)
     click.echo("next:\n" + "".join(f"  {command}\n" for command in next_commands(run_dir.path, selected)),
@@ -175,14 +195,69 @@ def _reachable(address: str | None, timeout_s: float = 5.0) -> None:
             pass
 
 
+def _check_runnable(plan: RunPlan, file: str, field: str) -> None:
+    """One line, before a run directory is made, where no target can run on the cluster joined
+    (GPU targets and no GPU of the types wanted), rather than a run of nothing."""
+    import ray
+
+    from cluster.engine.workers import gpu_slots
+    from cluster.toolchains import get_toolchain
+
+    gpu_targets = [t.name for t in plan.targets if get_toolchain(t.spec.toolchain).device_kind == "gpu"]
+    if len(gpu_targets) < len(plan.targets):
+        return  # the CPU targets run on any cluster
+    wanted = plan.config.cluster.gpu_types
+    if sum(gpu_slots(ray.nodes(), wanted)[0].values()):
+        return
+    present = sorted(k or "(no type)" for k in gpu_slots(ray.nodes(), None)[0])
+    what = f"no GPU of cluster.gpu_types ({', '.join(wanted)})" if wanted else "no GPU"
+    where = f" (present: {', '.join(present) or 'none'})" if wanted else ""
+    raise ConfigError(file, field, f"{what} in the cluster{where}, and {', '.join(gpu_targets)} "
+                      f"{'needs' if len(gpu_targets) == 1 else 'need'} one: nothing to run")
+
+
+def _fail_if_nothing_ran(plan: RunPlan, summary: Any) -> None:
+    """Exit status 1 where every target was skipped (its device left the cluster since it was
+    checked): a run of nothing is not a sweep to show."""
+    skipped = {reason.split(": ", 1)[0] for reason in summary.skipped}
+    if summary.evaluated == 0 and all(target.name in skipped for target in plan.targets):
+        click.echo(f"error: every target was skipped ({'; '.join(summary.skipped)}): nothing was run", err=True)
+        sys.exit(1)
+
+
+class _Terminated(KeyboardInterrupt):
+    """SIGTERM (Slurm's time limit, kill, timeout), raised where Ctrl-C raises KeyboardInterrupt."""
+
+
+def _raise_terminated(signum: int, frame: Any) -> None:
+    raise _Terminated
+
+
+# Where a write of the run failed for want of room or rights: the rows written so far are kept.
+_WRITE_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EROFS, errno.EIO})
+
+
 @contextmanager
-def _resume_hint(command: str) -> Iterator[None]:
-    """Ctrl-C: ``aborted`` and the command that goes on from where it stopped, exit status 130."""
+def _resume_hint(command: str, run: Path) -> Iterator[None]:
+    """Ctrl-C or SIGTERM: the command that goes on from where it stopped, exit status 130 (143);
+    a disk that fills under the run's journal or part files: one line with it, exit status 1.
+    SIGTERM's handler is installed here, after Ray's: Ray's own dumps C++ stack traces and aborts."""
+    previous = signal.signal(signal.SIGTERM, _raise_terminated)
     try:
         yield
-    except KeyboardInterrupt:
-        click.echo(f"\naborted; resume with: {command}", err=True)
-        sys.exit(130)
+    except KeyboardInterrupt as exc:
+        terminated = isinstance(exc, _Terminated)
+        click.echo(f"\n{'terminated' if terminated else 'aborted'}; resume with: {command}", err=True)
+        sys.exit(143 if terminated else 130)
+    except OSError as exc:
+        if exc.errno not in _WRITE_ERRNOS:
+            raise
+        what = f"{exc.filename}: " if exc.filename else ""
+        click.echo(f"error: {run}: cannot write the run ({what}{exc.strerror or exc}); the rows written are "
+                   f"kept: make room, then resume with: {command}", err=True)
+        sys.exit(1)
+    finally:
+        signal.signal(signal.SIGTERM, previous if previous is not None else signal.SIG_DFL)
 
 
 def _fail_without_baseline(summary: Any) -> None:
@@ -290,38 +365,78 @@ def optimize(target: str, experts: str, trials: int, sanitizer: str, address: st
     from cluster.config import load_target
     from cluster.engine.driver import Sweep
     from cluster.outputs.optimize_report import write_report
-    from cluster.store.rundir import RunDir, write_atomic
+    from cluster.store.rundir import RunDir
 
     _accept_needs_resume(accept_changes, resume)
     spec = load_target(target)
     config = {"name": f"optimize-{spec.name}", "output_dir": str(Path(output_dir).resolve()),
               "targets": [str(Path(target).resolve())], "search": {"trials": trials},
-              "agents": {"enabled": True, "experts": [e for e in experts.split(",") if e],
-                         "sanitizer": [t for t in sanitizer.split(",") if t]}}
+              "agents": _agents_options(experts, sanitizer)}
     config_path = Path(output_dir) / f"optimize-{spec.name}.yaml"
-    try:
-        Path(output_dir).mkdir(parents=True, exist_ok=True)
-        write_atomic(config_path, ("# written by `warpfleet optimize`; `warpfleet sweep` takes it as it is\n"
-                                   + yaml.safe_dump(config, sort_keys=False)).encode())
-    except OSError as exc:
-        raise ConfigError(output_dir, "--output-dir", f"cannot be written ({exc.strerror or exc})") from None
-    plan = load_run(config_path)
-    existing = RunDir.open(resume) if resume else None
-    changed = existing.check_resumable(plan, accept_changes) if existing is not None else []
-    policy = _isolate(plan, unsandboxed)
-    _join_ray(plan, address)
-    run_dir = existing or RunDir.create(plan)
+    with _removed_unless_run(config_path) as write:
+        try:
+            write(("# written by `warpfleet optimize`; `warpfleet sweep` takes it as it is\n"
+                   + yaml.safe_dump(config, sort_keys=False)).encode())
+        except OSError as exc:
+            raise ConfigError(output_dir, "--output-dir", f"cannot be written ({exc.strerror or exc})") from None
+        plan = load_run(config_path)
+        existing = RunDir.open(resume) if resume else None
+        changed = existing.check_resumable(plan, accept_changes) if existing is not None else []
+        policy = _isolate(plan, unsandboxed)
+        _join_ray(plan, address)
+        _check_runnable(plan, target, "toolchain")
+        run_dir = existing or RunDir.create(plan)
     if accept_changes:
         _start_new_studies(run_dir, plan, changed)
     _record_sandbox(run_dir, policy)
     click.echo(f"run directory: {run_dir.path}", err=True)
     show_progress = sys.stderr.isatty() if progress is None else progress
-    with _resume_hint(f"warpfleet optimize {target} --output-dir {output_dir} --resume {run_dir.path}"):
+    with _resume_hint(f"warpfleet optimize {target} --output-dir {output_dir} --resume {run_dir.path}", run_dir.path):
         summary = Sweep(plan, run_dir, log=lambda m: click.echo(m, err=True)).run(address, show_progress)
+    _fail_if_nothing_ran(plan, summary)
     report = write_report(run_dir.path)
     click.echo(report.read_text())
     click.echo(f"report: {report}", err=True)
     _fail_without_baseline(summary)
+
+
+def _agents_options(experts: str, sanitizer: str) -> dict[str, Any]:
+    """optimize's agents: section, checked here: a name misspelt is the option's error, not one of
+    the config file that optimize writes."""
+    from pydantic import ValidationError
+
+    from cluster.config.agents import AgentsSpec
+
+    section = {"enabled": True, "experts": [e for e in experts.split(",") if e],
+               "sanitizer": [t for t in sanitizer.split(",") if t]}
+    try:
+        AgentsSpec.model_validate(section)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        option = "--sanitizer" if err["loc"][0] == "sanitizer" else "--experts"
+        raise click.BadParameter(err["msg"].removeprefix("Value error, "), param_hint=f"'{option}'") from None
+    return section
+
+
+@contextmanager
+def _removed_unless_run(path: Path) -> Iterator[Callable[[bytes], None]]:
+    """Write ``path`` (and the folders above it) for what follows; where that fails before a run
+    starts, remove what this wrote: a refused optimize leaves nothing behind."""
+    from cluster.store.rundir import write_atomic
+
+    made = [p for p in (path, *path.parents) if not os.path.lexists(p)]
+
+    def write(content: bytes) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        write_atomic(path, content)
+
+    try:
+        yield write
+    except BaseException:
+        for place in made:  # the file, then the folders made for it, deepest first
+            with suppress(OSError):
+                place.unlink() if place == path else place.rmdir()
+        raise
 
 
 @main.command()

@@ -150,10 +150,13 @@ def render(run_dir: Path) -> str:
     rows = read_results(run_dir)
     variants = read_table(run_dir, RunDir.VARIANTS, VARIANT_SCHEMA)
     generations = read_generations(run_dir)
-    variants = variants[[is_current_study(str(study), generations) for study in variants["study"]]]
+    # a mask, not a list: an empty list would select no columns, and the report had no "target"
+    variants = variants[variants["study"].map(lambda study: is_current_study(str(study), generations)).astype(bool)]
     profiles = read_table(run_dir, RunDir.PROFILES, PROFILE_SCHEMA)
     best = {b.target: b for b in select_best(rows)} if len(rows) else {}
     lines = [f"# warpfleet optimize: {run_dir.name}", ""]
+    if rows.empty and variants.empty:
+        lines += ["No study ran: nothing was measured.", ""]
     for target in sorted(set(rows["target"]) | set(variants["target"])):
         lines += [f"## {target}", ""]
         if target in best:

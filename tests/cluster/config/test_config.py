@@ -405,6 +405,16 @@ def test_validate_build_warns_about_a_param_the_source_ignores(tmp_path):
     assert any("param M does not change the binary" in w for w in warnings)
 
 
+def test_validate_build_shows_the_compilers_error_line_for_a_value_that_does_not_build(tmp_path):
+    """Seen: `compile_error:  |  ^~`, the caret under the quoted source line, and nothing else."""
+    write_target(tmp_path / "t", params={"N": [1000, "1000+"]})
+    result = CliRunner().invoke(main, ["validate", str(write_config(tmp_path, ["t/target.yaml"])), "--build"])
+    assert result.exit_code == 0, result.output
+    [warning] = [line for line in result.output.splitlines() if "warning" in line]
+    assert warning.startswith("tiny: warning: N=1000+ does not build (compile_error: tiny.c:") and \
+        ": error: expected expression" in warning, warning
+
+
 def test_a_relative_scratch_root_is_made_absolute(tmp_path, monkeypatch):
     """Seen: WARPFLEET_SCRATCH=scratch failed every build (the build runs in its own directory)."""
     from cluster.config import env

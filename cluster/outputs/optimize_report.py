@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from cluster.core.encodings import readable_configuration
 from cluster.core.types import BestConfig, Phase, Status
 from cluster.outputs.select import select_best
 from cluster.runners.profile import BANK_CONFLICT_METRICS, LOCAL_MEMORY_METRICS, PROFILE_SCHEMA
@@ -131,7 +132,8 @@ def _winner_lines(best: BestConfig, rows: pd.DataFrame, variants: pd.DataFrame, 
     study_rows = rows[rows["target"] == best.target]
     base = study_rows[study_rows["phase"] == Phase.BASELINE.value]
     base_key = str(base["candidate_key"].iloc[0]) if len(base) else ""
-    config = " ".join([*best.flag_argv, *best.defines]) or "(baseline flags)"
+    config = readable_configuration(best.flag_argv, best.params, False) \
+        or "(baseline flags)"  # the label names the variant
     label = "the target's own sources"
     if best.is_variant:
         match = variants[(variants["source_hash"] == best.source_hash) & (variants["stage"] == "accepted")]

@@ -23,6 +23,7 @@ import optuna
 import pandas as pd
 import yaml
 
+from cluster.core.encodings import readable_configuration
 from cluster.core.types import BestConfig, Phase
 from cluster.outputs import plots
 from cluster.outputs.compare import Matrix, Run, add_resources, build_matrices, differences, load_run_dir
@@ -65,7 +66,8 @@ def _summary(runs: Sequence[Run], out: Path) -> list[Block]:
         return [*blocks, Block("p", "No correct candidate in these runs.")]
     blocks.append(_table(["target", "device type", "run", "baseline", "best", "speedup", "configuration"], [
         [b.target, b.device_type, r.run_id, f"{b.baseline_median:.4g} {b.unit}", f"{b.median:.4g} {b.unit}",
-         f"{b.speedup:.2f}x", " ".join([*b.flag_argv, *b.defines]) or "(baseline)"] for r, b in winners]))
+         f"{b.speedup:.2f}x", readable_configuration(b.flag_argv, b.params, b.is_variant) or "(baseline)"]
+        for r, b in winners]))
     image = plots.speedup_plot([b for _, b in winners], out / "speedup.png")
     return [*blocks, *([Block("img", image.name)] if image else [])]
 

@@ -159,11 +159,13 @@ def _check_output_dir(plan: RunPlan, option: str | None) -> None:
     it: ``--output-dir`` when given, else the config's ``output_dir``."""
     from cluster.store.rundir import output_dir_problem
 
-    problem = output_dir_problem(Path(option or plan.config.output_dir))
-    if problem and option:
-        raise ConfigError(option, "--output-dir", f"cannot hold a run directory: {problem}")
-    if problem:
-        raise ConfigError(plan.file, "output_dir", f"{plan.config.output_dir} cannot hold a run directory: {problem}")
+    root = option or plan.config.output_dir
+    if not (problem := output_dir_problem(Path(root))):
+        return
+    message = f"cannot create a run directory there ({problem})"  # in RunDir.create's words
+    if option:
+        raise ConfigError(option, "--output-dir", message)
+    raise ConfigError(plan.file, "output_dir", f"{root}: {message}")
 
 
 def _join_ray(plan: RunPlan, address: str | None) -> None:
@@ -317,11 +319,12 @@ def show(run: str) -> None:
 
 @main.command()
 @click.argument("run", type=click.Path(file_okay=False))
-@click.option("--dry-run", is_flag=True, help="Name the unreadable part files; move nothing.")
+@click.option("--dry-run", is_flag=True, help="Name the unreadable part files and journal; move nothing.")
 @_one_line_errors
 def check(run: str, dry_run: bool) -> None:
-    """Read every Parquet part file of RUN whole; move the unreadable ones (truncated, zeroed, empty)
-    to RUN/quarantine/, so that show, export and --resume go on; a resume runs their rows again."""
+    """Read every Parquet part file of RUN whole and replay its Optuna journal; move the unreadable
+    ones (truncated, zeroed, empty, of another schema) to RUN/quarantine/, so that show, export and
+    --resume go on; a resume runs their rows again, and rebuilds a journal from the rows."""
     from cluster.store.check import check_run
     from cluster.store.rundir import RunDir
 
@@ -334,8 +337,11 @@ def check(run: str, dry_run: bool) -> None:
         click.echo(f"{run_dir.path}: every part file reads whole")
         return
     config = run_dir.read_meta().get("config_file", "CONFIG")
-    click.echo(f"{len(bad)} part files {'unreadable' if dry_run else 'moved aside'}; their rows run again on "
-               f"resume: warpfleet sweep {config} --resume {run_dir.path}", err=True)
+    parts, journal = sum(not b.is_journal for b in bad), any(b.is_journal for b in bad)
+    what = [f"{parts} part files" if parts else "", "the Optuna journal" if journal else ""]
+    then = ["their rows run again" if parts else "", "the studies are rebuilt from the rows" if journal else ""]
+    click.echo(f"{' and '.join(filter(None, what))} {'unreadable' if dry_run else 'moved aside'}; on resume "
+               f"{' and '.join(filter(None, then))}: warpfleet sweep {config} --resume {run_dir.path}", err=True)
     if dry_run:
         sys.exit(1)
 
@@ -365,6 +371,7 @@ def optimize(target: str, experts: str, trials: int, sanitizer: str, address: st
     from cluster.config import load_target
     from cluster.engine.driver import Sweep
     from cluster.outputs.optimize_report import write_report
+    from cluster.store.check import check_tables
     from cluster.store.rundir import RunDir
 
     _accept_needs_resume(accept_changes, resume)
@@ -382,6 +389,8 @@ def optimize(target: str, experts: str, trials: int, sanitizer: str, address: st
         plan = load_run(config_path)
         existing = RunDir.open(resume) if resume else None
         changed = existing.check_resumable(plan, accept_changes) if existing is not None else []
+        if existing is not None:
+            check_tables(existing.path)  # as sweep's resume: a damaged part or journal, before Ray
         policy = _isolate(plan, unsandboxed)
         _join_ray(plan, address)
         _check_runnable(plan, target, "toolchain")

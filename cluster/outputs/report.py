@@ -30,6 +30,8 @@ from cluster.outputs.compare import Matrix, Run, add_resources, build_matrices, 
 from cluster.outputs.compare_text import resources_text, share_text
 from cluster.outputs.exports.bundle import slug
 from cluster.outputs.select import select_best
+from cluster.store.check import bad_journal
+from cluster.store.journal import journal_problem
 from cluster.store.rundir import RunDir, is_current_study, read_generations
 
 MIN_TRIALS = 5  # fewer completed trials than this: no parameter importance for the study
@@ -252,6 +254,9 @@ def to_html(blocks: Sequence[Block], folder: Path) -> str:
 def write_report(run_paths: Sequence[str | Path], out: Path) -> tuple[Path, Path]:
     """Write ``report.html`` and ``report.md`` (and the PNGs) for the runs into ``out``."""
     runs = [load_run_dir(p) for p in run_paths]
+    for run in runs:  # a damaged journal is one line before anything is written, as a damaged part is
+        if problem := journal_problem(journal := run.path / RunDir.JOURNAL):
+            raise bad_journal(journal, problem)
     out.mkdir(parents=True, exist_ok=True)
     blocks = build(runs, out)
     markdown, page = out / "report.md", out / "report.html"

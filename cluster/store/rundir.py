@@ -298,17 +298,19 @@ def _short(value: Any) -> str:
 
 
 def output_dir_problem(root: Path) -> str:
-    """Why no run directory can be made under ``root`` ("" when one can), found without writing
-    anything: the nearest folder of it that exists must be a folder this process may write to."""
+    """Why no run directory can be made under ``root`` ("" when one can), in the words of the error
+    that making one would give, found without writing anything: the nearest folder of it that
+    exists must be a folder this process may write to."""
     place = Path(root).absolute()
     while not os.path.lexists(place):
         place = place.parent
     if not place.is_dir():
-        return f"{place} is not a folder"
-    if not os.access(place, os.W_OK | os.X_OK):
-        read_only = os.statvfs(place).f_flag & os.ST_RDONLY
-        return f"{place} cannot be written ({'a read-only file system' if read_only else 'permission denied'})"
-    return ""
+        code = errno.ENOTDIR
+    elif not os.access(place, os.W_OK | os.X_OK):
+        code = errno.EROFS if os.statvfs(place).f_flag & os.ST_RDONLY else errno.EACCES
+    else:
+        return ""
+    return os.strerror(code) + ("" if place == Path(root).absolute() else f": {place}")
 
 
 def _make_unique(root: Path, name: str) -> Path:

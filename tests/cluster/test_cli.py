@@ -461,3 +461,25 @@ def test_a_full_disk_under_the_run_is_one_line_with_the_resume_command(tmp_path,
                       f"are kept: make room, then resume with: warpfleet sweep {config} --resume {run}"]
     if where == "results":
         assert len(read_results(run)) >= 1  # the parts written before the disk filled
+
+
+@pytest.mark.usefixtures("ray_local")
+def test_a_damaged_journal_stops_a_resume_in_one_line_and_after_check_the_resume_rebuilds_it(tmp_path):
+    write_target(tmp_path / "t")
+    config = write_config(tmp_path, ["t/target.yaml"], search={"trials": 2, "sampler": "random"},
+                          measure={"final_top_k": 1, "final_runs": 1})
+    assert _invoke("sweep", str(config), "--no-progress").exit_code == 0
+    run = _run_of(tmp_path / "runs")
+    journal = run / "optuna.journal"
+    lines = journal.read_bytes().splitlines(keepends=True)
+    journal.write_bytes(b"".join([lines[0], b"{not json\n", *lines[1:]]))
+    refused = _invoke("sweep", str(config), "--resume", str(run), "--trials", "4", "--no-progress")
+    assert refused.exit_code == 2 and refused.output.splitlines() == [
+        f"error: {journal}: not a readable Optuna journal (JSONDecodeError: Expecting property name enclosed in "
+        f"double quotes: line 1 column 2 (char 1)); `warpfleet check {run}` moves it aside, and a resume rebuilds "
+        "it from the rows"], refused.output
+    assert _invoke("check", str(run)).exit_code == 0
+    resumed = _invoke("sweep", str(config), "--resume", str(run), "--trials", "4", "--no-progress")
+    assert resumed.exit_code == 0, resumed.output
+    search = read_results(run).query("phase == 'search'")
+    assert len(search) == 4 and search["candidate_key"].is_unique  # the first two were not measured again

@@ -226,11 +226,11 @@ def test_an_output_dir_that_cannot_hold_a_run_is_one_line_against_what_named_it(
     write_target(tmp_path / "t")
     config = write_config(tmp_path, ["t/target.yaml"], output_dir=str(tmp_path / "t" / "tiny.c" / "runs"))
     before = _files(tmp_path)
-    problem = f"cannot hold a run directory: {tmp_path / 't' / 'tiny.c'} is not a folder"
+    problem = f"cannot create a run directory there (Not a directory: {tmp_path / 't' / 'tiny.c'})"
     for command in ("validate", "sweep"):
         result = CliRunner().invoke(main, [command, str(config)])
         assert result.exit_code == 2 and result.output.splitlines() == [
-            f"error: {config}: output_dir: {tmp_path / 't' / 'tiny.c' / 'runs'} {problem}"], result.output
+            f"error: {config}: output_dir: {tmp_path / 't' / 'tiny.c' / 'runs'}: {problem}"], result.output
     config = write_config(tmp_path, ["t/target.yaml"])
     before = _files(tmp_path)
     given = str(tmp_path / "t" / "tiny.c" / "runs")

@@ -483,3 +483,24 @@ def test_a_damaged_journal_stops_a_resume_in_one_line_and_after_check_the_resume
     assert resumed.exit_code == 0, resumed.output
     search = read_results(run).query("phase == 'search'")
     assert len(search) == 4 and search["candidate_key"].is_unique  # the first two were not measured again
+
+
+def test_the_readme_names_modules_commands_and_columns_that_exist():
+    """Seen: README's `python -m agents.llm.fake_server` (no such module: agents.llm.testing is), and
+    its variants/ columns said `agent` where the files say analyst, planner, transformer."""
+    import importlib.util
+    import re
+
+    from cluster.store.variants import VARIANT_SCHEMA
+
+    readme = (REPO / "README.md").read_text()
+    modules = set(re.findall(r"python -m ((?:agents|cluster|search_spaces)[\w.]*)", readme))  # ours
+    assert "agents.llm.testing" in modules
+    assert [m for m in modules if importlib.util.find_spec(m) is None] == []
+    # in code: an indented block's line, or between backticks
+    commands = set(re.findall(r"(?:^ {4,}(?:[A-Z_]+=\S+ )?|`)warpfleet ([a-z-]+)", readme, flags=re.MULTILINE))
+    assert commands and commands <= set(main.commands), commands - set(main.commands)
+    listed = readme[readme.index("        variants/ "):readme.index("        variant_sources/")]
+    columns = set(re.findall(r"\b(optimization|location|stage|analyst|planner|transformer|agent)\b", listed))
+    assert columns == {"optimization", "location", "stage", "analyst", "planner", "transformer"}
+    assert columns <= set(VARIANT_SCHEMA.names)

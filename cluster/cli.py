@@ -113,7 +113,8 @@ def sweep(config: str, address: str | None, resume: str | None, accept_changes: 
     policy = _isolate(plan, unsandboxed)
     _join_ray(plan, address)
     _check_runnable(plan, plan.file, "targets")
-    run_dir = existing or RunDir.create(plan, meta={COMMAND_LINE: budget})
+    with _blamed_on(output_dir, "--output-dir"):
+        run_dir = existing or RunDir.create(plan, meta={COMMAND_LINE: budget})
     if existing is not None and budget:
         run_dir.update_meta(**{COMMAND_LINE: budget})
     if accept_changes:
@@ -166,6 +167,18 @@ def _check_output_dir(plan: RunPlan, option: str | None) -> None:
     if option:
         raise ConfigError(option, "--output-dir", message)
     raise ConfigError(plan.file, "output_dir", f"{root}: {message}")
+
+
+@contextmanager
+def _blamed_on(option_value: str | None, option: str) -> Iterator[None]:
+    """A ConfigError about the config's field that ``option`` overrode is the option's, where given
+    (RunDir.create names the config's output_dir, which --output-dir replaced)."""
+    try:
+        yield
+    except ConfigError as exc:
+        if option_value is None or exc.field != option.removeprefix("--").replace("-", "_"):
+            raise
+        raise ConfigError(option_value, option, exc.message) from None
 
 
 def _join_ray(plan: RunPlan, address: str | None) -> None:
@@ -240,23 +253,25 @@ _WRITE_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EROFS,
 
 
 @contextmanager
-def _resume_hint(command: str, run: Path) -> Iterator[None]:
+def _resume_hint(command: str | None, run: Path) -> Iterator[None]:
     """Ctrl-C or SIGTERM: the command that goes on from where it stopped, exit status 130 (143);
     a disk that fills under the run's journal or part files: one line with it, exit status 1.
-    SIGTERM's handler is installed here, after Ray's: Ray's own dumps C++ stack traces and aborts."""
+    SIGTERM's handler is installed here, after Ray's: Ray's own dumps C++ stack traces and aborts.
+    ``command`` None: a run that no resume continues (an evaluation); the run is named instead."""
+    then = f"resume with: {command}" if command else f"what was measured is in {run}"
     previous = signal.signal(signal.SIGTERM, _raise_terminated)
     try:
         yield
     except KeyboardInterrupt as exc:
         terminated = isinstance(exc, _Terminated)
-        click.echo(f"\n{'terminated' if terminated else 'aborted'}; resume with: {command}", err=True)
+        click.echo(f"\n{'terminated' if terminated else 'aborted'}; {then}", err=True)
         sys.exit(143 if terminated else 130)
     except OSError as exc:
         if exc.errno not in _WRITE_ERRNOS:
             raise
         what = f"{exc.filename}: " if exc.filename else ""
         click.echo(f"error: {run}: cannot write the run ({what}{exc.strerror or exc}); the rows written are "
-                   f"kept: make room, then resume with: {command}", err=True)
+                   f"kept{f': make room, then {then}' if command else ''}", err=True)
         sys.exit(1)
     finally:
         signal.signal(signal.SIGTERM, previous if previous is not None else signal.SIG_DFL)
@@ -514,10 +529,12 @@ def evaluate(sources: tuple[str, ...], config: str | None, runs: int | None, add
     _check_output_dir(plan, output_dir)
     policy = _isolate(plan, unsandboxed)
     _join_ray(plan, address)
-    run_dir = create_run_dir(plan, origins, list(sources), output_dir)
+    with _blamed_on(output_dir, "--output-dir"):
+        run_dir = create_run_dir(plan, origins, list(sources), output_dir)
     _record_sandbox(run_dir, policy)
     click.echo(f"run directory: {run_dir.path}", err=True)
-    summary = Evaluation(plan, origins, run_dir, runs, log=lambda m: click.echo(m, err=True)).run(address)
+    with _resume_hint(None, run_dir.path):
+        summary = Evaluation(plan, origins, run_dir, runs, log=lambda m: click.echo(m, err=True)).run(address)
     click.echo(f"{summary.rows} rows written to {run_dir.results}", err=True)
     # compare reads run directories: an export file's configurations are listed in this run's meta.json
     runs_given = [s for s in sources if Path(s).is_dir()]

@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+import errno
+import logging
+import math
+import os
+import signal
 import sys
 import time
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from functools import wraps
 from pathlib import Path
 from typing import Any
@@ -56,6 +61,20 @@ ACCEPT_CHANGES_HELP = ("With --resume: a target whose sources or spec changed si
 @click.version_option(package_name="warpfleet")
 def main() -> None:
     """Profile-guided tuning of CUDA (and C) programs, swept over a Ray cluster."""
+    banner = logging.getLogger(RAY_AUTH_LOGGER)
+    if _not_the_auth_banner not in banner.filters:
+        banner.addFilter(_not_the_auth_banner)
+
+
+# Ray 2.60 logs "Token authentication is enabled for this Ray cluster. Set RAY_AUTH_MODE=disabled to
+# opt out..." whenever it starts a local instance: before every sweep's output, one-line errors
+# included. warpfleet keeps token authentication on (README: Security of the cluster), so the line
+# asks nothing of a user; Ray's other authentication warnings (it is off, a token is missing) stay.
+RAY_AUTH_LOGGER = "ray._private.authentication.authentication_token_setup"
+
+
+def _not_the_auth_banner(record: logging.LogRecord) -> bool:
+    return not record.getMessage().startswith("Token authentication is enabled for this Ray cluster")
 
 
 @main.command()
@@ -65,9 +84,10 @@ def main() -> None:
 @click.option("--accept-changes", is_flag=True, help=ACCEPT_CHANGES_HELP)
 @click.option("--trials", type=click.IntRange(min=1, max=MAX_TRIALS),
               help="Evaluated candidates per study (overrides the config; a resume keeps it).")
-@click.option("--time-budget", type=click.FloatRange(min=0, min_open=True),
-              help="The sweep's wall clock in seconds, from this command's start: the search stops in time "
-                   "for the finals and their checks (overrides the config; a resume keeps it).")
+@click.option("--time-budget", type=click.FloatRange(min=0, min_open=True), callback=lambda ctx, param, value:
+              _finite(value), help="The sweep's wall clock in seconds, from this command's start: the search "
+                                   "stops in time for the finals and their checks (overrides the config; a resume "
+                                   "keeps it).")
 @click.option("--output-dir", type=click.Path(file_okay=False), help="Where run directories go (overrides).")
 @click.option("--progress/--no-progress", default=None, help="Progress bars (default: when stderr is a terminal).")
 @click.option("--unsandboxed", is_flag=True,
@@ -92,9 +112,13 @@ def sweep(config: str, address: str | None, resume: str | None, accept_changes: 
         budget = {**existing.read_meta().get(COMMAND_LINE, {}), **budget}
         check_tables(existing.path)  # a damaged part is one line now, before Ray and workers start
     plan = _override(plan, budget, output_dir)
+    if existing is None:
+        _check_output_dir(plan, output_dir)
     policy = _isolate(plan, unsandboxed)
     _join_ray(plan, address)
-    run_dir = existing or RunDir.create(plan, meta={COMMAND_LINE: budget})
+    _check_runnable(plan, plan.file, "targets")
+    with _blamed_on(output_dir, "--output-dir"):
+        run_dir = existing or RunDir.create(plan, meta={COMMAND_LINE: budget})
     if existing is not None and budget:
         run_dir.update_meta(**{COMMAND_LINE: budget})
     if accept_changes:
@@ -102,9 +126,10 @@ def sweep(config: str, address: str | None, resume: str | None, accept_changes: 
     _record_sandbox(run_dir, policy)
     click.echo(f"run directory: {run_dir.path}", err=True)
     show_progress = sys.stderr.isatty() if progress is None else progress
-    with _resume_hint(f"warpfleet sweep {config} --resume {run_dir.path}"):
+    with _resume_hint(f"warpfleet sweep {config} --resume {run_dir.path}", run_dir.path):
         summary = Sweep(plan, run_dir, log=lambda m: click.echo(m, err=True),
                         started_at=started).run(address, show_progress)
+    _fail_if_nothing_ran(plan, summary)
     click.echo(f"{summary.evaluated} rows written to {run_dir.results}", err=True)
     if summary.unfinished:
         click.echo(f"time budget: {len(summary.unfinished)} studies stopped before their finals "
@@ -157,6 +182,32 @@ def _override(plan: RunPlan, budget: dict[str, Any], output_dir: str | None) -> 
     return RunPlan(plan.config.model_copy(update=update), plan.file, plan.targets)
 
 
+def _check_output_dir(plan: RunPlan, option: str | None) -> None:
+    """A place that cannot hold a run directory is one line before Ray starts, against what named
+    it: ``--output-dir`` when given, else the config's ``output_dir``."""
+    from cluster.store.rundir import output_dir_problem
+
+    root = option or plan.config.output_dir
+    if not (problem := output_dir_problem(Path(root))):
+        return
+    message = f"cannot create a run directory there ({problem})"  # in RunDir.create's words
+    if option:
+        raise ConfigError(option, "--output-dir", message)
+    raise ConfigError(plan.file, "output_dir", f"{root}: {message}")
+
+
+@contextmanager
+def _blamed_on(option_value: str | None, option: str) -> Iterator[None]:
+    """A ConfigError about the config's field that ``option`` overrode is the option's, where given
+    (RunDir.create names the config's output_dir, which --output-dir replaced)."""
+    try:
+        yield
+    except ConfigError as exc:
+        if option_value is None or exc.field != option.removeprefix("--").replace("-", "_"):
+            raise
+        raise ConfigError(option_value, option, exc.message) from None
+
+
 def _join_ray(plan: RunPlan, address: str | None) -> None:
     """Join the Ray cluster (or start a local instance) before anything is written: an address
     with no cluster behind it is one line, with no run directory left behind."""
@@ -186,14 +237,71 @@ def _reachable(address: str | None, timeout_s: float = 5.0) -> None:
             pass
 
 
+def _check_runnable(plan: RunPlan, file: str, field: str) -> None:
+    """One line, before a run directory is made, where no target can run on the cluster joined
+    (GPU targets and no GPU of the types wanted), rather than a run of nothing."""
+    import ray
+
+    from cluster.engine.workers import gpu_slots
+    from cluster.toolchains import get_toolchain
+
+    gpu_targets = [t.name for t in plan.targets if get_toolchain(t.spec.toolchain).device_kind == "gpu"]
+    if len(gpu_targets) < len(plan.targets):
+        return  # the CPU targets run on any cluster
+    wanted = plan.config.cluster.gpu_types
+    if sum(gpu_slots(ray.nodes(), wanted)[0].values()):
+        return
+    present = sorted(k or "(no type)" for k in gpu_slots(ray.nodes(), None)[0])
+    what = f"no GPU of cluster.gpu_types ({', '.join(wanted)})" if wanted else "no GPU"
+    where = f" (present: {', '.join(present) or 'none'})" if wanted else ""
+    raise ConfigError(file, field, f"{what} in the cluster{where}, and {', '.join(gpu_targets)} "
+                      f"{'needs' if len(gpu_targets) == 1 else 'need'} one: nothing to run")
+
+
+def _fail_if_nothing_ran(plan: RunPlan, summary: Any) -> None:
+    """Exit status 1 where every target was skipped (its device left the cluster since it was
+    checked): a run of nothing is not a sweep to show."""
+    skipped = {reason.split(": ", 1)[0] for reason in summary.skipped}
+    if summary.evaluated == 0 and all(target.name in skipped for target in plan.targets):
+        click.echo(f"error: every target was skipped ({'; '.join(summary.skipped)}): nothing was run", err=True)
+        sys.exit(1)
+
+
+class _Terminated(KeyboardInterrupt):
+    """SIGTERM (Slurm's time limit, kill, timeout), raised where Ctrl-C raises KeyboardInterrupt."""
+
+
+def _raise_terminated(signum: int, frame: Any) -> None:
+    raise _Terminated
+
+
+# Where a write of the run failed for want of room or rights: the rows written so far are kept.
+_WRITE_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EROFS, errno.EIO})
+
+
 @contextmanager
-def _resume_hint(command: str) -> Iterator[None]:
-    """Ctrl-C: ``aborted`` and the command that goes on from where it stopped, exit status 130."""
+def _resume_hint(command: str | None, run: Path) -> Iterator[None]:
+    """Ctrl-C or SIGTERM: the command that goes on from where it stopped, exit status 130 (143);
+    a disk that fills under the run's journal or part files: one line with it, exit status 1.
+    SIGTERM's handler is installed here, after Ray's: Ray's own dumps C++ stack traces and aborts.
+    ``command`` None: a run that no resume continues (an evaluation); the run is named instead."""
+    then = f"resume with: {command}" if command else f"what was measured is in {run}"
+    previous = signal.signal(signal.SIGTERM, _raise_terminated)
     try:
         yield
-    except KeyboardInterrupt:
-        click.echo(f"\naborted; resume with: {command}", err=True)
-        sys.exit(130)
+    except KeyboardInterrupt as exc:
+        terminated = isinstance(exc, _Terminated)
+        click.echo(f"\n{'terminated' if terminated else 'aborted'}; {then}", err=True)
+        sys.exit(143 if terminated else 130)
+    except OSError as exc:
+        if exc.errno not in _WRITE_ERRNOS:
+            raise
+        what = f"{exc.filename}: " if exc.filename else ""
+        click.echo(f"error: {run}: cannot write the run ({what}{exc.strerror or exc}); the rows written are "
+                   f"kept{f': make room, then {then}' if command else ''}", err=True)
+        sys.exit(1)
+    finally:
+        signal.signal(signal.SIGTERM, previous if previous is not None else signal.SIG_DFL)
 
 
 def _fail_without_baseline(summary: Any) -> None:
@@ -218,6 +326,7 @@ def _fail_without_baseline(summary: Any) -> None:
 def validate(config: str, build: bool, arch: str) -> None:
     """Check CONFIG and its targets without running anything (--build: compile them)."""
     plan = load_run(config)
+    _check_output_dir(plan, None)
     for target in plan.targets:
         points, exact = target.space_count()
         count = f"{points} configurations" if exact else \
@@ -253,11 +362,12 @@ def show(run: str) -> None:
 
 @main.command()
 @click.argument("run", type=click.Path(file_okay=False))
-@click.option("--dry-run", is_flag=True, help="Name the unreadable part files; move nothing.")
+@click.option("--dry-run", is_flag=True, help="Name the unreadable part files and journal; move nothing.")
 @_one_line_errors
 def check(run: str, dry_run: bool) -> None:
-    """Read every Parquet part file of RUN whole; move the unreadable ones (truncated, zeroed, empty)
-    to RUN/quarantine/, so that show, export and --resume go on; a resume runs their rows again."""
+    """Read every Parquet part file of RUN whole and replay its Optuna journal; move the unreadable
+    ones (truncated, zeroed, empty, of another schema) to RUN/quarantine/, so that show, export and
+    --resume go on; a resume runs their rows again, and rebuilds a journal from the rows."""
     from cluster.store.check import check_run
     from cluster.store.rundir import RunDir
 
@@ -270,8 +380,11 @@ def check(run: str, dry_run: bool) -> None:
         click.echo(f"{run_dir.path}: every part file reads whole")
         return
     config = run_dir.read_meta().get("config_file", "CONFIG")
-    click.echo(f"{len(bad)} part files {'unreadable' if dry_run else 'moved aside'}; their rows run again on "
-               f"resume: warpfleet sweep {config} --resume {run_dir.path}", err=True)
+    parts, journal = sum(not b.is_journal for b in bad), any(b.is_journal for b in bad)
+    what = [f"{parts} part files" if parts else "", "the Optuna journal" if journal else ""]
+    then = ["their rows run again" if parts else "", "the studies are rebuilt from the rows" if journal else ""]
+    click.echo(f"{' and '.join(filter(None, what))} {'unreadable' if dry_run else 'moved aside'}; on resume "
+               f"{' and '.join(filter(None, then))}: warpfleet sweep {config} --resume {run_dir.path}", err=True)
     if dry_run:
         sys.exit(1)
 
@@ -302,39 +415,82 @@ def optimize(target: str, experts: str, trials: int, sanitizer: str, address: st
     from cluster.config import load_target
     from cluster.engine.driver import Sweep
     from cluster.outputs.optimize_report import write_report
-    from cluster.store.rundir import RunDir, write_atomic
+    from cluster.store.check import check_tables
+    from cluster.store.rundir import RunDir
 
     _accept_needs_resume(accept_changes, resume)
     spec = load_target(target)
     config = {"name": f"optimize-{spec.name}", "output_dir": str(Path(output_dir).resolve()),
               "targets": [str(Path(target).resolve())], "search": {"trials": trials},
-              "agents": {"enabled": True, "experts": [e for e in experts.split(",") if e],
-                         "sanitizer": [t for t in sanitizer.split(",") if t]}}
+              "agents": _agents_options(experts, sanitizer)}
     config_path = Path(output_dir) / f"optimize-{spec.name}.yaml"
-    try:
-        Path(output_dir).mkdir(parents=True, exist_ok=True)
-        write_atomic(config_path, ("# written by `warpfleet optimize`; `warpfleet sweep` takes it as it is\n"
-                                   + yaml.safe_dump(config, sort_keys=False)).encode())
-    except OSError as exc:
-        raise ConfigError(output_dir, "--output-dir", f"cannot be written ({exc.strerror or exc})") from None
-    plan = load_run(config_path)
-    existing = RunDir.open(resume) if resume else None
-    changed = existing.check_resumable(plan, accept_changes) if existing is not None else []
-    policy = _isolate(plan, unsandboxed)
-    _join_ray(plan, address)
-    run_dir = existing or RunDir.create(plan)
+    with _removed_unless_run(config_path) as write:
+        try:
+            write(("# written by `warpfleet optimize`; `warpfleet sweep` takes it as it is\n"
+                   + yaml.safe_dump(config, sort_keys=False)).encode())
+        except OSError as exc:
+            raise ConfigError(output_dir, "--output-dir", f"cannot be written ({exc.strerror or exc})") from None
+        plan = load_run(config_path)
+        existing = RunDir.open(resume) if resume else None
+        changed = existing.check_resumable(plan, accept_changes) if existing is not None else []
+        if existing is not None:
+            check_tables(existing.path)  # as sweep's resume: a damaged part or journal, before Ray
+        policy = _isolate(plan, unsandboxed)
+        _join_ray(plan, address)
+        _check_runnable(plan, target, "toolchain")
+        run_dir = existing or RunDir.create(plan)
     if accept_changes:
         _start_new_studies(run_dir, plan, changed)
     _record_sandbox(run_dir, policy)
     click.echo(f"run directory: {run_dir.path}", err=True)
     show_progress = sys.stderr.isatty() if progress is None else progress
-    with _resume_hint(f"warpfleet optimize {target} --output-dir {output_dir} --resume {run_dir.path}"):
+    with _resume_hint(f"warpfleet optimize {target} --output-dir {output_dir} --resume {run_dir.path}", run_dir.path):
         summary = Sweep(plan, run_dir, log=lambda m: click.echo(m, err=True),
                         started_at=started).run(address, show_progress)
+    _fail_if_nothing_ran(plan, summary)
     report = write_report(run_dir.path)
     click.echo(report.read_text())
     click.echo(f"report: {report}", err=True)
     _fail_without_baseline(summary)
+
+
+def _agents_options(experts: str, sanitizer: str) -> dict[str, Any]:
+    """optimize's agents: section, checked here: a name misspelt is the option's error, not one of
+    the config file that optimize writes."""
+    from pydantic import ValidationError
+
+    from cluster.config.agents import AgentsSpec
+
+    section = {"enabled": True, "experts": [e for e in experts.split(",") if e],
+               "sanitizer": [t for t in sanitizer.split(",") if t]}
+    try:
+        AgentsSpec.model_validate(section)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        option = "--sanitizer" if err["loc"][0] == "sanitizer" else "--experts"
+        raise click.BadParameter(err["msg"].removeprefix("Value error, "), param_hint=f"'{option}'") from None
+    return section
+
+
+@contextmanager
+def _removed_unless_run(path: Path) -> Iterator[Callable[[bytes], None]]:
+    """Write ``path`` (and the folders above it) for what follows; where that fails before a run
+    starts, remove what this wrote: a refused optimize leaves nothing behind."""
+    from cluster.store.rundir import write_atomic
+
+    made = [p for p in (path, *path.parents) if not os.path.lexists(p)]
+
+    def write(content: bytes) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        write_atomic(path, content)
+
+    try:
+        yield write
+    except BaseException:
+        for place in made:  # the file, then the folders made for it, deepest first
+            with suppress(OSError):
+                place.unlink() if place == path else place.rmdir()
+        raise
 
 
 @main.command()
@@ -392,8 +548,7 @@ def export(run: str, fmt: str, output: str | None, target: str | None, device: s
     if fmt in WRITES_FOLDER:
         click.echo(text, err=True)
     elif output:
-        Path(output).write_text(text)
-        click.echo(f"wrote {output}", err=True)
+        _write_output(output, text)
     else:
         click.echo(text, nl=not text.endswith("\n"))
 
@@ -417,12 +572,15 @@ def evaluate(sources: tuple[str, ...], config: str | None, runs: int | None, add
     from cluster.engine.evaluate import Evaluation, create_run_dir, plan_for
 
     plan, origins = plan_for(list(sources), config)
+    _check_output_dir(plan, output_dir)
     policy = _isolate(plan, unsandboxed)
     _join_ray(plan, address)
-    run_dir = create_run_dir(plan, origins, list(sources), output_dir)
+    with _blamed_on(output_dir, "--output-dir"):
+        run_dir = create_run_dir(plan, origins, list(sources), output_dir)
     _record_sandbox(run_dir, policy)
     click.echo(f"run directory: {run_dir.path}", err=True)
-    summary = Evaluation(plan, origins, run_dir, runs, log=lambda m: click.echo(m, err=True)).run(address)
+    with _resume_hint(None, run_dir.path):
+        summary = Evaluation(plan, origins, run_dir, runs, log=lambda m: click.echo(m, err=True)).run(address)
     click.echo(f"{summary.rows} rows written to {run_dir.results}", err=True)
     # compare reads run directories: an export file's configurations are listed in this run's meta.json
     runs_given = [s for s in sources if Path(s).is_dir()]
@@ -456,11 +614,30 @@ def compare(runs: tuple[str, ...], fmt: str, output: str | None, archs: tuple[st
     matrices = [add_resources(m, loaded, archs, targets if compile_missing else None) for m in build_matrices(loaded)]
     text = to_json(matrices) if fmt == "json" else to_markdown(matrices)
     if output:
-        Path(output).write_text(text)
-        click.echo(f"wrote {output}", err=True)
+        _write_output(output, text)
     else:
         click.echo(text, nl=False)
 
+
+def _write_output(output: str, text: str) -> None:
+    """``--output FILE``: its folder made if need be (as ``report`` makes its own), the file written
+    whole or not at all; a place that cannot be written is one line."""
+    from cluster.store.rundir import write_atomic
+
+    path = Path(output)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        write_atomic(path, text.encode())
+    except OSError as exc:
+        raise ConfigError(output, "--output", f"cannot be written ({exc.strerror or exc})") from None
+    click.echo(f"wrote {output}", err=True)
+
+
+
+def _finite(value: float | None) -> float | None:
+    if value is not None and not math.isfinite(value):  # FloatRange lets nan through, and inf has no bound
+        raise click.BadParameter(f"{value} is not a finite number of seconds")
+    return value
 
 
 def _archs(values: tuple[str, ...]) -> tuple[str, ...]:
@@ -508,9 +685,15 @@ def kt_import(script: str, output: str, name: str | None, inputs: str, outputs: 
     from cluster.config.kt_import import kt_import as convert
 
     try:
-        convert(Path(script), Path(output), name, inputs, [o for o in (outputs or "").split(",") if o], params_only)
+        imported = convert(Path(script), Path(output), name, inputs, [o for o in (outputs or "").split(",") if o],
+                           params_only)
     except KtImportError as exc:
         raise ConfigError(script, "", str(exc)) from None
+    except OSError as exc:  # the script ran: what failed is writing the target or what goes beside it
+        where = f" ({exc.filename})" if exc.filename and exc.filename != output else ""
+        raise ConfigError(output, "--output", f"cannot be written{where}: {exc.strerror or exc}") from None
+    for note in imported.notes:
+        click.echo(f"note: {script}: {note}", err=True)
     target = load_target(output)  # what was written must load as it is
     click.echo(f"wrote {output}: kernel {target.spec.kernel.name if target.spec.kernel else ''}, "
                f"{target.space_size()} configurations", err=True)

@@ -28,9 +28,8 @@ from agents.launch_sites import LaunchSite, instance_of, launch_sites
 from agents.patch import InsertBefore, Patched, apply, source_files
 from agents.source_model import Kernel, SourceModel
 from agents.workflow.steps import Finding, Level, Plan
+from cluster.core.encodings import LAUNCH_BOUNDS_PARAM
 from cluster.core.occupancy import DeviceLimits, limits_for, occupancy, register_steps
-
-MACRO = "WF_LB_WARPS_{}"
 
 
 class LaunchBoundsExpert(Expert):
@@ -92,7 +91,7 @@ class LaunchBoundsExpert(Expert):
 
     def plan(self, context: AnalysisContext, finding: Finding) -> Plan | None:
         _, kernel, text, warps = finding.detail
-        macro = MACRO.format(kernel.name)
+        macro = LAUNCH_BOUNDS_PARAM.format(kernel=kernel.name)
         return Plan(finding, (f"declare {kernel.name} (line {kernel.span.start_line}) __launch_bounds__({text}, "
                               f"{macro} * 32 / ({text})), and {macro} with the first value above it",),
                     ((macro, warps),), finding.detail)
@@ -107,7 +106,7 @@ class LaunchBoundsExpert(Expert):
             name = name.child_by_field_name("declarator")
         if name is None:
             return []
-        macro = MACRO.format(kernel.name)
+        macro = LAUNCH_BOUNDS_PARAM.format(kernel=kernel.name)
         blocks = f"({macro} * 32 / ({text}) > 1 ? {macro} * 32 / ({text}) : 1)"
         prelude = f"#ifndef {macro}\n#define {macro} {warps[0]}\n#endif\n"
         edits = [InsertBefore(path, kernel.span.start_line, prelude),

@@ -19,8 +19,9 @@ from agents.experts._expert import Expert, source_models
 from agents.patch import Edit, InsertBefore, MarkerError, Patched, Replace, apply, readonly_regions, source_files
 from agents.source_model import Kernel, Loop, SourceModel
 from agents.workflow.steps import Finding, Level, Plan
+from cluster.core.encodings import UNROLL_PARAM
 
-MACRO = "WF_UNROLL_N"
+MACRO = UNROLL_PARAM
 CONSTANT = "kWfUnrollN"
 FACTORS = (1, 2, 4, 8, 16)
 MAX_FULL_UNROLL = 64  # trip counts up to this are unrolled fully

@@ -18,7 +18,9 @@ An array whose elements are all equal becomes a ``constant``; other float arrays
 ``inputs="npy"`` the script's very values in ``.npy`` files beside the target; integer arrays are
 always kept as ``.npy`` files. Without an ``answer``, the arrays that start as all zeros are the
 outputs. What cannot be carried over (a ``verify`` function, a callable anywhere) is a one-line
-``KtImportError``.
+``KtImportError``; what is left out of the target (an ``objective`` other than time, ``metrics``,
+``strategy``, ``observers``, ``iterations``, ...) is said, a note each (``not_carried_over``), on
+the command line and at the top of the target file. A script that raises is a one-line error too.
 """
 
 from __future__ import annotations
@@ -34,8 +36,10 @@ import re
 import runpy
 import shutil
 import sys
+import traceback
 import types
 from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -126,7 +130,16 @@ def capture(script: Path) -> dict[str, Any]:
             return called.arguments
         except SystemExit:
             pass
+        except Exception as exc:  # the script's own error, where in the script it happened
+            lines = [f.lineno for f in traceback.extract_tb(exc.__traceback__) if f.filename == str(script)]
+            where = f" at line {lines[-1]}" if lines else ""
+            raise KtImportError(f"{script.name} raised {type(exc).__name__}{where}: {_first_line(exc)}") from None
     raise KtImportError(f"{script.name} never called tune_kernel (is it called under `if __name__ == '__main__'`?)")
+
+
+def _first_line(exc: BaseException) -> str:
+    lines = str(exc).strip().splitlines()
+    return lines[0][:200] if lines else "(no message)"
 
 
 # -- the conversion ----------------------------------------------------------------------------
@@ -323,11 +336,56 @@ def _constraints(restrictions: Any, params: dict[str, list[Any]]) -> list[str]:
     return out
 
 
+# Arguments of tune_kernel that no field of a target holds, and why: each one the script gives (other
+# than its default) is a note. The rest of the unmapped ones only steer Kernel Tuner's own output.
+_LEFT_OUT = {
+    "objective": "warpfleet minimizes the kernel's time (a throughput of fixed work, GB/s or GFLOP/s, "
+                 "is highest where the time is least); search.objective also offers energy",
+    "objectives": "warpfleet minimizes the kernel's time, or with search.objective time_energy both",
+    "objective_higher_is_better": "warpfleet minimizes the kernel's time",
+    "metrics": "derived metrics are not computed; each row holds the time (and NVML energy on GPUs)",
+    "strategy": "the search is the run config's search.sampler (tpe, random or grid)",
+    "strategy_options": "the search is the run config's search (sampler, trials, time_budget_s)",
+    "observers": "warpfleet's own NVML telemetry observes GPU runs (measure.search_telemetry)",
+    "iterations": "each configuration is sampled by the harness's stopping rule (kernel.bench), not a fixed count",
+    "cache": "Kernel Tuner's cache file is not read; a run's results stay in its run directory",
+    "simulation_mode": "every configuration is compiled and measured",
+    "parallel": "a Ray cluster runs the sweep (cluster: in the run config)",
+    "compiler": "kernel.compiler picks NVRTC or nvcc",
+    "device": "the GPUs are Ray's (cluster.gpu_types)",
+    "platform": "the GPUs are Ray's (cluster.gpu_types)",
+    "seed": "the inputs are seeded per run by warpfleet",
+}
+
+
+def not_carried_over(call: dict[str, Any]) -> list[str]:
+    """A note per argument of the recorded call that the target does not carry, with what holds instead."""
+    defaults = {name: p.default for name, p in inspect.signature(_tune_kernel).parameters.items()}
+    notes = []
+    for name, why in _LEFT_OUT.items():
+        value = call.get(name)
+        if value is None or (isinstance(value, int | str) and value == defaults[name]):
+            continue
+        shown = repr(value) if isinstance(value, int | float | str) else type(value).__name__
+        if isinstance(value, dict):
+            shown = "{" + ", ".join(map(str, value)) + "}"
+        notes.append(f"{name}={shown} is not carried over: {why}")
+    return notes
+
+
+@dataclass(frozen=True)
+class Imported:
+    spec: dict[str, Any]  # the target, as written
+    notes: list[str]  # what the script asked for that the target does not carry
+
+
 def kt_import(script: Path, output: Path, name: str | None = None, inputs: str = "uniform",
-              outputs: Sequence[str] = (), params_only: bool = False) -> dict[str, Any]:
+              outputs: Sequence[str] = (), params_only: bool = False) -> Imported:
     """Convert ``script`` and write the target to ``output`` (its sources and inputs beside it)."""
     call = capture(script)
     spec = convert(call, script.resolve(), output.parent, name, inputs, outputs, params_only)
+    notes = not_carried_over(call)
     header = f"# Converted from {script.name} by `warpfleet kt-import` (README.md: \"A kernel target\").\n"
+    header += "".join(f"# {note}\n" for note in notes)
     output.write_text(header + yaml.safe_dump(spec, sort_keys=False, default_flow_style=None, width=110))
-    return spec
+    return Imported(spec, notes)

@@ -6,11 +6,13 @@ the file and the field.
 from __future__ import annotations
 
 import dataclasses
+import difflib
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, get_args
 
 import yaml
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 
 from cluster.config.kernel import kernel_target_problem
 from cluster.config.run import RunConfig, RunPlan
@@ -39,13 +41,34 @@ def _field_path(loc: tuple[Any, ...]) -> str:
     return out
 
 
+class _UniqueKeys(yaml.SafeLoader):
+    """YAML's safe loader, but a key given twice in one mapping is an error: the last one would win
+    unseen (``trials: 8`` ... ``trials: 800``). Merge keys (``<<``) may still be overridden."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        seen: set[Any] = set()
+        for key_node, _ in node.value:
+            if key_node.tag == "tag:yaml.org,2002:merge":
+                continue
+            key = self.construct_object(key_node, deep=True)
+            try:
+                duplicate = key in seen
+                seen.add(key)
+            except TypeError:  # an unhashable key: the constructor's own error follows
+                continue
+            if duplicate:
+                raise yaml.constructor.ConstructorError(None, None, f"the key {key!r} is given twice",
+                                                        key_node.start_mark)
+        return super().construct_mapping(node, deep)
+
+
 def _read_yaml(path: Path) -> dict[str, Any]:
     try:
         with open(path, "rb") as file:
             raw = file.read(MAX_CONFIG_BYTES + 1)
         if len(raw) > MAX_CONFIG_BYTES:
             raise ConfigError(path, "", f"larger than {MAX_CONFIG_BYTES // (1024 * 1024)} MB: not a config file")
-        data = yaml.safe_load(raw.decode())
+        data = yaml.load(raw.decode(), Loader=_UniqueKeys)  # a SafeLoader
     except FileNotFoundError:
         raise ConfigError(path, "", "file not found") from None
     except (OSError, UnicodeDecodeError) as exc:
@@ -65,11 +88,46 @@ def _validate(model: type[_Model], data: dict[str, Any], path: Path) -> Any:
     try:
         return model.model_validate(data)
     except ValidationError as exc:
-        err = exc.errors()[0]
+        if kind := _other_kind(model, data):
+            raise ConfigError(path, "", kind) from None
+        errors = exc.errors()
+        # An unknown field first: a misspelt one (`tagets:`) leaves the field it meant missing too.
+        err = next((e for e in errors if e["type"] == "extra_forbidden"), errors[0])
         message = err["msg"].removeprefix("Value error, ")
         if err["type"] == "extra_forbidden":
-            message = "unknown field"
+            close = difflib.get_close_matches(str(err["loc"][-1]), _fields_at(model, err["loc"][:-1]), n=1)
+            message = f"unknown field (did you mean {close[0]}?)" if close else "unknown field"
         raise ConfigError(path, _field_path(err["loc"]), message) from None
+
+
+def _other_kind(model: type[_Model], data: dict[str, Any]) -> str:
+    """What to say when a target file is given where a run config is expected, or back; else ""."""
+    if model is RunConfig and "targets" not in data and {"sources", "kernel"} & set(data):
+        return ("a target file, not a run config: list it under a run config's targets: "
+                "(warpfleet optimize takes a target file)")
+    if model is TargetSpec and "targets" in data:
+        return "a run config, not a target file: warpfleet sweep and validate take it"
+    return ""
+
+
+def _fields_at(model: type[BaseModel], loc: tuple[Any, ...]) -> list[str]:
+    """The names of the fields at ``loc`` (a validation error's, below ``model``); [] where no model is."""
+    for part in loc:
+        if isinstance(part, int):
+            continue  # an item of a list
+        field = model.model_fields.get(part)
+        nested = [t for t in _types(field.annotation) if isinstance(t, type) and issubclass(t, BaseModel)] \
+            if field else []
+        if not nested:
+            return []
+        model = nested[0]
+    return list(model.model_fields)
+
+
+def _types(annotation: Any) -> Iterator[Any]:
+    yield annotation
+    for arg in get_args(annotation):
+        yield from _types(arg)
 
 
 def load_target(path: str | Path) -> Target:
@@ -183,6 +241,8 @@ def load_run(path: str | Path) -> RunPlan:
         if not target_path.is_file():
             raise ConfigError(path, f"targets[{i}]", f"file not found: {target_path}")
         targets.append(load_target(target_path))
+    if config.search.storage and (problem := _storage_problem(config.search.storage)):
+        raise ConfigError(path, "search.storage", problem)
     objective = config.search.objective
     for target in targets:
         if objective != "time" and get_toolchain(target.spec.toolchain).device_kind != "gpu":
@@ -194,3 +254,26 @@ def load_run(path: str | Path) -> RunPlan:
             raise ConfigError(path, f"targets[{i}]", f"a second target named {target.name!r}")
         seen[target.name] = i
     return RunPlan(config, str(path), tuple(targets))
+
+
+def _storage_problem(url: str) -> str:
+    """Why Optuna could not open the database ``url`` names ("" when it looks as if it could): not
+    a URL, a driver not installed, an SQLite file in a folder that does not exist. Said now, before
+    a run directory is made; a server that is down is still found out when the sweep opens it."""
+    from sqlalchemy.engine import make_url
+    from sqlalchemy.exc import ArgumentError, NoSuchModuleError
+
+    try:
+        parsed = make_url(url)
+    except ArgumentError:
+        return "not a database URL (sqlite:///FILE, postgresql://USER@HOST/DB, ...)"
+    shown = parsed.render_as_string(hide_password=True)
+    try:
+        parsed.get_dialect().import_dbapi()
+    except (NoSuchModuleError, ImportError) as exc:
+        return f"{shown}: its database driver is not installed ({exc})"
+    database = parsed.database or ""
+    if parsed.get_backend_name() == "sqlite" and database not in ("", ":memory:") \
+            and not database.startswith("file:") and not Path(database).absolute().parent.is_dir():
+        return f"{shown}: the folder of {database} does not exist"
+    return ""

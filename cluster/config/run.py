@@ -21,7 +21,7 @@ class SearchSpec(_Model):
     objective: Literal["time", "energy", "edp", "time_energy"] = "time"
     seed: int = 0
     trials: int | None = Field(40, gt=0, le=MAX_TRIALS)  # evaluated candidates per study (strict: not `true`)
-    time_budget_s: float | None = Field(None, gt=0)
+    time_budget_s: float | None = Field(None, gt=0, allow_inf_nan=False)
     storage: str | None = None  # an RDB URL; default: a journal file in the run directory
 
     @field_validator("sampler")
@@ -88,7 +88,9 @@ class SandboxSpec(_Model):
     bubblewrap, a process and a memory limit, no network. A sweep refuses to start where the
     sandbox cannot, unless it is given ``--unsandboxed``; ``warpfleet doctor`` says why."""
 
-    bwrap: str | None = None  # the bwrap program; default: $WARPFLEET_BWRAP, else bwrap on PATH
+    # the bwrap program; default: $WARPFLEET_BWRAP, else bwrap on PATH, else the one unpacked into the
+    # virtual environment (cluster.runners.bwrap.UNPACKED)
+    bwrap: str | None = None
     memory_mb: int | None = Field(None, ge=64, le=1 << 30)  # per command; default: half the node's memory
     pids: int = Field(1024, ge=8, le=1 << 22)  # processes and threads per command
     network: bool = False  # True: the candidate shares the node's network

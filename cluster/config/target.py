@@ -32,6 +32,7 @@ HEADER_SUFFIXES = frozenset({".h", ".hh", ".hpp", ".hxx", ".cuh", ".inc", ".inl"
 # past either, the count is the product itself, an upper bound (constraints not applied).
 EXACT_COUNT_POINTS = 200_000
 EXACT_COUNT_S = 2.0
+INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1  # an int param's values: the results' p_ column is int64
 
 
 class _Model(BaseModel):
@@ -166,6 +167,10 @@ class TargetSpec(_Model):
                 for v in values if isinstance(values, list) else ():
                     if isinstance(v, bool):  # YAML's true: a -D of 1 or True? Neither, silently
                         raise ValueError(f"{name}: {v!r} is not a number or a string (quote it to mean the text)")
+                    if isinstance(v, float) and not math.isfinite(v):  # YAML's .inf and .nan
+                        raise ValueError(f"{name}: {v!r} is not a finite number (quote it to mean the text)")
+                    if isinstance(v, int) and not INT64_MIN <= v <= INT64_MAX:  # the results' p_ column
+                        raise ValueError(f"{name}: {v} does not fit in 64 bits (quote it to mean the text)")
         return value
 
     @field_validator("params")
@@ -174,6 +179,8 @@ class TargetSpec(_Model):
         for name, values in value.items():
             if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name):
                 raise ValueError(f"{name!r} is not a valid macro name")
+            if name in BUILD_PLACEHOLDERS | RUN_PLACEHOLDERS:  # {seed} in a command would be which?
+                raise ValueError(f"{name} is the name of a placeholder ({{{name}}}): name the param otherwise")
             if not values:
                 raise ValueError(f"{name} has no values")
             if len(set(map(repr, values))) != len(values):

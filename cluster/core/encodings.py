@@ -14,6 +14,8 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import re
+import shlex
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -25,9 +27,38 @@ OPTUNA_PARAM_INDEX = "param#:"
 INDEXED_ABOVE = 64  # values, past which a param is searched by its index
 VARIANT = "variant"
 
+# The params the rule-based experts give a variant (agents/experts: unroll, launch_bounds): macros
+# of the variant's own source, set by its patch. Shown to a user by what they do (agent_param_text),
+# not by these names; the exports keep the defines, which build the patched source as measured.
+UNROLL_PARAM = "WF_UNROLL_N"
+LAUNCH_BOUNDS_PARAM = "WF_LB_WARPS_{kernel}"
+_AGENT_PARAMS = ((re.compile(r"WF_UNROLL_N"), "unrolled by {value}"),
+                 (re.compile(r"WF_LB_WARPS_(?P<kernel>\w+)"), "{kernel}'s __launch_bounds__ for {value} warps per SM"))
+
 # A candidate this many times better than its baseline is run again on fresh seeds before it is
 # believed, and flagged for review (runners/guardrails.py runs the check).
 SUSPECT_SPEEDUP = 10.0
+
+
+def agent_param_text(name: str, value: Any) -> str | None:
+    """What an expert's param set to ``value`` does, in a user's words ("unrolled by 4"); None for
+    a param that is no expert's (the target's own, or a custom optimization's, named by its user)."""
+    for pattern, text in _AGENT_PARAMS:
+        if found := pattern.fullmatch(name):
+            return text.format(value=value, **found.groupdict())
+    return None
+
+
+def readable_configuration(flag_args: Sequence[str], params: Mapping[str, Any], variant: bool) -> str:
+    """A configuration as a user reads it: the flags and the defines a user passes, then, for an
+    agent's variant, that it is one and what its experts' params do (their macros are the variant's
+    own: `warpfleet export --format patch` carries the source change, the other formats the defines)."""
+    defines = [f"-D{name}={value}" for name, value in params.items() if agent_param_text(name, value) is None]
+    agents = [text for name, value in params.items() if (text := agent_param_text(name, value))]
+    text = shlex.join([*flag_args, *defines])
+    if variant or agents:
+        text += (" + " if text else "") + "the agents' variant" + (f" ({', '.join(agents)})" if agents else "")
+    return text
 
 
 def flag_column(name: str) -> str:

@@ -38,7 +38,14 @@ from typing import Any
 import pandas as pd
 
 from cluster.config import Target
-from cluster.core.encodings import FLAG_PREFIX, PARAM_PREFIX, config_id, settings
+from cluster.core.encodings import (
+    FLAG_PREFIX,
+    PARAM_PREFIX,
+    agent_param_text,
+    config_id,
+    readable_configuration,
+    settings,
+)
 from cluster.core.types import Candidate, Phase, Scalar, Stats, Status
 from cluster.outputs.select import load_verified, select_best
 from cluster.runners.build import compile_candidate
@@ -99,7 +106,7 @@ class Config:
     @property
     def arguments(self) -> str:
         flags = [arg for _, option in self.flag_options for arg in shlex.split(option)]
-        return shlex.join([*flags, *(f"-D{name}={value}" for name, value in self.params)]) or "(none)"
+        return readable_configuration(flags, dict(self.params), False) or "(none)"
 
 
 @dataclass(frozen=True)
@@ -295,7 +302,11 @@ def _best_worst_case(configs: list[Config], devices: tuple[str, ...],
 def differences(a: Config, b: Config) -> list[str]:
     """What differs between two configurations: params by value, flags by option."""
     params_a, params_b = dict(a.params), dict(b.params)
-    out = [f"{name} {params_a.get(name, '-')} vs {params_b.get(name, '-')}"
+    def text(name: str, params: dict[str, Any]) -> str:
+        value = params.get(name, "-")
+        return agent_param_text(name, value) or f"{name} {value}" if name in params else "-"
+
+    out = [f"{text(name, params_a)} vs {text(name, params_b)}"
            for name in dict.fromkeys([*params_a, *params_b]) if params_a.get(name) != params_b.get(name)]
     options_a = {o for _, o in a.flag_options}
     options_b = {o for _, o in b.flag_options}

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from cluster.core.encodings import readable_configuration
 from cluster.core.types import BestConfig, Phase, Status
 from cluster.outputs.select import select_best
 from cluster.runners.profile import BANK_CONFLICT_METRICS, LOCAL_MEMORY_METRICS, PROFILE_SCHEMA
@@ -131,7 +132,8 @@ def _winner_lines(best: BestConfig, rows: pd.DataFrame, variants: pd.DataFrame, 
     study_rows = rows[rows["target"] == best.target]
     base = study_rows[study_rows["phase"] == Phase.BASELINE.value]
     base_key = str(base["candidate_key"].iloc[0]) if len(base) else ""
-    config = " ".join([*best.flag_argv, *best.defines]) or "(baseline flags)"
+    config = readable_configuration(best.flag_argv, best.params, False) \
+        or "(baseline flags)"  # the label names the variant
     label = "the target's own sources"
     if best.is_variant:
         match = variants[(variants["source_hash"] == best.source_hash) & (variants["stage"] == "accepted")]
@@ -150,10 +152,13 @@ def render(run_dir: Path) -> str:
     rows = read_results(run_dir)
     variants = latest_outcomes(read_table(run_dir, RunDir.VARIANTS, VARIANT_SCHEMA))
     generations = read_generations(run_dir)
-    variants = variants[[is_current_study(str(study), generations) for study in variants["study"]]]
+    # a mask, not a list: an empty list would select no columns, and the report had no "target"
+    variants = variants[variants["study"].map(lambda study: is_current_study(str(study), generations)).astype(bool)]
     profiles = read_table(run_dir, RunDir.PROFILES, PROFILE_SCHEMA)
     best = {b.target: b for b in select_best(rows)} if len(rows) else {}
     lines = [f"# warpfleet optimize: {run_dir.name}", ""]
+    if rows.empty and variants.empty:
+        lines += ["No study ran: nothing was measured.", ""]
     for target in sorted(set(rows["target"]) | set(variants["target"])):
         lines += [f"## {target}", ""]
         if target in best:

@@ -23,12 +23,15 @@ import optuna
 import pandas as pd
 import yaml
 
+from cluster.core.encodings import readable_configuration
 from cluster.core.types import BestConfig, Phase
 from cluster.outputs import plots
 from cluster.outputs.compare import Matrix, Run, add_resources, build_matrices, differences, load_run_dir
 from cluster.outputs.compare_text import resources_text, share_text
 from cluster.outputs.exports.bundle import slug
 from cluster.outputs.select import NOT_REMEASURED, load_verified, select_best
+from cluster.store.check import bad_journal
+from cluster.store.journal import journal_problem
 from cluster.store.rundir import RunDir, is_current_study, read_generations
 
 MIN_TRIALS = 5  # fewer completed trials than this: no parameter importance for the study
@@ -66,7 +69,8 @@ def _summary(runs: Sequence[Run], out: Path) -> list[Block]:
     blocks.append(_table(["target", "device type", "run", "baseline", "best", "speedup", "configuration"], [
         [b.target, b.device_type, r.run_id, f"{b.baseline_median:.4g} {b.unit}",
          f"{b.median:.4g} {b.unit}" + ("" if b.remeasured else " (not re-measured)"),
-         f"{b.speedup:.2f}x", " ".join([*b.flag_argv, *b.defines]) or "(baseline)"] for r, b in winners]))
+         f"{b.speedup:.2f}x", readable_configuration(b.flag_argv, b.params, b.is_variant) or "(baseline)"]
+        for r, b in winners]))
     if not all(b.remeasured for _, b in winners):
         blocks.append(Block("p", f"(not re-measured): {NOT_REMEASURED}."))
     image = plots.speedup_plot([b for _, b in winners], out / "speedup.png")
@@ -253,6 +257,9 @@ def to_html(blocks: Sequence[Block], folder: Path) -> str:
 def write_report(run_paths: Sequence[str | Path], out: Path) -> tuple[Path, Path]:
     """Write ``report.html`` and ``report.md`` (and the PNGs) for the runs into ``out``."""
     runs = [load_run_dir(p) for p in run_paths]
+    for run in runs:  # a damaged journal is one line before anything is written, as a damaged part is
+        if problem := journal_problem(journal := run.path / RunDir.JOURNAL):
+            raise bad_journal(journal, problem)
     out.mkdir(parents=True, exist_ok=True)
     blocks = build(runs, out)
     markdown, page = out / "report.md", out / "report.html"

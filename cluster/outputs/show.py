@@ -12,6 +12,7 @@ import pandas as pd
 from rich.console import Console
 from rich.table import Table
 
+from cluster.core.encodings import readable_configuration
 from cluster.core.types import BestConfig, Status
 from cluster.outputs.select import NOISY_ADVICE, NOT_REMEASURED, load_verified, pareto_front, select_best
 from cluster.store.results import read_results, read_table
@@ -49,7 +50,7 @@ def show(path: Path, console: Console | None = None) -> list[BestConfig]:
             table.add_row(str(target), str(device), str(len(search)), str(len(failed)), "-", "-", "-",
                           f"no correct candidate ({status})")
             continue
-        config = " ".join([*b.flag_argv, *b.defines]) or "(baseline)"
+        config = readable_configuration(b.flag_argv, b.params, b.is_variant) or "(baseline)"
         baseline = f"{b.baseline_median:.4g} {b.unit}" if math.isfinite(b.baseline_median) else "-"
         table.add_row(b.target, b.device_type, str(len(search)), str(len(failed)), baseline,
                       f"{b.median:.4g} ± {b.iqr:.2g} {b.unit}" + (f" {NOISY_MARK}" if b.noisy else "")

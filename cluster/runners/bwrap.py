@@ -55,6 +55,8 @@ PASSED_PREFIXES = ("LC_", "CUDA_", "NVIDIA_", "OMP_", "WARPFLEET_")
 # Credentials under the worker's home, hidden even where the command could read them (not root).
 HIDDEN = (".ray", ".ssh", ".aws", ".azure", ".kube", ".docker", ".gnupg", ".config/gcloud", ".config/gh",
           ".netrc", ".git-credentials", ".pypirc", ".cache/huggingface/token")
+# Where scripts/bubblewrap.sh unpacks Debian's bubblewrap when the system has none: this environment's.
+UNPACKED = Path(sys.prefix) / "bubblewrap" / "usr" / "bin" / "bwrap"
 
 
 @dataclass(frozen=True)
@@ -66,10 +68,11 @@ class Program:
 
     @classmethod
     def find(cls, configured: str | None) -> Program:
-        """``configured`` (a path or a name on PATH), else ``bwrap`` on PATH."""
-        path = shutil.which(configured or "bwrap")
+        """``configured`` (a path or a name on PATH), else ``bwrap`` on PATH, else the one unpacked
+        into this virtual environment (``UNPACKED``), which no PATH outside the scripts names."""
+        path = shutil.which(configured) if configured else shutil.which("bwrap") or shutil.which(str(UNPACKED))
         if path is None:
-            where = f"{configured!r} not found" if configured else "bwrap not found on PATH"
+            where = f"{configured!r} not found" if configured else f"bwrap not found on PATH nor at {UNPACKED}"
             raise SandboxError(f"{where} (install bubblewrap, or set sandbox.bwrap or WARPFLEET_BWRAP)")
         try:
             out = subprocess.run([path, "--version"], capture_output=True, text=True, timeout=10).stdout

@@ -42,8 +42,15 @@ def _other_value(target: Target, name: str) -> Scalar | None:
 
 
 def _failure(artifact: BuildArtifact) -> str:
-    lines = [line for line in artifact.error_tail.splitlines() if line.strip()]
-    return f"{artifact.status.value}" + (f": {lines[-1][:200]}" if lines else "")
+    """The status and the compiler's own error line (``tiny.c:8:45: error: expected expression``),
+    not the tail's last line, which for gcc and nvcc is the caret under the source line quoted."""
+    lines = [line.strip() for line in artifact.error_tail.splitlines() if line.strip()]
+    errors = [line for line in lines if _ERROR_LINE.search(line)]
+    shown = errors[0] if errors else next((line for line in reversed(lines) if re.search(r"\w", line)), "")
+    return f"{artifact.status.value}" + (f": {shown[:200]}" if shown else "")
+
+
+_ERROR_LINE = re.compile(r"\b(error|fatal error)\b", re.IGNORECASE)
 
 
 def probe_params(target: Target, arch: str = "sm_90") -> Iterator[str]:

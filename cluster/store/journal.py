@@ -58,6 +58,20 @@ class BatchedJournal(BaseJournalBackend):
             self.last_flush = time.monotonic()
 
 
+def journal_problem(path: Path) -> str:
+    """Why the Optuna journal at ``path`` cannot be replayed ("" when it can, or is not there): a
+    line that is not JSON, an operation that does not fit the ones before it. A last line cut short
+    (a driver killed mid-write) is no problem: Optuna leaves it out, and so does a resume."""
+    if not path.is_file():
+        return ""
+    try:
+        JournalStorage(JournalFileBackend(str(path)))  # replays every operation
+    except Exception as exc:  # json's, Optuna's (KeyError, ValueError, ...): whatever the bytes give
+        lines = str(exc).strip().splitlines()
+        return f"{type(exc).__name__}: {lines[0][:200]}" if lines else type(exc).__name__
+    return ""
+
+
 class BatchedJournalStorage(JournalStorage):
     """Optuna's journal storage on a ``BatchedJournal``; ``flush`` writes what is pending."""
 

@@ -485,6 +485,29 @@ def _base_schema() -> pa.Schema:
     return pa.schema([*_LEADING, *_TRAILING])
 
 
+# The columns that every part of a table has, each a string: a Parquet file without one of them (a
+# part of another table, another program's file copied in) is no part of it. Read with the others it
+# would be rows of nulls that every reader drops, unseen; readers and `warpfleet check` name it.
+IDENTITY_COLUMNS: dict[str, tuple[str, ...]] = {
+    RunDir.RESULTS: ("run_id", "phase", "target", "study", "candidate_key", "status"),
+    RunDir.PROFILES: ("run_id", "target", "candidate_key", "metric"),
+    RunDir.VARIANTS: ("run_id", "target", "study", "source_hash", "optimization", "stage"),
+    RunDir.REVIEWS: ("run_id", "study", "candidate_key", "status"),
+}
+
+
+def schema_problem(schema: pa.Schema, table: str) -> str:
+    """Why a file of ``schema`` is no part of ``table`` ("" when it can be): a column every part of
+    the table has is missing, or is not text."""
+    for name in IDENTITY_COLUMNS.get(table, ()):
+        if name not in schema.names:
+            return f"another table's schema: no column {name}"
+        kind = schema.field(name).type
+        if not (pa.types.is_string(kind) or pa.types.is_large_string(kind)):
+            return f"another table's schema: column {name} is {kind}, not string"
+    return ""
+
+
 def _dataset(run_dir: Path, subdir: str = RESULTS_DIR) -> ds.Dataset | None:
     parts = part_files(Path(run_dir) / subdir)
     if not parts:
@@ -495,12 +518,14 @@ def _dataset(run_dir: Path, subdir: str = RESULTS_DIR) -> ds.Dataset | None:
             schemas.append(pq.read_schema(part))
         except (OSError, pa.ArrowException) as exc:
             raise bad_part(part, _first_line(exc)) from None
+        if problem := schema_problem(schemas[-1], subdir):
+            raise bad_part(part, problem)
     schema = pa.unify_schemas(schemas)  # tolerates a resume that added targets
     return ds.dataset([str(p) for p in parts], schema=schema, format="parquet")
 
 
 def bad_part(part: Path, problem: str) -> ConfigError:
-    """The one line that names a damaged part and what to do about it."""
+    """The one line that names a damaged part (or a file of another schema) and what to do about it."""
     return ConfigError(part, "", f"not a readable Parquet part ({problem}); `warpfleet check "
                        f"{part.parent.parent}` moves it aside, and a resume runs its rows again")
 
@@ -555,12 +580,13 @@ def read_table(run_dir: Path, subdir: str, schema: pa.Schema) -> pd.DataFrame:
 
 
 def part_problem(part: Path) -> str:
-    """Why ``part`` cannot be read whole ("" when it can): its footer, schema and every page."""
+    """Why ``part`` cannot be read whole as a part of its table, the folder it is in ("" when it
+    can): its footer, every page, and a schema of that table (``schema_problem``)."""
     try:
-        pq.read_table(part, use_threads=False)
+        table = pq.read_table(part, use_threads=False)
     except (OSError, pa.ArrowException) as exc:
         return _first_line(exc)
-    return ""
+    return schema_problem(table.schema, part.parent.name)
 
 
 def read_keys(run_dir: Path) -> set[str]:

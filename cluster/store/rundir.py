@@ -298,6 +298,22 @@ def _short(value: Any) -> str:
     return text if len(text) <= 60 else text[:57] + "..."
 
 
+def output_dir_problem(root: Path) -> str:
+    """Why no run directory can be made under ``root`` ("" when one can), in the words of the error
+    that making one would give, found without writing anything: the nearest folder of it that
+    exists must be a folder this process may write to."""
+    place = Path(root).absolute()
+    while not os.path.lexists(place):
+        place = place.parent
+    if not place.is_dir():
+        code = errno.ENOTDIR
+    elif not os.access(place, os.W_OK | os.X_OK):
+        code = errno.EROFS if os.statvfs(place).f_flag & os.ST_RDONLY else errno.EACCES
+    else:
+        return ""
+    return os.strerror(code) + ("" if place == Path(root).absolute() else f": {place}")
+
+
 def _make_unique(root: Path, name: str) -> Path:
     """``root/name``, or ``name-2``, ``name-3``, ...: one ``mkdir`` each, so that two sweeps started
     in the same second never share a directory (no check-then-create race)."""

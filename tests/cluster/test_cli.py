@@ -6,8 +6,10 @@ from __future__ import annotations
 import gc
 import json
 import os
+import signal
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import pytest
@@ -21,7 +23,7 @@ from cluster.outputs.select import select_best
 from cluster.store.results import read_results
 from cluster.store.rundir import RunDir
 from tests.cluster.outputs.fake_runs import Row, gpu, write_run
-from tests.conftest import REPO, repo_pythonpath, write_config, write_target
+from tests.conftest import REPO, TINY_C, gpu_present, repo_pythonpath, write_config, write_target
 
 SAXPY = load_target(REPO / "configs" / "targets" / "saxpy" / "target.yaml")
 H100 = gpu("NVIDIA H100 80GB HBM3", "9.0", "H100")
@@ -358,3 +360,161 @@ def test_validate_notes_a_cuda_target_without_a_smaller_problem_for_the_sanitize
                      f"to 90 s per tool; give it a smaller one (README: Bounded verification)"]
     quiet = write_config(tmp_path, ["full/target.yaml"], agents={"enabled": True, "sanitizer": []})
     assert "note:" not in CliRunner().invoke(main, ["validate", str(quiet)]).output
+
+
+SLOW_C = TINY_C.replace("int main(void) {", "#include <unistd.h>\nint main(void) {\n    usleep(300000);")
+
+
+def test_sigterm_stops_a_sweep_as_ctrl_c_does_and_no_banner_precedes_its_output(tmp_path):
+    """Seen: SIGTERM (Slurm's time limit, kill, timeout) dumped Ray's C++ stack traces and aborted,
+    and Ray's "Token authentication is enabled" banner came before every sweep's output."""
+    write_target(tmp_path / "t")
+    (tmp_path / "t" / "tiny.c").write_text(SLOW_C)
+    config = write_config(tmp_path, ["t/target.yaml"], search={"trials": 200, "sampler": "random"},
+                          measure={"final_top_k": 1, "final_runs": 1})
+    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"} | {"PYTHONPATH": repo_pythonpath()}
+    proc = subprocess.Popen([sys.executable, "-m", "cluster.cli", "sweep", str(config), "--no-progress"],
+                            cwd=tmp_path, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    watchdog = threading.Timer(180, proc.kill)
+    watchdog.start()
+    try:
+        lines = []
+        for line in proc.stderr:
+            lines.append(line.rstrip("\n"))
+            if line.rstrip().endswith(": search"):
+                break
+        proc.send_signal(signal.SIGTERM)
+        lines += proc.stderr.read().splitlines()
+        returncode = proc.wait()
+    finally:
+        watchdog.cancel()
+    run = _run_of(tmp_path / "runs")
+    assert returncode == 143, lines
+    assert lines[0] == f"run directory: {run}", lines  # nothing before it
+    assert lines[-1] == f"terminated; resume with: warpfleet sweep {config} --resume {run}"
+    assert not [line for line in lines if "SIGTERM" in line or "***" in line or "Traceback" in line], lines
+    assert "baseline" in set(read_results(run)["phase"])  # the rows measured are kept for the resume
+
+
+def test_a_misspelt_expert_is_the_options_error_and_optimize_leaves_nothing(tmp_path):
+    """Seen: `optimize --experts padd` reported against the config file optimize had generated,
+    which it left behind."""
+    target = write_target(tmp_path / "t")
+    out = tmp_path / "out"
+    result = _invoke("optimize", str(target), "--experts", "padd", "--output-dir", str(out), "--no-progress")
+    [line] = result.output.strip().splitlines()
+    assert result.exit_code == 2 and line.startswith("error: main optimize: Invalid value for '--experts': "
+                                                     "unknown expert 'padd' (known: registers, "), result.output
+    result = _invoke("optimize", str(target), "--sanitizer", "memchek", "--output-dir", str(out), "--no-progress")
+    assert result.exit_code == 2 and "Invalid value for '--sanitizer'" in result.output, result.output
+    assert not out.exists()
+
+
+@pytest.mark.usefixtures("ray_local")
+def test_a_sweep_that_no_target_can_run_here_is_one_line_and_leaves_no_run(tmp_path, monkeypatch):
+    """Seen on a machine without a GPU: `optimize` of a CUDA target said "skipped transpose: no GPU
+    worker", then a KeyError traceback, exit status 1 and a run directory; a sweep of GPU targets
+    only ended "0 rows written" and suggested `show`."""
+    config = write_config(tmp_path, [str(SAXPY.file)], cluster={"gpu_types": ["B999"]})
+    result = _invoke("sweep", str(config), "--no-progress")
+    [line] = result.output.strip().splitlines()
+    assert result.exit_code == 2 and line.startswith(
+        f"error: {config}: targets: no GPU of cluster.gpu_types (B999) in the cluster (present: "), result.output
+    assert line.endswith("), and saxpy needs one: nothing to run") and not (tmp_path / "runs").exists()
+    # where the check passed and the workers then were not there: exit status 1, not a run of nothing
+    import cluster.cli
+
+    monkeypatch.setattr(cluster.cli, "_check_runnable", lambda *args: None)
+    result = _invoke("sweep", str(config), "--no-progress")
+    assert result.exit_code == 1, result.output
+    last = result.output.strip().splitlines()[-1]
+    assert last.startswith("error: every target was skipped (") and last.endswith("): nothing was run"), last
+    assert "saxpy: no GPU worker in the cluster" in last
+    assert "rows written" not in result.output and "next:" not in result.output
+
+
+@pytest.mark.usefixtures("ray_local")
+@pytest.mark.skipif(gpu_present(), reason="a GPU is here: optimize would run")
+def test_optimize_without_a_gpu_is_one_line_and_leaves_nothing(tmp_path):
+    out = tmp_path / "out"
+    result = _invoke("optimize", str(SAXPY.file), "--output-dir", str(out), "--no-progress")
+    [line] = result.output.strip().splitlines()
+    assert result.exit_code == 2 and line == (f"error: {SAXPY.file}: toolchain: no GPU in the cluster, and saxpy "
+                                              "needs one: nothing to run"), result.output
+    assert not out.exists()
+
+
+@pytest.mark.usefixtures("ray_local")
+@pytest.mark.parametrize("where", ["results", "journal"])
+def test_a_full_disk_under_the_run_is_one_line_with_the_resume_command(tmp_path, monkeypatch, where):
+    """Seen: a traceback (the rows were kept and a resume finished)."""
+    import errno
+
+    from optuna.storages.journal import JournalFileBackend
+
+    from cluster.store.results import ResultWriter
+
+    cls, name = (ResultWriter, "_write_part") if where == "results" else (JournalFileBackend, "append_logs")
+    real, calls = getattr(cls, name), []
+
+    def fills_up(self, *args):
+        calls.append(1)
+        if len(calls) > 2:  # the disk is full from the third write on
+            raise OSError(errno.ENOSPC, "No space left on device", "/full/part")
+        return real(self, *args)
+
+    monkeypatch.setattr(cls, name, fills_up)
+    write_target(tmp_path / "t")
+    config = write_config(tmp_path, ["t/target.yaml"], search={"trials": 8, "sampler": "random"},
+                          measure={"final_top_k": 1, "final_runs": 1}, flush_interval_s=0.01)
+    result = _invoke("sweep", str(config), "--no-progress")
+    run = _run_of(tmp_path / "runs")
+    assert result.exit_code == 1 and "Traceback" not in result.output, result.output
+    errors = [line for line in result.output.splitlines() if line.startswith("error:")]
+    assert errors == [f"error: {run}: cannot write the run (/full/part: No space left on device); the rows written "
+                      f"are kept: make room, then resume with: warpfleet sweep {config} --resume {run}"]
+    if where == "results":
+        assert len(read_results(run)) >= 1  # the parts written before the disk filled
+
+
+@pytest.mark.usefixtures("ray_local")
+def test_a_damaged_journal_stops_a_resume_in_one_line_and_after_check_the_resume_rebuilds_it(tmp_path):
+    write_target(tmp_path / "t")
+    config = write_config(tmp_path, ["t/target.yaml"], search={"trials": 2, "sampler": "random"},
+                          measure={"final_top_k": 1, "final_runs": 1})
+    assert _invoke("sweep", str(config), "--no-progress").exit_code == 0
+    run = _run_of(tmp_path / "runs")
+    journal = run / "optuna.journal"
+    lines = journal.read_bytes().splitlines(keepends=True)
+    journal.write_bytes(b"".join([lines[0], b"{not json\n", *lines[1:]]))
+    refused = _invoke("sweep", str(config), "--resume", str(run), "--trials", "4", "--no-progress")
+    assert refused.exit_code == 2 and refused.output.splitlines() == [
+        f"error: {journal}: not a readable Optuna journal (JSONDecodeError: Expecting property name enclosed in "
+        f"double quotes: line 1 column 2 (char 1)); `warpfleet check {run}` moves it aside, and a resume rebuilds "
+        "it from the rows"], refused.output
+    assert _invoke("check", str(run)).exit_code == 0
+    resumed = _invoke("sweep", str(config), "--resume", str(run), "--trials", "4", "--no-progress")
+    assert resumed.exit_code == 0, resumed.output
+    search = read_results(run).query("phase == 'search'")
+    assert len(search) == 4 and search["candidate_key"].is_unique  # the first two were not measured again
+
+
+def test_the_readme_names_modules_commands_and_columns_that_exist():
+    """Seen: README's `python -m agents.llm.fake_server` (no such module: agents.llm.testing is), and
+    its variants/ columns said `agent` where the files say analyst, planner, transformer."""
+    import importlib.util
+    import re
+
+    from cluster.store.variants import VARIANT_SCHEMA
+
+    readme = (REPO / "README.md").read_text()
+    modules = set(re.findall(r"python -m ((?:agents|cluster|search_spaces)[\w.]*)", readme))  # ours
+    assert "agents.llm.testing" in modules
+    assert [m for m in modules if importlib.util.find_spec(m) is None] == []
+    # in code: an indented block's line, or between backticks
+    commands = set(re.findall(r"(?:^ {4,}(?:[A-Z_]+=\S+ )?|`)warpfleet ([a-z-]+)", readme, flags=re.MULTILINE))
+    assert commands and commands <= set(main.commands), commands - set(main.commands)
+    listed = readme[readme.index("        variants/ "):readme.index("        variant_sources/")]
+    columns = set(re.findall(r"\b(optimization|location|stage|analyst|planner|transformer|agent)\b", listed))
+    assert columns == {"optimization", "location", "stage", "analyst", "planner", "transformer"}
+    assert columns <= set(VARIANT_SCHEMA.names)

@@ -76,4 +76,7 @@ def bundle(request: ExportRequest) -> str:
         written = write_bundle(request.best, request.rows, output)
     except ValueError as exc:
         raise ExportError(str(exc)) from None
+    except OSError as exc:  # a folder that cannot be made or written
+        where = f" ({exc.filename})" if exc.filename and Path(exc.filename) != output else ""
+        raise ExportError(f"cannot be written{where}: {exc.strerror or exc}", option="--output") from None
     return f"wrote {len(written)} files to {output}"

@@ -92,6 +92,15 @@ BAD_TARGETS = [
     ({"baseline_flags": {"opt": "-O3"}}, "baseline_flags.opt", "not a flag of space cc"),
     ({"baseline_flags": {"opt_level": "-O9"}}, "baseline_flags.opt_level", "'-O9' is not one of its options"),
     ({"baseline_flags": {"opt_level": 3}}, "baseline_flags.opt_level", "string"),
+    # issue 27: a value the Parquet writer would lose every row over, and what YAML reads as a float
+    ({"params": {"N": [1000, 2**64]}}, "params", "N: 18446744073709551616 does not fit in 64 bits"),
+    ({"params": {"N": [1000, -(2**63) - 1]}}, "params", "does not fit in 64 bits"),
+    ({"params": {"N": [1000, float("inf")]}}, "params", "N: inf is not a finite number"),
+    ({"params": {"N": [1000, float("nan")]}}, "params", "N: nan is not a finite number"),
+    ({"params": {"seed": [1, 2]}}, "params", "seed is the name of a placeholder ({seed})"),
+    ({"params": {"binary": [1, 2]}}, "params", "binary is the name of a placeholder ({binary})"),
+    ({"params": {"flags": [1, 2]}}, "params", "flags is the name of a placeholder"),
+    ({"timeouts": {"rn": 5}}, "timeouts.rn", "unknown field (did you mean run?)"),
 ]
 
 
@@ -126,6 +135,14 @@ BAD_RUNS = [
     ({"measure": {"final_runs": "5"}}, "measure.final_runs", "integer"),
     ({"name": ".."}, "name", "pattern"),
     ({"name": "a/b"}, "name", "pattern"),
+    # issue 27
+    ({"search": {"time_budget_s": float("inf")}}, "search.time_budget_s", "finite number"),
+    ({"search": {"time_budget_s": float("nan")}}, "search.time_budget_s", "finite number"),
+    ({"search": {"storage": "notaurl"}}, "search.storage", "not a database URL"),
+    ({"search": {"storage": "sqlite:////nonexistent/x.db"}}, "search.storage",
+     "the folder of /nonexistent/x.db does not exist"),
+    ({"search": {"storage": "mysql+nodriver://h/db"}}, "search.storage", "driver is not installed"),
+    ({"serach": {"trials": 3}}, "serach", "unknown field (did you mean search?)"),
 ]
 
 
@@ -160,6 +177,76 @@ def test_unparseable_yaml(tmp_path, text):
     with pytest.raises(ConfigError) as info:
         load_run(path)
     assert str(path) in str(info.value)
+
+
+def test_a_misspelt_top_level_key_is_an_unknown_field_not_a_missing_one(tmp_path):
+    """Seen: `tagets:` said `targets: Field required`, where a nested misspelling said unknown field."""
+    path = tmp_path / "run.yaml"
+    path.write_text("name: t\ntagets: [t/target.yaml]\n")
+    with pytest.raises(ConfigError) as info:
+        load_run(path)
+    assert (info.value.field, info.value.message) == ("tagets", "unknown field (did you mean targets?)")
+
+
+def test_a_key_given_twice_is_refused_naming_it(tmp_path):
+    """Seen: `trials: 8` and later `trials: 800` in one mapping: the last won, unseen."""
+    write_target(tmp_path / "t")
+    path = tmp_path / "run.yaml"
+    path.write_text("name: t\ntargets: [t/target.yaml]\nsearch:\n  trials: 8\n  seed: 1\n  trials: 800\n")
+    before = _files(tmp_path)
+    result = CliRunner().invoke(main, ["sweep", str(path)])
+    assert result.exit_code == 2 and result.output.splitlines() == [
+        f"error: {path}: line 6: not valid YAML (the key 'trials' is given twice)"]
+    assert _files(tmp_path) == before
+    path.write_text("name: t\nbase: &b {trials: 3}\ntargets: [t/target.yaml]\nsearch:\n  <<: {trials: 3}\n"
+                    "  trials: 4\n")  # a merge key's value may be overridden, as YAML means it to be
+    with pytest.raises(ConfigError, match="base: unknown field"):
+        load_run(path)
+
+
+def test_a_target_file_given_for_a_config_and_back_says_which_it_is(tmp_path):
+    target = write_target(tmp_path / "t")
+    config = write_config(tmp_path, ["t/target.yaml"])
+    as_config = CliRunner().invoke(main, ["validate", str(target)])
+    assert as_config.exit_code == 2 and as_config.output.splitlines() == [
+        f"error: {target}: a target file, not a run config: list it under a run config's targets: "
+        "(warpfleet optimize takes a target file)"]
+    as_target = CliRunner().invoke(main, ["optimize", str(config), "--output-dir", str(tmp_path / "out")])
+    assert as_target.exit_code == 2 and as_target.output.splitlines() == [
+        f"error: {config}: a run config, not a target file: warpfleet sweep and validate take it"]
+    assert not (tmp_path / "out").exists()
+
+
+def test_an_output_dir_that_cannot_hold_a_run_is_one_line_against_what_named_it(tmp_path, monkeypatch):
+    """Seen: `validate` passed an unwritable output_dir, and `sweep --output-dir` blamed the config
+    file, after Ray had started."""
+    import cluster.cli
+
+    monkeypatch.setattr(cluster.cli, "_join_ray", lambda *a: pytest.fail("Ray joined before the check"))
+    write_target(tmp_path / "t")
+    config = write_config(tmp_path, ["t/target.yaml"], output_dir=str(tmp_path / "t" / "tiny.c" / "runs"))
+    before = _files(tmp_path)
+    problem = f"cannot create a run directory there (Not a directory: {tmp_path / 't' / 'tiny.c'})"
+    for command in ("validate", "sweep"):
+        result = CliRunner().invoke(main, [command, str(config)])
+        assert result.exit_code == 2 and result.output.splitlines() == [
+            f"error: {config}: output_dir: {tmp_path / 't' / 'tiny.c' / 'runs'}: {problem}"], result.output
+    config = write_config(tmp_path, ["t/target.yaml"])
+    before = _files(tmp_path)
+    given = str(tmp_path / "t" / "tiny.c" / "runs")
+    result = CliRunner().invoke(main, ["sweep", str(config), "--output-dir", given])
+    assert result.exit_code == 2 and result.output.splitlines() == [f"error: {given}: --output-dir: {problem}"]
+    assert _files(tmp_path) == before
+
+
+@pytest.mark.parametrize("budget", ["nan", "inf", "-inf"])
+def test_a_time_budget_must_be_a_finite_number(tmp_path, budget):
+    write_target(tmp_path / "t")
+    config = write_config(tmp_path, ["t/target.yaml"])
+    before = _files(tmp_path)
+    result = CliRunner().invoke(main, ["sweep", str(config), "--time-budget", budget])
+    assert result.exit_code == 2 and "'--time-budget'" in result.output and "Traceback" not in result.output
+    assert _files(tmp_path) == before
 
 
 def test_cli_prints_one_line_and_writes_nothing(tmp_path):
@@ -316,6 +403,16 @@ def test_validate_build_warns_about_a_param_the_source_ignores(tmp_path):
     assert len(warnings) == 2, result.output
     assert any("param N does not change the binary" in w and "#ifndef N" in w for w in warnings)
     assert any("param M does not change the binary" in w for w in warnings)
+
+
+def test_validate_build_shows_the_compilers_error_line_for_a_value_that_does_not_build(tmp_path):
+    """Seen: `compile_error:  |  ^~`, the caret under the quoted source line, and nothing else."""
+    write_target(tmp_path / "t", params={"N": [1000, "1000+"]})
+    result = CliRunner().invoke(main, ["validate", str(write_config(tmp_path, ["t/target.yaml"])), "--build"])
+    assert result.exit_code == 0, result.output
+    [warning] = [line for line in result.output.splitlines() if "warning" in line]
+    assert warning.startswith("tiny: warning: N=1000+ does not build (compile_error: tiny.c:") and \
+        ": error: expected expression" in warning, warning
 
 
 def test_a_relative_scratch_root_is_made_absolute(tmp_path, monkeypatch):

@@ -54,7 +54,7 @@ def test_convolution_example_with_constant_memory_and_restrictions(tmp_path):
     for name in ("convolution.py", "convolution.cu"):
         shutil.copyfile(EXAMPLES / name, tmp_path / name)
     out = tmp_path / "target.yaml"
-    spec = kt_import(tmp_path / "convolution.py", out, name="conv", params_only=True)
+    spec = kt_import(tmp_path / "convolution.py", out, name="conv", params_only=True).spec
     target = load_target(out)
     kernel = target.spec.kernel
     assert spec["name"] == "conv" and target.space.flags == {"none": ("",)}
@@ -92,7 +92,7 @@ def _script(tmp_path, restrictions="['block_size_x * UNROLL <= 64']", extra="blo
 
 
 def test_a_script_with_npy_inputs_answer_and_restrictions(tmp_path):
-    spec = kt_import(_script(tmp_path), tmp_path / "t" / "target.yaml", inputs="npy")
+    spec = kt_import(_script(tmp_path), tmp_path / "t" / "target.yaml", inputs="npy").spec
     args = {a["name"]: a for a in spec["kernel"]["arguments"]}
     assert args["out"]["output"] and args["out"]["constant"] == 1.0  # from the answer, not from zeros
     assert args["idx"]["file"] == "idx.npy" and args["x"]["file"] == "x.npy"
@@ -135,3 +135,42 @@ def test_the_written_file_is_plain_yaml(tmp_path):
     text = (tmp_path / "target.yaml").read_text()
     assert text.startswith("# Converted from tune.py") and yaml.safe_load(text)["kind"] == "kernel"
     assert (tmp_path / "gather.cu").read_text().startswith("__global__ void gather(")
+
+
+def test_what_the_target_does_not_carry_is_said_on_the_command_line_and_in_the_file(tmp_path):
+    """Seen: metrics=, objective='GBs', strategy=, observers= and iterations= dropped without a
+    word, and the objective silently became time."""
+    extra = ("metrics={'GBs': lambda p: 1.0}, objective='GBs', strategy='genetic_algorithm', "
+             "observers=[object()], iterations=32, verbose=True")
+    script = _script(tmp_path, extra=extra)
+    out = tmp_path / "target.yaml"
+    result = CliRunner().invoke(main, ["kt-import", str(script), "--output", str(out)])
+    assert result.exit_code == 0, result.output
+    notes = [line for line in result.output.splitlines() if line.startswith("note:")]
+    assert [n.split(": ")[2].split(" is not")[0] for n in notes] == [
+        "objective='GBs'", "metrics={GBs}", "strategy='genetic_algorithm'", "observers=list", "iterations=32"]
+    assert "warpfleet minimizes the kernel's time" in notes[0] and "search.sampler" in notes[2]
+    header = [line for line in out.read_text().splitlines() if line.startswith("#")]
+    assert header[1:] == [f"# {n.split(': ', 2)[2]}" for n in notes]
+    quiet = CliRunner().invoke(main, ["kt-import", str(_script(tmp_path)), "--output", str(out)])
+    assert quiet.exit_code == 0 and "note:" not in quiet.output  # defaults say nothing (iterations=7)
+
+
+def test_a_script_that_raises_is_one_line_naming_its_line(tmp_path):
+    script = tmp_path / "tune.py"
+    script.write_text("import numpy\n\nsizes = {'n': 4}\nn = sizes['m']\n")
+    result = CliRunner().invoke(main, ["kt-import", str(script), "--output", str(tmp_path / "t.yaml")])
+    assert result.exit_code == 2 and result.output.splitlines() == [
+        f"error: {script}: tune.py raised KeyError at line 4: 'm'"]
+    assert not (tmp_path / "t.yaml").exists()
+
+
+def test_an_output_that_cannot_be_written_is_one_line_and_a_missing_folder_is_made(tmp_path):
+    script = _script(tmp_path)
+    blocked = tmp_path / "tune.py" / "t" / "target.yaml"  # under a file
+    result = CliRunner().invoke(main, ["kt-import", str(script), "--output", str(blocked)])
+    assert result.exit_code == 2 and len(result.output.splitlines()) == 1, result.output
+    assert result.output.startswith(f"error: {blocked}: --output: cannot be written"), result.output
+    made = tmp_path / "new" / "folder" / "target.yaml"
+    assert CliRunner().invoke(main, ["kt-import", str(script), "--output", str(made)]).exit_code == 0
+    assert load_target(made).spec.kind == "kernel"

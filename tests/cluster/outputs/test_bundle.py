@@ -75,3 +75,27 @@ def test_bundle_needs_a_folder(tmp_path):
     only = runner.invoke(main, ["export", str(run), "--device", "sm_80"])
     assert only.exit_code == 0 and only.output == "-maxrregcount=32 -DBLOCK=64 -DITEMS=8\n"
     assert isinstance(read_results(run), pd.DataFrame)
+
+
+def test_an_output_in_a_folder_not_yet_made_is_written_and_one_that_cannot_be_is_one_line(tmp_path):
+    """Seen: `export --output newdir/x.flags`, `compare --output` and a bundle to a place that
+    cannot be written ended in tracebacks, where `report` makes its folder or says why not."""
+    run = _one_run_on_three_gpus(tmp_path)
+    runner = CliRunner()
+    made = tmp_path / "newdir" / "x.flags"
+    result = runner.invoke(main, ["export", str(run), "--device", "sm_80", "--output", str(made)])
+    assert result.exit_code == 0 and made.read_text() == "-maxrregcount=32 -DBLOCK=64 -DITEMS=8\n"
+    compared = tmp_path / "cmp" / "matrix.md"
+    assert runner.invoke(main, ["compare", str(run), "--no-compile", "--output", str(compared)]).exit_code == 0
+    assert "saxpy" in compared.read_text()
+    blocker = tmp_path / "file"
+    blocker.write_text("mine")
+    before = sorted(p.name for p in tmp_path.rglob("*"))
+    for args in (["export", str(run), "--output"], ["export", str(run), "--format", "bundle", "--output"],
+                 ["compare", str(run), "--no-compile", "--output"]):
+        out = blocker / "sub" / "x"
+        result = runner.invoke(main, [*args, str(out)])
+        assert result.exit_code == 2 and "Traceback" not in result.output, result.output
+        [line] = result.output.splitlines()
+        assert line.startswith(f"error: {out}: --output: cannot be written") and "Not a directory" in line, line
+    assert sorted(p.name for p in tmp_path.rglob("*")) == before and blocker.read_text() == "mine"

@@ -68,3 +68,13 @@ def test_metric_summary_sums_counters_over_launches():
     summary = metric_summary(profiles, "k")
     assert summary["duration_ms"] == pytest.approx(0.3) and summary["occupancy_pct"] == 40.0
     assert metric_summary(profiles, "missing") == {}
+
+
+def test_a_run_in_which_no_study_ran_gets_a_report_that_says_so(tmp_path):
+    """Seen: optimize on a machine without a GPU raised KeyError: 'target' writing its report (an
+    empty list picked no columns of the empty variants table)."""
+    from cluster.outputs.optimize_report import write_report
+
+    (tmp_path / "meta.json").write_text(json.dumps({"run_id": tmp_path.name}))
+    assert write_report(tmp_path).read_text() == (f"# warpfleet optimize: {tmp_path.name}\n\n"
+                                                  "No study ran: nothing was measured.\n\n")

@@ -301,3 +301,22 @@ def test_a_package_folder_on_the_search_path_is_bound_in_and_a_working_folder_is
     with scratch_dir(None, "wf-test-") as place:
         seen = _sh(f"cat {site / 'ray' / '__init__.py'}; ls {work} 2>&1 || true", place, sandbox)
     assert "VERSION = '2.60'" in seen.stdout and "notes.txt" not in seen.stdout
+
+
+def test_the_bubblewrap_unpacked_into_the_environment_is_found_without_path(monkeypatch, tmp_path):
+    """After scripts/demo.sh, `warpfleet doctor` from a plain shell said "bwrap not found on PATH":
+    the scripts put the bubblewrap they unpack into .venv on PATH for themselves only."""
+    from cluster.runners import bwrap as module
+
+    unpacked = tmp_path / "bubblewrap" / "usr" / "bin" / "bwrap"
+    unpacked.parent.mkdir(parents=True)
+    unpacked.write_text("#!/bin/sh\necho 'bubblewrap 0.8.0'\n")
+    unpacked.chmod(0o755)
+    monkeypatch.setattr(module, "UNPACKED", unpacked)
+    monkeypatch.setenv("PATH", str(tmp_path / "empty"))
+    assert module.Program.find(None) == module.Program(str(unpacked), (0, 8, 0))
+    with pytest.raises(SandboxError, match="'nowhere' not found"):
+        module.Program.find("nowhere")  # a configured one is not replaced
+    unpacked.unlink()
+    with pytest.raises(SandboxError, match=f"bwrap not found on PATH nor at {unpacked}"):
+        module.Program.find(None)

@@ -8,6 +8,7 @@ import os
 from datetime import UTC, datetime
 from pathlib import Path
 
+import optuna
 import pandas as pd
 import pyarrow as pa
 import pyarrow.dataset as ds
@@ -381,3 +382,57 @@ def test_rows_of_a_superseded_study_are_left_out_but_kept_and_old_parts_read_as_
     everything = read_results(tmp_path, superseded=True)
     assert len(everything) == 3 and everything["generation"].isna().sum() == 1
     assert second.key != _candidate(saxpy, {"BLOCK": 128, "MODE": "safe"}).key  # nor its references, reviews...
+
+
+def test_a_parquet_file_of_another_schema_among_the_parts_is_named_by_every_reader_and_moved_by_check(tmp_path):
+    """Seen: show and export dropped its rows silently, report raised AttributeError and check said
+    every part read whole."""
+    from click.testing import CliRunner
+
+    from cluster.cli import main
+
+    run, _ = _fake_run(tmp_path)
+    foreign = run / "results" / "part-000009-0badc0de.parquet"
+    pq.write_table(pa.table({"x": [1.0, 2.0], "target": ["saxpy", "saxpy"]}), foreign)
+    for command in (["show", str(run)], ["export", str(run)], ["report", str(run), "--output", str(tmp_path / "r")],
+                    ["check", str(run), "--dry-run"]):
+        result = CliRunner().invoke(main, command)
+        assert result.exit_code in (1, 2) and "Traceback" not in result.output, (command, result.output)
+        assert f"{foreign}: unreadable (another table's schema: no column run_id)" in result.output or \
+            f"{foreign}: not a readable Parquet part (another table's schema: no column run_id)" in result.output, \
+            (command, result.output)
+    checked = CliRunner().invoke(main, ["check", str(run)])
+    assert checked.exit_code == 0 and f"moved to {run / 'quarantine' / 'results' / foreign.name}" in checked.output
+    assert len(read_results(run)) == 3 and CliRunner().invoke(main, ["show", str(run)]).exit_code == 0
+
+
+def test_a_damaged_journal_is_named_by_report_and_before_a_resume_and_check_moves_it_aside(tmp_path):
+    """Seen: report and --resume ended in JSON tracebacks, and check did not look at the journal."""
+    from click.testing import CliRunner
+
+    from cluster.cli import main
+    from cluster.core.errors import ConfigError
+    from cluster.store.check import check_tables
+    from cluster.store.journal import BatchedJournalStorage, journal_problem
+
+    run, _ = _fake_run(tmp_path)
+    journal = run / "optuna.journal"
+    storage = BatchedJournalStorage(journal, flush_interval_s=0)
+    optuna.create_study(storage=storage, study_name="saxpy@H100").ask()
+    storage.flush()
+    assert journal_problem(journal) == ""
+    journal.write_bytes(journal.read_bytes() + b"garbage\n" + b'{"op_code": 4, "study_id": 0}\n')
+    with pytest.raises(ConfigError) as info:  # what a resume checks before Ray starts
+        check_tables(run)
+    assert info.value.file == str(journal) and "not a readable Optuna journal" in info.value.message
+    result = CliRunner().invoke(main, ["report", str(run), "--output", str(tmp_path / "r")])
+    assert result.exit_code == 2 and result.output.splitlines() == [
+        f"error: {journal}: not a readable Optuna journal (JSONDecodeError: Expecting value: line 1 column 1 "
+        f"(char 0)); `warpfleet check {run}` moves it aside, and a resume rebuilds it from the rows"], result.output
+    dry = CliRunner().invoke(main, ["check", str(run), "--dry-run"])
+    assert dry.exit_code == 1 and f"{journal}: unreadable (JSONDecodeError" in dry.output and journal.is_file()
+    checked = CliRunner().invoke(main, ["check", str(run)])
+    assert checked.exit_code == 0 and "the Optuna journal moved aside; on resume the studies are rebuilt from the " \
+        "rows" in checked.output, checked.output
+    assert (run / "quarantine" / "optuna.journal").is_file() and not journal.exists()
+    assert CliRunner().invoke(main, ["report", str(run), "--output", str(tmp_path / "r")]).exit_code == 0

@@ -297,3 +297,19 @@ def test_the_agents_llm_folder_is_the_run_directorys():
     from agents.llm.store import LLM_DIR
 
     assert LLM_DIR == RunDir.LLM  # the agents sit below the store and name it themselves
+
+
+def test_a_run_directory_that_cannot_be_written_under_output_dir_given_on_the_command_line_blames_the_option(
+        tmp_path, cli_sweep, monkeypatch):
+    """Seen: `--output-dir` reported against the config file's output_dir."""
+    config, _ = cli_sweep
+    write_config(tmp_path, ["t/target.yaml"], search={"trials": 1})
+
+    def full(fd: int) -> None:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(rundir_module.os, "fsync", full)
+    out = tmp_path / "out"
+    line = _one_error_line(CliRunner().invoke(main, ["sweep", str(config), "--output-dir", str(out), "--no-progress"]))
+    assert line.startswith(f"error: {out}: --output-dir: {out / 't-'}") and "No space left on device" in line, line
+    assert list(out.iterdir()) == []

@@ -34,6 +34,8 @@ class Status(StrEnum):
     TEST_FAILED = "test_failed"
     WORKER_LOST = "worker_lost"
     QUARANTINED = "quarantined"  # took down its measuring worker every time it ran
+    TOO_MANY_FILES = "too_many_files"  # its scratch directory held more than limits.files files (an inode bomb)
+    CLOCK_MISMATCH = "clock_mismatch"  # warpfleet's own clock does not bear out the time it claims (measure.clock)
 
 
 class Phase(StrEnum):

@@ -19,8 +19,9 @@ from cluster.config import MetricSpec, OutputSpec, Target, VerifySpec
 from cluster.core.placeholders import names_in
 from cluster.core.types import BuildArtifact, Candidate, DeviceInfo, Measurement, RunOutputs, Status
 from cluster.runners._base import Invocation, ProcessRunner, Runner
-from cluster.runners.sandbox import inside
+from cluster.runners.sandbox import read_output
 from cluster.runners.telemetry import Monitor
+from cluster.runners.untrusted_dir import UntrustedDir
 
 PROTOCOL_PREFIX = "@warpfleet"
 RACED = " raced=1 "  # in the summary line of a run that stopped sampling early (kernel_harness.summary_line)
@@ -126,19 +127,22 @@ def _close(got: np.ndarray, want: np.ndarray, rtol: float, atol: float, want_fin
     return close
 
 
-def verify_outputs(workdir: Path, stdout: str, verify: VerifySpec, reference: RunOutputs | None,
+def verify_outputs(workdir: Path | UntrustedDir, stdout: str, verify: VerifySpec, reference: RunOutputs | None,
                    verified: frozenset[str] = frozenset()) -> str | None:
     """Compare this run's outputs with the reference's; with no reference, only check they exist.
     ``verified``: outputs the runner already found to match the reference (``Runner.verified_outputs``)."""
+    if not isinstance(workdir, UntrustedDir):
+        with UntrustedDir(workdir) as files:
+            return verify_outputs(files, stdout, verify, reference, verified)
     wanted = dict(reference.files) if reference else {}
     for spec in verify.outputs:
         if reference is not None and spec.path in verified:
             continue
-        path = inside(workdir, spec.path)  # a link out of the scratch directory is not an output
-        if path is None:
+        content = read_output(workdir, spec.path)  # a link (out of the scratch directory or not) is not an output
+        if content is None:
             return f"{spec.path}: not written"
         try:
-            got = _load_numbers(path.read_bytes(), spec)
+            got = _load_numbers(content, spec)
             want = _load_numbers(wanted[spec.path], spec) if reference else got
         except ValueError as exc:
             return f"{spec.path}: {exc}"
@@ -214,7 +218,8 @@ def measure_candidate(
             if result.timed_out:
                 return done(Status.TIMEOUT, result.tail())
             if not result.ok:
-                return done(Status.CRASHED, result.tail())
+                return done(Status.TOO_MANY_FILES if result.limit_exceeded == "files" else Status.CRASHED,
+                            result.tail())
             found = parse_samples(result.stdout, spec.metric)
             problem = metric_problem(found, spec.metric)
             if problem:
@@ -227,9 +232,9 @@ def measure_candidate(
             raced = raced or RACED in result.stdout
             t0 = time.perf_counter()
             verified = runner.verified_outputs(staged, wanted) if wanted else frozenset()
-            problem = verify_outputs(staged.workdir, result.stdout, spec.verify, wanted, verified)
+            problem = verify_outputs(staged.files, result.stdout, spec.verify, wanted, verified)
             if reference is None and not problem and (seeded or not outputs):
-                outputs.append(_run_outputs(staged.workdir, result.stdout, spec.verify))
+                outputs.append(_run_outputs(staged.files, result.stdout, spec.verify))
             verify_s += time.perf_counter() - t0
             if problem:
                 return done(Status.VERIFY_FAILED, problem)
@@ -257,8 +262,11 @@ def metric_problem(samples: list[float], metric: MetricSpec) -> str | None:
     return None
 
 
-def _run_outputs(workdir: Path, stdout: str, verify: VerifySpec) -> RunOutputs:
-    files = tuple((o.path, (workdir / o.path).read_bytes()) for o in verify.outputs)
+def _run_outputs(workdir: Path | UntrustedDir, stdout: str, verify: VerifySpec) -> RunOutputs:
+    if not isinstance(workdir, UntrustedDir):
+        with UntrustedDir(workdir) as files:
+            return _run_outputs(files, stdout, verify)
+    files = tuple((o.path, workdir.read(o.path)) for o in verify.outputs)
     values: tuple[float, ...] = ()
     if verify.stdout_regex:
         values = tuple(float(v) for v in re.findall(verify.stdout_regex, stdout))

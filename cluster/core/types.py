@@ -270,10 +270,11 @@ class BestConfig:
     speedup: float
     unit: str
     iqr: float = 0.0
-    reason: str = ""  # why it won (e.g. "simplest within noise of the fastest")
+    reason: str = ""  # why it won ("fastest", or why a simpler one was kept over the fastest)
     source_hash: str = ""  # the sources it builds (an agent's variant or the target's own); evaluate checks them
     baseline_source_hash: str = ""
     noisy: bool = False  # its re-measurements' IQR/median stayed above measure.max_noise: its lead may be noise
+    fastest: str = ""  # the fastest configuration's key where it was not selected (``reason`` says why)
 
     @property
     def is_variant(self) -> bool:

@@ -54,6 +54,9 @@ def show(path: Path, console: Console | None = None) -> list[BestConfig]:
                       f"{b.median:.4g} ± {b.iqr:.2g} {b.unit}" + (f" {NOISY_MARK}" if b.noisy else ""),
                       speedup_text(b.speedup), config)
     console.print(table)
+    for b in selected:  # a winner that is not the fastest: why
+        if b.fastest:
+            console.print(f"{b.target} on {b.device_type}: selected {b.candidate_key}, {b.reason}")
     if any(b.noisy for b in selected):
         console.print(f"{NOISY_MARK} noisy: {NOISY_ADVICE}")
     _show_pareto(console, rows)

@@ -231,6 +231,15 @@ class RunOutputs:
 
 
 @dataclass(frozen=True)
+class Clock:
+    """A candidate's runs by its own word and by warpfleet's clock, medians over its runs: the
+    seconds its samples add up to in a run, and the seconds a run took (``cluster.runners.clock``)."""
+
+    claimed_s: float
+    wall_s: float
+
+
+@dataclass(frozen=True)
 class Measurement:
     """What a measuring worker saw: samples of the target's metric, and whether it verified."""
 
@@ -248,6 +257,7 @@ class Measurement:
     outputs: tuple[RunOutputs, ...] = field(default=(), repr=False)
     telemetry: Telemetry | None = None
     raced: bool = False  # a run stopped sampling early: clearly slower than the study's best (measure.race)
+    clock: Clock | None = None  # its claimed and its wall time per run, where its metric is a time it printed
 
     @property
     def stats(self) -> Stats | None:

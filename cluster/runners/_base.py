@@ -85,6 +85,9 @@ class Runner(ABC):
     keeps running (a persistent process), and the runner starts it again when next used."""
 
     name: str = ""
+    # Whether a run's samples are warpfleet's own measurements (the kernel runner's CUDA events), not
+    # the program's words: then there is no claim to check against the wall clock (runners.clock).
+    samples_are_warpfleets: bool = False
 
     def __init__(self, sandbox: Sandbox | None = None, scratch_root: Path | None = None) -> None:
         """``sandbox``: default, the node's (``cluster.runners.isolation.node_sandbox``)."""

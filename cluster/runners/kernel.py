@@ -331,6 +331,7 @@ class KernelRunner(HostRunner):
     is the worker's own rule applied where the output already is."""
 
     name = "kernel"
+    samples_are_warpfleets = True  # its host times the cubin's launches with its own events
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)

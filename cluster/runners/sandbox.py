@@ -204,15 +204,6 @@ def _read(fh: BinaryIO, limit: int) -> str:
     return fh.read(limit).decode(errors="replace")
 
 
-def directory_size(path: Path) -> int:
-    """Bytes in the files under ``path``. Links are not followed; files that vanish are skipped."""
-    try:
-        with UntrustedDir(path) as place:
-            return place.usage()[0]
-    except OSError:
-        return 0
-
-
 def run_command(
     argv: Sequence[str],
     cwd: Path,

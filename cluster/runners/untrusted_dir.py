@@ -102,14 +102,6 @@ class UntrustedDir:
         with contextlib.suppress(FileNotFoundError), self._parent(rel) as (parent, name):
             os.unlink(name, dir_fd=parent)
 
-    def exists(self, rel: str) -> bool:
-        try:
-            with self._parent(rel) as (parent, name):
-                os.stat(name, dir_fd=parent, follow_symlinks=False)
-            return True
-        except OSError:
-            return False
-
     # -- the whole tree ----------------------------------------------------------------------------
     def usage(self, max_bytes: int | None = None, max_entries: int | None = None) -> tuple[int, int]:
         """(bytes, entries) under the directory, links not followed, entries that vanish skipped;

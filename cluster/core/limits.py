@@ -15,10 +15,10 @@ class Limits:
     ``memory_mb`` caps the address space (RLIMIT_AS); it is off by default because CUDA programs
     reserve far more virtual memory than they use. ``file_mb`` caps any one file the command writes
     (RLIMIT_FSIZE), its stdout and stderr files included. ``disk_mb`` caps the total size of the
-    command's directory, measured every ``DISK_POLL_S`` while it runs and once after; so a fast
-    writer may overshoot by what it writes in one interval before it is killed. ``files`` caps the
-    number of files and folders in that directory, counted the same way (an inode bomb of empty
-    files takes no disk). ``cpu_s`` caps CPU seconds (RLIMIT_CPU).
+    command's directory, and ``files`` the number of files and folders in it (an inode bomb of
+    empty files takes no disk): watched while it runs (``sandbox.LimitWatch``) and measured once
+    after, so a fast writer may overshoot by what it writes between two looks before it is
+    killed. ``cpu_s`` caps CPU seconds (RLIMIT_CPU).
     """
 
     memory_mb: int | None = None

@@ -316,7 +316,8 @@ def save_reference(run_dir: Path, key: str, reference: Reference) -> None:
             names.append(path)
         manifest.append({"files": names, "stdout_values": list(run.stdout_values)})
     if reference.clock is not None:  # the baseline's claimed and wall time a run (runners.clock), for a resume
-        (folder / "clock.json").write_text(json.dumps([reference.clock.claimed_s, reference.clock.wall_s]))
+        clock = reference.clock
+        (folder / "clock.json").write_text(json.dumps([clock.claimed_s, clock.wall_s, clock.wall_spread_s]))
     tmp = folder / "manifest.json.tmp"
     tmp.write_text(json.dumps(manifest))
     tmp.replace(folder / "manifest.json")  # written last: its presence means the folder is whole

@@ -9,13 +9,16 @@ claim is compared with the baseline's, per run (medians over the runs):
     seen saving     W = the baseline's wall time - the candidate's
 
 A claimed saving must show in the wall clock: ``W >= FRACTION * S - floor``, the floor being the
-wall clock's own noise, ``max(FLOOR_S, UNTIMED_SHARE * the baseline's untimed time)``. Setup that
-dominates a run (inputs generated, a CUDA context made) raises the floor with it, so an honest
-candidate is never judged by a small timed region inside a large run; the rule compares savings,
-never the share of the run that is timed. A candidate that fails it is re-run up to
-``CONFIRM_RUNS`` times before it is ``clock_mismatch``.
+wall clock's own noise: ``FLOOR_S``, the spread of the baseline's run times (``Clock``), or ``UNTIMED_SHARE``
+of the baseline's untimed time, whichever is largest. A claim too small to show above the floor
+(``FRACTION * S <= floor``) is not judged: a run slower than the baseline's by noise alone must
+never fail a candidate that claims next to nothing. Setup that dominates a run (inputs generated,
+a CUDA context made) raises the floor with it, so an honest candidate is never judged by a small
+timed region inside a large run; the rule compares savings, never the share of the run that is
+timed. A candidate that fails it is re-run up to ``CONFIRM_RUNS`` times (medians again) before it
+is ``clock_mismatch``.
 
-What it cannot see (README, Security): a claimed saving under about ``2 * floor`` a run (a
+What it cannot see (README, Security): a claimed saving under ``2 * floor`` a run (a
 program that times a few microseconds, or prints a per-iteration average); a program that takes
 more samples when faster (the harness's time-based stopping rule: its samples add up to about the
 same time, and so claim no saving here); and a node whose load falls sharply between the baseline's
@@ -44,9 +47,9 @@ def seconds_per_unit(metric: MetricSpec) -> float | None:
 def clock_problem(candidate: Clock, baseline: Clock) -> str | None:
     """Why warpfleet's clock does not bear out the candidate's claimed time, or None."""
     claimed = baseline.claimed_s - candidate.claimed_s
-    if claimed <= 0:
-        return None
-    floor = max(FLOOR_S, UNTIMED_SHARE * max(0.0, baseline.wall_s - baseline.claimed_s))
+    floor = max(FLOOR_S, baseline.wall_spread_s, UNTIMED_SHARE * max(0.0, baseline.wall_s - baseline.claimed_s))
+    if FRACTION * claimed <= floor:
+        return None  # too small a claim for the wall clock to judge
     seen = baseline.wall_s - candidate.wall_s
     if seen >= FRACTION * claimed - floor:
         return None

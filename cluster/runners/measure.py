@@ -216,7 +216,10 @@ def measure_candidate(
     walls: list[float] = []  # per run: the seconds warpfleet's own clock saw it take
 
     def clock() -> Clock | None:
-        return Clock(statistics.median(claims), statistics.median(walls)) if clocked and walls else None
+        if not clocked or not walls:
+            return None
+        wall = statistics.median(walls)
+        return Clock(statistics.median(claims), wall, 2 * statistics.median(abs(w - wall) for w in walls))
 
     with runner.stage(target, dict(candidate.params), candidate.arch, artifact.binary) as staged, \
             monitor or nullcontext():

@@ -310,7 +310,8 @@ class LimitWatch:
     nothing is walked. Past them (another process's files count too), or where the file system
     keeps no inode count, the directory is walked (``over_limit``), and the next walk waits nine
     times as long as this one took: counting an inode bomb's 100,000 files (a second or more on a
-    busy node) must not take the CPU that the bomb, and the node, need."""
+    busy node) must not take the CPU that the bomb, and the node, need. A sparse file, whose size
+    the block counters do not see, is found by the walk after the command ends."""
 
     def __init__(self, place: UntrustedDir, limits: Limits | None) -> None:
         self.place, self.limits = place, limits

@@ -108,6 +108,7 @@ def sweep(config: str, address: str | None, resume: str | None, accept_changes: 
     existing = RunDir.open(resume) if resume else None
     changed: list[str] = []
     if existing is not None:  # the budget given on the first command line holds unless given again
+        existing.claim()  # one driver per run: a second one stops here, in one line
         changed = existing.check_resumable(plan, accept_changes)
         budget = {**existing.read_meta().get(COMMAND_LINE, {}), **budget}
         check_tables(existing.path)  # a damaged part is one line now, before Ray and workers start
@@ -119,6 +120,7 @@ def sweep(config: str, address: str | None, resume: str | None, accept_changes: 
     _check_runnable(plan, plan.file, "targets")
     with _blamed_on(output_dir, "--output-dir"):
         run_dir = existing or RunDir.create(plan, meta={COMMAND_LINE: budget})
+    run_dir.claim()
     if existing is not None and budget:
         run_dir.update_meta(**{COMMAND_LINE: budget})
     if accept_changes:
@@ -432,6 +434,8 @@ def optimize(target: str, experts: str, trials: int, sanitizer: str, address: st
             raise ConfigError(output_dir, "--output-dir", f"cannot be written ({exc.strerror or exc})") from None
         plan = load_run(config_path)
         existing = RunDir.open(resume) if resume else None
+        if existing is not None:
+            existing.claim()  # one driver per run: a second one stops here, in one line
         changed = existing.check_resumable(plan, accept_changes) if existing is not None else []
         if existing is not None:
             check_tables(existing.path)  # as sweep's resume: a damaged part or journal, before Ray
@@ -439,6 +443,7 @@ def optimize(target: str, experts: str, trials: int, sanitizer: str, address: st
         _join_ray(plan, address)
         _check_runnable(plan, target, "toolchain")
         run_dir = existing or RunDir.create(plan)
+        run_dir.claim()
     if accept_changes:
         _start_new_studies(run_dir, plan, changed)
     _record_sandbox(run_dir, policy)

@@ -94,7 +94,8 @@ class SandboxSpec(_Model):
     memory_mb: int | None = Field(None, ge=64, le=1 << 30)  # per command; default: half the node's memory
     pids: int = Field(1024, ge=8, le=1 << 22)  # processes and threads per command
     network: bool = False  # True: the candidate shares the node's network
-    # More of the worker's variables passed in (beyond PATH, CUDA_*, ...: cluster.runners.bwrap.PASSED).
+    # More of the worker's variables passed in, by exact name (beyond the allow-list of what a compiler or a
+    # CUDA program needs: cluster.runners.sandbox.CANDIDATE_ENV, README Security).
     env: list[Annotated[str, Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")]] = Field(default_factory=list)
 
 

@@ -118,12 +118,13 @@ class LimitsSpec(_Model):
     memory_mb: int | None = Field(None, ge=32, le=16 * 1024 * 1024)  # address space of each run
     file_mb: int = Field(1024, ge=1, le=1024 * 1024)  # any one file written, stdout and stderr included
     disk_mb: int = Field(4096, ge=1, le=16 * 1024 * 1024)  # everything in the scratch directory
+    files: int = Field(20_000, ge=16, le=100_000_000)  # files and folders in the scratch directory
 
     def for_build(self) -> Limits:
-        return Limits(file_mb=self.file_mb, disk_mb=self.disk_mb)  # compilers need their address space
+        return Limits(file_mb=self.file_mb, disk_mb=self.disk_mb, files=self.files)  # compilers need address space
 
     def for_run(self) -> Limits:
-        return Limits(memory_mb=self.memory_mb, file_mb=self.file_mb, disk_mb=self.disk_mb)
+        return Limits(memory_mb=self.memory_mb, file_mb=self.file_mb, disk_mb=self.disk_mb, files=self.files)
 
 
 KERNEL_RUN = ["{binary}", "--seed", "{seed}"]  # a kernel target's run: the kernel runner's, on the run's seed

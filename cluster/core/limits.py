@@ -15,15 +15,17 @@ class Limits:
     ``memory_mb`` caps the address space (RLIMIT_AS); it is off by default because CUDA programs
     reserve far more virtual memory than they use. ``file_mb`` caps any one file the command writes
     (RLIMIT_FSIZE), its stdout and stderr files included. ``disk_mb`` caps the total size of the
-    command's directory, measured every ``DISK_POLL_S`` while it runs and once after; so a fast
-    writer may overshoot by what it writes in one interval before it is killed. ``cpu_s`` caps
-    CPU seconds (RLIMIT_CPU).
+    command's directory, and ``files`` the number of files and folders in it (an inode bomb of
+    empty files takes no disk): watched while it runs (``sandbox.LimitWatch``) and measured once
+    after, so a fast writer may overshoot by what it writes between two looks before it is
+    killed. ``cpu_s`` caps CPU seconds (RLIMIT_CPU).
     """
 
     memory_mb: int | None = None
     file_mb: int | None = None
     disk_mb: int | None = None
     cpu_s: int | None = None
+    files: int | None = None
 
     def rlimits(self) -> list[tuple[int, int, int]]:
         """(resource, soft, hard) for the child; never above the worker's own hard limits."""
@@ -44,5 +46,6 @@ class Limits:
     def amount(self, kind: str) -> str:
         """The limit that a ``ProcessResult.limit_exceeded`` kind names, with its unit: "64 MB"."""
         value, unit = {"memory": (self.memory_mb, "MB"), "file size": (self.file_mb, "MB"),
-                       "disk": (self.disk_mb, "MB"), "cpu time": (self.cpu_s, "s")}[kind]
+                       "disk": (self.disk_mb, "MB"), "cpu time": (self.cpu_s, "s"),
+                       "files": (self.files, "files")}[kind]
         return f"{value} {unit}"

@@ -34,6 +34,8 @@ class Status(StrEnum):
     TEST_FAILED = "test_failed"
     WORKER_LOST = "worker_lost"
     QUARANTINED = "quarantined"  # took down its measuring worker every time it ran
+    TOO_MANY_FILES = "too_many_files"  # its scratch directory held more than limits.files files (an inode bomb)
+    CLOCK_MISMATCH = "clock_mismatch"  # warpfleet's own clock does not bear out the time it claims (measure.clock)
 
 
 class Phase(StrEnum):
@@ -229,6 +231,18 @@ class RunOutputs:
 
 
 @dataclass(frozen=True)
+class Clock:
+    """A candidate's runs by its own word and by warpfleet's clock, medians over its runs: the
+    seconds its samples add up to in a run, and the seconds a run took (``cluster.runners.clock``);
+    and how far its runs' times spread: twice their median absolute deviation (one slow first run,
+    a persistent host's imports, does not count)."""
+
+    claimed_s: float
+    wall_s: float
+    wall_spread_s: float = 0.0
+
+
+@dataclass(frozen=True)
 class Measurement:
     """What a measuring worker saw: samples of the target's metric, and whether it verified."""
 
@@ -246,6 +260,7 @@ class Measurement:
     outputs: tuple[RunOutputs, ...] = field(default=(), repr=False)
     telemetry: Telemetry | None = None
     raced: bool = False  # a run stopped sampling early: clearly slower than the study's best (measure.race)
+    clock: Clock | None = None  # its claimed and its wall time per run, where its metric is a time it printed
 
     @property
     def stats(self) -> Stats | None:
@@ -268,13 +283,14 @@ class BestConfig:
     speedup: float
     unit: str
     iqr: float = 0.0
-    reason: str = ""  # why it won (e.g. "simplest within noise of the fastest")
+    reason: str = ""  # why it won ("fastest", or why a simpler one was kept over the fastest)
     source_hash: str = ""  # the sources it builds (an agent's variant or the target's own); evaluate checks them
     baseline_source_hash: str = ""
     noisy: bool = False  # its re-measurements' IQR/median stayed above measure.max_noise: its lead may be noise
     # False: the best measured so far of a study that had no finals (a run stopped or ended by its
     # budget first): its search-phase measurement, never re-run on fresh seeds (export: --unconfirmed)
     remeasured: bool = True
+    fastest: str = ""  # the fastest configuration's key where it was not selected (``reason`` says why)
 
     @property
     def is_variant(self) -> bool:

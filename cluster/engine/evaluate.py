@@ -263,7 +263,7 @@ class EvaluationFlow(Flow):
             measurement = Measurement(job.candidate.key, result.failure, job.device, error_tail=result.error)
         stats = measurement.stats if measurement else None
         if job.kind is JobKind.BASELINE and measurement and measurement.status is Status.OK and stats:
-            study.reference = ray.put(Reference(measurement.outputs))
+            study.reference = ray.put(Reference(measurement.outputs, measurement.clock))
             study.baseline_median = stats.median
         self.writer.append(make_row(self.run_id, job.candidate, result.artifact, measurement, study.baseline_median,
                                     study.target.spec.metric.goal, unit=study.target.spec.metric.unit,

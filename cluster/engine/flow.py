@@ -612,7 +612,7 @@ class StudyFlow(Flow):
             self.fail(f"its baseline failed ({status.value}" + (f": {lines[-1][:200]})" if lines else ")"))
             return
         self.kernels = artifact.kernels
-        reference = Reference(measurement.outputs)
+        reference = Reference(measurement.outputs, measurement.clock)  # the clock: runners.clock
         save_reference(self.ctx.run_dir, measurement.candidate_key, reference)
         state.reference, self.finals.reference = ray.put(reference), reference
         state.baseline_median = stats.median

@@ -36,7 +36,7 @@ from cluster.core.encodings import (
 )
 from cluster.core.errors import ConfigError
 from cluster.core.registry import SAMPLERS
-from cluster.core.types import Candidate, DeviceInfo, Phase, RunOutputs, Scalar, Status, study_name
+from cluster.core.types import Candidate, Clock, DeviceInfo, Phase, RunOutputs, Scalar, Status, study_name
 from cluster.runners.measure import Reference
 from cluster.store.journal import BatchedJournalStorage
 from cluster.store.rundir import RunDir, break_stale_lock
@@ -467,6 +467,9 @@ def save_reference(run_dir: Path, key: str, reference: Reference) -> None:
             (folder / str(index) / f"{n}.out").write_bytes(content)
             names.append(path)
         manifest.append({"files": names, "stdout_values": list(run.stdout_values)})
+    if reference.clock is not None:  # the baseline's claimed and wall time a run (runners.clock), for a resume
+        clock = reference.clock
+        (folder / "clock.json").write_text(json.dumps([clock.claimed_s, clock.wall_s, clock.wall_spread_s]))
     tmp = folder / "manifest.json.tmp"
     tmp.write_text(json.dumps(manifest))
     tmp.replace(folder / "manifest.json")  # written last: its presence means the folder is whole
@@ -481,4 +484,5 @@ def load_reference(run_dir: Path, key: str) -> Reference | None:
     for index, run in enumerate(json.loads(manifest_path.read_text())):
         files = tuple((path, (folder / str(index) / f"{n}.out").read_bytes()) for n, path in enumerate(run["files"]))
         runs.append(RunOutputs(files, tuple(run["stdout_values"])))
-    return Reference(tuple(runs))
+    clock = folder / "clock.json"
+    return Reference(tuple(runs), Clock(*map(float, json.loads(clock.read_text()))) if clock.is_file() else None)

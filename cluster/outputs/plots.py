@@ -102,26 +102,36 @@ def heatmap(matrix: Matrix, path: Path) -> Path | None:
     return _save(fig, path)
 
 
-def best_so_far(studies: dict[str, dict[str, pd.DataFrame]], path: Path) -> Path | None:
-    """Per target, one line per study (device type, run): the best speedup found by each moment
-    of the search, against seconds since the study's first measurement."""
+def best_so_far(studies: dict[str, dict[str, pd.DataFrame]], path: Path,
+                selected: dict[str, dict[str, float]] | None = None) -> Path | None:
+    """Per target, one line per study (device type, run): the best speedup among the search's
+    correct rows by each moment of the search (one run each, on seed 0), against seconds since the
+    study's first measurement; and, dotted in the line's colour, the speedup of the configuration
+    the selection chose (``selected[target][label]``: the report's table's number), which the
+    finals' re-measurements decide and the search's best may overstate."""
     targets = {t: lines for t, lines in studies.items() if any(len(rows) for rows in lines.values())}
     if not targets:
         return None
     fig, axes = _grid(len(targets), 2, 5.6, 3.4)
     for ax, (target, lines) in zip(axes, sorted(targets.items()), strict=True):
         for label, rows in sorted(lines.items()):
-            ok = rows[rows["speedup"].notna() & rows["finished_at"].notna()].sort_values("finished_at")
+            name = short_device(label, 40).replace("\n", " ")
+            ok = rows[(rows["status"] == "ok") & rows["speedup"].notna() & rows["finished_at"].notna()]
+            ok = ok.sort_values("finished_at")
             if ok.empty:
                 continue
             seconds = (ok["finished_at"] - rows["started_at"].min()).dt.total_seconds()
-            ax.step(seconds, ok["speedup"].cummax(), where="post", marker=".", markersize=4,
-                    label=short_device(label, 40).replace("\n", " "))
+            [line] = ax.step(seconds, ok["speedup"].cummax(), where="post", marker=".", markersize=4,
+                             label=f"{name}: search")
+            chosen = (selected or {}).get(target, {}).get(label)
+            if chosen is not None and np.isfinite(chosen):
+                ax.axhline(chosen, color=line.get_color(), linestyle=":", linewidth=1.2,
+                           label=f"{name}: selected, {chosen:.2f}x")
         ax.set_title(target)
         ax.set_xlabel("time since the study's first measurement (s)")
         ax.set_ylabel("best speedup so far (x)")
         ax.legend(fontsize=7, loc="lower right")
-    fig.suptitle("Search progress: best configuration found so far")
+    fig.suptitle("Search progress: best search row so far; dotted: the selected configuration")
     return _save(fig, path)
 
 

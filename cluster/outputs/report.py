@@ -71,8 +71,12 @@ def _summary(runs: Sequence[Run], out: Path) -> list[Block]:
          f"{b.median:.4g} {b.unit}" + ("" if b.remeasured else " (not re-measured)"),
          f"{b.speedup:.2f}x", readable_configuration(b.flag_argv, b.params, b.is_variant) or "(baseline)"]
         for r, b in winners]))
+    blocks.append(Block("p", "Each speedup is the selected configuration's median over its re-measurements on "
+                             "fresh seeds against the baseline's (the same number in the plot below and, dotted, "
+                             "in the search progress, whose lines are the search's single runs)."))
     if not all(b.remeasured for _, b in winners):
         blocks.append(Block("p", f"(not re-measured): {NOT_REMEASURED}."))
+    blocks += [Block("p", f"{b.target} on {b.device_type}: {b.reason}") for _, b in winners if b.fastest]
     image = plots.speedup_plot([b for _, b in winners], out / "speedup.png")
     return [*blocks, *([Block("img", image.name)] if image else [])]
 
@@ -125,7 +129,12 @@ def _progress(runs: Sequence[Run], out: Path) -> list[Block]:
     by_target: dict[str, dict[str, pd.DataFrame]] = {}
     for label, rows in _studies(runs).items():
         by_target.setdefault(str(rows["target"].iloc[0]), {})[label.split(" on ", 1)[1]] = rows
-    image = plots.best_so_far(by_target, out / "best_so_far.png")
+    sweeps = [r for r in runs if not r.is_evaluation and len(r.rows)]
+    selected: dict[str, dict[str, float]] = {}
+    for run, best in _winners(runs):  # the table's numbers, keyed as _studies labels the lines
+        label = best.device_type + (f" [{run.run_id}]" if len(sweeps) > 1 else "")
+        selected.setdefault(best.target, {})[label] = best.speedup
+    image = plots.best_so_far(by_target, out / "best_so_far.png", selected)
     return [Block("h2", "Search progress"),
             Block("img", image.name) if image else Block("p", "No search rows in these runs.")]
 

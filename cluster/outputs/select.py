@@ -6,18 +6,21 @@ seeds 1..final_runs; the search ran seed 0) or ``evaluate`` (``warpfleet evaluat
 that failed any final run is out, whatever its other runs said, and so is one whose metric is not
 positive. With no such candidate the baseline is selected, and its reason says why.
 
-The winner is chosen by median over those re-measurements. A faster candidate must beat a simpler
-one by more than the measured noise: the larger of the two interquartile ranges, and at least
-``MIN_DIFFERENCE`` of the median, because the spread between separate runs of one program
-(measured on an H100: up to 0.9%) is larger than the spread of the samples inside one run. Within
-the noise, the configuration that changes fewer flags and params from the baseline wins. The
-baseline itself takes part, so a sweep that found nothing real selects the baseline. A winner whose
-re-measurements were ``noisy`` (IQR/median above ``measure.max_noise``) is marked so.
+The fastest is the best median over those re-measurements. A simpler configuration (fewer flags
+and params changed from the baseline, the sources unchanged) is kept instead unless the fastest
+beats it (``beats``): its samples lower by a one-sided Mann-Whitney U test at ``ALPHA`` (ranks, so
+that neither side's spread alone decides: a baseline whose IQR is four times its median does not
+hide a candidate whose every sample is below the baseline's least), and its median lower by more
+than ``MIN_DIFFERENCE``, because the spread between separate runs of one program (measured on an
+H100: up to 0.9%) is larger than the spread of the samples inside one run, which the test pools.
+The baseline itself takes part, so a sweep that found nothing real selects the baseline. A winner
+whose re-measurements were ``noisy`` (IQR/median above ``measure.max_noise``) is marked so.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import math
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -28,9 +31,8 @@ from cluster.core.encodings import FLAG_PREFIX, PARAM_PREFIX, settings, speedup,
 from cluster.core.types import BestConfig, Phase, Stats, Status
 
 MIN_DIFFERENCE = 0.01  # relative: differences below 1% of the median are not trusted
-
-
-
+ALPHA = 0.05  # a faster configuration beats a simpler one at this one-sided significance (3 runs each can)
+EXACT_PAIRS = 2500  # samples n1 * n2 up to which the U test's p-value is exact (no ties), else normal
 REVERIFIED = (Phase.FINAL.value, Phase.EVALUATE.value)  # phases run on seeds other than the search's
 NOT_REVERIFIED = "no candidate passed a re-run on fresh seeds (phase final): the baseline"
 NOISY_ADVICE = ("the winner's re-measurements spread more than measure.max_noise (IQR/median), so its lead may "
@@ -38,14 +40,73 @@ NOISY_ADVICE = ("the winner's re-measurements spread more than measure.max_noise
                 "processes off the machine (or pin them to other cores), or give the target a bigger problem")
 
 
-def _pooled(rows: pd.DataFrame) -> dict[str, tuple[Stats, pd.Series]]:
+def mann_whitney_p(lower: Sequence[float], higher: Sequence[float]) -> float:
+    """The one-sided p-value of a Mann-Whitney U test that ``lower``'s samples are smaller than
+    ``higher``'s: the chance of a U this small were both from one distribution. Exact where there
+    are no ties and at most ``EXACT_PAIRS`` pairs, else the normal approximation with the tie
+    correction and a continuity correction. 1.0 where a side has no samples."""
+    x, y = np.asarray(lower, dtype=float), np.asarray(higher, dtype=float)
+    n1, n2 = len(x), len(y)
+    if not n1 or not n2:
+        return 1.0
+    both = np.concatenate([x, y])
+    values, inverse, counts = np.unique(both, return_inverse=True, return_counts=True)
+    average_rank = np.cumsum(counts) - (counts - 1) / 2.0  # ties share the mean of their ranks
+    u = float(average_rank[inverse[:n1]].sum()) - n1 * (n1 + 1) / 2.0  # pairs where x is the larger
+    if len(values) == len(both) and n1 * n2 <= EXACT_PAIRS:
+        return float(_u_distribution(n1, n2)[: round(u) + 1].sum())
+    n = n1 + n2
+    variance = n1 * n2 / 12.0 * ((n + 1) - float((counts ** 3 - counts).sum()) / (n * (n - 1)))
+    if variance <= 0:
+        return 1.0  # every sample the same value: nothing to tell them apart
+    z = (u - n1 * n2 / 2.0 + 0.5) / math.sqrt(variance)
+    return 0.5 * (1.0 + math.erf(z / math.sqrt(2.0)))
+
+
+def _u_distribution(n1: int, n2: int) -> np.ndarray:
+    """P(U = u) for u = 0..n1*n2 when two samples of n1 and n2 come from one distribution. Counts
+    of arrangements by U: the largest value is an x (above all n y's: f(m-1, n) shifted by n) or a
+    y (f(m, n-1))."""
+    rows = [np.ones(1)] * (n2 + 1)  # f(0, n) for n = 0..n2: one arrangement, U = 0
+    for m in range(1, n1 + 1):
+        current = [np.ones(1)]  # f(m, 0)
+        for n in range(1, n2 + 1):
+            counts = np.zeros(m * n + 1)
+            counts[n:n + len(rows[n])] += rows[n]  # f(m-1, n), shifted by n
+            counts[:len(current[n - 1])] += current[n - 1]  # f(m, n-1)
+            current.append(counts)
+        rows = current
+    total = rows[n2]
+    return total / total.sum()
+
+
+@dataclass(frozen=True)
+class Pooled:
+    """One configuration's samples over its eligible rows."""
+
+    stats: Stats
+    samples: np.ndarray
+    row: pd.Series
+
+
+def _pooled(rows: pd.DataFrame) -> dict[str, Pooled]:
     pooled = {}
     for key, group in rows.groupby("candidate_key", sort=False):
         samples = [float(s) for arr in group["samples"] if arr is not None for s in arr]
         stats = Stats.of(samples)
         if stats is not None and np.isfinite(stats.median) and stats.median > 0:  # a metric is positive
-            pooled[str(key)] = (stats, group.iloc[0])
+            pooled[str(key)] = Pooled(stats, np.asarray(samples, dtype=float), group.iloc[0])
     return pooled
+
+
+def beats(better: Pooled, other: Pooled, sign: float = 1.0, min_difference: float = MIN_DIFFERENCE,
+          alpha: float = ALPHA) -> tuple[bool, str]:
+    """Whether ``better`` beats ``other`` beyond noise (``sign`` -1 where the goal maximizes), and
+    the evidence in words: the one-sided U test's p-value and the difference of medians."""
+    p = mann_whitney_p(sign * better.samples, sign * other.samples)
+    gap = sign * (other.stats.median - better.stats.median) / other.stats.median
+    evidence = f"Mann-Whitney U p={p:.2g}, medians {100 * gap:+.1f}% apart"
+    return p <= alpha * (1 + 1e-9) and gap > min_difference, evidence  # 3 runs each, all apart: p = 1/20
 
 
 def _eligible(rows: pd.DataFrame, baseline_key: str | None) -> pd.DataFrame:
@@ -83,23 +144,26 @@ def select_study(rows: pd.DataFrame, min_difference: float = MIN_DIFFERENCE) -> 
 
     objective = str(rows["objective"].iloc[0]) if "objective" in rows else "time"
     energy = _energy(final, objective)
+    fastest_key = ""
     if objective in ("energy", "edp") and energy:
         pool = {k: v for k, v in pool.items() if k in energy}
     if objective in ("energy", "edp") and pool:
         winner_key = min(pool, key=lambda k: energy[k])
         reason = f"lowest {'energy per sample' if objective == 'energy' else 'energy-delay product'}"
     else:
-        fastest_key = min(pool, key=lambda k: sign * pool[k][0].median)
-        fastest = pool[fastest_key][0]
-        tied = [k for k, (s, _) in pool.items()
-                if abs(s.median - fastest.median) <= max(fastest.iqr, s.iqr, min_difference * fastest.median)]
-        winner_key = min(tied, key=lambda k: (complexity(pool[k][1]), sign * pool[k][0].median))
-        reason = "fastest" if winner_key == fastest_key else \
-            f"simplest within noise of the fastest ({fastest_key}: {fastest.median:.4g})"
+        fastest_key = min(pool, key=lambda k: sign * pool[k].stats.median)
+        fastest = pool[fastest_key]
+        verdicts = {k: beats(fastest, c, sign, min_difference) for k, c in pool.items() if k != fastest_key}
+        kept = [fastest_key, *(k for k, (won, _) in verdicts.items() if not won)]
+        winner_key = min(kept, key=lambda k: (complexity(pool[k].row), sign * pool[k].stats.median))
+        reason = "fastest" if winner_key == fastest_key else (
+            f"simpler than the fastest ({fastest_key}, median {fastest.stats.median:.4g} against "
+            f"{pool[winner_key].stats.median:.4g}), which does not beat it beyond noise "
+            f"({verdicts[winner_key][1]}; beating it takes p<={ALPHA:g} and more than {100 * min_difference:g}%)")
     if set(pool) == {baseline_key}:
         reason = NOT_REVERIFIED
-    stats, row = pool[winner_key]
-    base_median = pool[baseline_key][0].median if baseline_key in pool else \
+    stats, row = pool[winner_key].stats, pool[winner_key].row
+    base_median = pool[baseline_key].stats.median if baseline_key in pool else \
         (float(baseline["median"]) if baseline is not None and not pd.isna(baseline["median"]) else np.nan)
     ratio = speedup(stats.median, float(base_median), goal) if base_median > 0 else None
     mine = final[(final["candidate_key"] == winner_key) & final["phase"].isin(REVERIFIED)]
@@ -111,7 +175,7 @@ def select_study(rows: pd.DataFrame, min_difference: float = MIN_DIFFERENCE) -> 
         median=stats.median, baseline_median=float(base_median), speedup=np.nan if ratio is None else ratio,
         unit=str(row["unit"]), iqr=stats.iqr, reason=reason, source_hash=str(row.get("source_hash", "") or ""),
         baseline_source_hash=str(baseline.get("source_hash", "") or "") if baseline is not None else "",
-        noisy=noisy,
+        noisy=noisy, fastest=fastest_key if fastest_key != winner_key else "",
     )
 
 

@@ -57,6 +57,9 @@ def show(path: Path, console: Console | None = None) -> list[BestConfig]:
                       + ("" if b.remeasured else f" {NOT_REMEASURED_MARK}"),
                       speedup_text(b.speedup), config)
     console.print(table)
+    for b in selected:  # a winner that is not the fastest: why
+        if b.fastest:
+            console.print(f"{b.target} on {b.device_type}: selected {b.candidate_key}, {b.reason}")
     if any(b.noisy for b in selected):
         console.print(f"{NOISY_MARK} noisy: {NOISY_ADVICE}")
     if not all(b.remeasured for b in selected):

@@ -24,7 +24,8 @@ from cluster.config import Target
 from cluster.core.placeholders import expand
 from cluster.core.types import RunOutputs
 from cluster.runners.isolation import node_sandbox
-from cluster.runners.sandbox import ProcessResult, Sandbox, run_command, scratch_dir, write_bundle
+from cluster.runners.sandbox import ProcessResult, Sandbox, run_command, scratch_dir
+from cluster.runners.untrusted_dir import UntrustedDir
 
 BINARY_FILE = "candidate.bin"
 Command = Literal["run", "sanitize_run", "test"]
@@ -53,10 +54,13 @@ class Invocation:
 
 class Staged:
     """A built candidate ready to run in its own scratch directory (``workdir``). Runs in one
-    staged directory see what earlier runs left there (the cheat checks rely on that)."""
+    staged directory see what earlier runs left there (the cheat checks rely on that). The worker
+    reads and writes files there through ``files`` only, never by path (``UntrustedDir``)."""
 
-    def __init__(self, runner: Runner, target: Target, params: Mapping[str, Any], arch: str, workdir: Path) -> None:
+    def __init__(self, runner: Runner, target: Target, params: Mapping[str, Any], arch: str, workdir: Path,
+                 files: UntrustedDir) -> None:
         self.runner, self.target, self.params, self.arch, self.workdir = runner, target, dict(params), arch, workdir
+        self.files = files
 
     def values(self, seed: int, binary: str | list[str] | None = None) -> dict[str, Any]:
         """The commands' placeholder values: params, binary, workdir, arch, seed."""
@@ -81,6 +85,9 @@ class Runner(ABC):
     keeps running (a persistent process), and the runner starts it again when next used."""
 
     name: str = ""
+    # Whether a run's samples are warpfleet's own measurements (the kernel runner's CUDA events), not
+    # the program's words: then there is no claim to check against the wall clock (runners.clock).
+    samples_are_warpfleets: bool = False
 
     def __init__(self, sandbox: Sandbox | None = None, scratch_root: Path | None = None) -> None:
         """``sandbox``: default, the node's (``cluster.runners.isolation.node_sandbox``)."""
@@ -91,12 +98,11 @@ class Runner(ABC):
     def stage(self, target: Target, params: Mapping[str, Any], arch: str, binary: bytes | None,
               prefix: str = "run-") -> Iterator[Staged]:
         """A scratch directory with the target's files and the built candidate, removed afterwards."""
-        with scratch_dir(self.scratch_root, prefix) as workdir:
-            write_bundle(target.bundle.files, workdir)
-            path = workdir / BINARY_FILE
-            path.write_bytes(binary or b"")
-            path.chmod(0o755)
-            yield Staged(self, target, params, arch, workdir)
+        with scratch_dir(self.scratch_root, prefix) as workdir, UntrustedDir(workdir) as files:
+            for rel, content in target.bundle.files:
+                files.write(rel, content)
+            files.write(BINARY_FILE, binary or b"", mode=0o755)
+            yield Staged(self, target, params, arch, workdir, files)
 
     def binary_argv(self, workdir: Path) -> str | list[str]:
         """What ``{binary}`` stands for in a command run as a process."""
@@ -111,7 +117,7 @@ class Runner(ABC):
         runner's sandbox: what every runner does for commands it cannot run in-process."""
         spec = staged.target.spec
         timeout = invocation.timeout if invocation.timeout is not None else spec.timeouts.run
-        return run_command(staged.argv(invocation), staged.workdir, timeout, env=_env(harness_env(invocation)),
+        return run_command(staged.argv(invocation), staged.workdir, timeout, own_env=harness_env(invocation),
                            limits=spec.limits.for_run(), sandbox=self.sandbox)
 
     def verified_outputs(self, staged: Staged, reference: RunOutputs) -> frozenset[str]:
@@ -143,8 +149,3 @@ def harness_env(invocation: Invocation) -> dict[str, str]:
         env[MAX_SAMPLES_ENV] = str(invocation.max_samples)
     return env
 
-
-def _env(extra: Mapping[str, str]) -> dict[str, str] | None:
-    import os
-
-    return {**os.environ, **extra} if extra else None

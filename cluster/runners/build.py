@@ -16,7 +16,8 @@ from cluster.core.types import BuildArtifact, Candidate, Status
 from cluster.runners.isolation import node_sandbox
 from cluster.runners.kernel_build import compile_kernel
 from cluster.runners.profile import FLUSH_KERNEL
-from cluster.runners.sandbox import Sandbox, inside, run_command, scratch_dir, write_bundle
+from cluster.runners.sandbox import Sandbox, read_output, run_command, scratch_dir, write_bundle
+from cluster.runners.untrusted_dir import UntrustedDir
 from cluster.toolchains import get_toolchain
 
 BINARY_NAME = "candidate.bin"
@@ -57,14 +58,14 @@ def compile_candidate(target: Target, candidate: Candidate, scratch_root: Path |
         if not result.ok:
             status = Status.COMPILE_TIMEOUT if result.timed_out else Status.COMPILE_ERROR
             return BuildArtifact(candidate.key, status, compile_s=seconds, error_tail=result.tail())
-        binary = inside(workdir, BINARY_NAME)  # never a link to a file of the worker's
-        if binary is None:
+        with UntrustedDir(workdir) as files:
+            content = read_output(files, BINARY_NAME)  # never through a link to a file of the worker's
+        if content is None:
             return BuildArtifact(candidate.key, Status.COMPILE_ERROR, compile_s=seconds,
                                  error_tail=f"the build command wrote no {{binary}}: {' '.join(argv)}")
         kernels = get_toolchain(target.spec.toolchain).parse_resources(result.stderr + "\n" + result.stdout)
         # The timing harness's L2-flush kernel is not the target's: keep it out of the report.
         kernels = tuple(k for k in kernels if FLUSH_KERNEL not in k.kernel)
-        content = binary.read_bytes()
         return BuildArtifact(candidate.key, Status.OK, content, seconds, kernels=kernels,
                              binary_hash=BuildArtifact.hash_binary(content))
 

@@ -10,8 +10,12 @@ What a command started through ``Bubblewrap.prepare`` gets (flags in ``_mounts``
   command's main process exits, or the worker kills bubblewrap, every process it started is gone;
   ``/proc`` shows those processes only;
 - no network but its own loopback (``--unshare-net``), its own IPC and host name;
-- an environment of the variables it needs only (``_environment``), bubblewrap itself started
-  with it, so that no ``/proc/*/environ`` in the sandbox holds a secret;
+- an environment of the variables it needs only (``Sandbox.environment``'s allow-list, with HOME
+  its scratch directory and TMPDIR its /tmp), bubblewrap itself started with it, so that no
+  ``/proc/*/environ`` in the sandbox holds a secret;
+- its writable places bound by descriptor (``--bind-fd``), each opened refusing a link and handed
+  over through that descriptor: a candidate that swapped a place for a link between two commands
+  (a persistent host's staged directory) gets neither the link's target bound nor chowned;
 - as root, a uid of its own per worker (``UID_BASE + the worker's pid``): the worker's files and
   ``~/.ray/auth_token`` (mode 600) are not its to read, and RLIMIT_NPROC, which root ignores,
   counts its processes. Bubblewrap then runs privileged (no user namespace) and setpriv drops to
@@ -38,6 +42,7 @@ from cluster.config import SandboxSpec
 from cluster.core.limits import MB, Limits
 from cluster.runners.cgroups import Cgroups, Leaf, node_memory_bytes
 from cluster.runners.sandbox import Ended, Prepared, Sandbox, SandboxError
+from cluster.runners.untrusted_dir import UntrustedDir
 
 UID_BASE = 1_900_000_000  # + the worker's pid (below 2^22): a uid per worker, far from any real user's
 BOOKKEEPING_PIDS = 2  # bubblewrap and INIT, in the command's process count
@@ -48,10 +53,6 @@ BOOKKEEPING_PIDS = 2  # bubblewrap and INIT, in the command's process count
 # RLIMIT_NPROC where pid 1 does not reap.
 INIT = ("/bin/sh", "-c", '"$@"; exit $?', "sh")
 GPU_NODES = ("nvidia[0-9]*", "nvidiactl", "nvidia-uvm", "nvidia-uvm-tools", "nvidia-caps")
-# What a compiler or a CUDA program needs of the worker's environment; everything else stays out.
-PASSED = {"PATH", "LD_LIBRARY_PATH", "LANG", "LANGUAGE", "TZ", "TERM", "CPATH", "LIBRARY_PATH", "C_INCLUDE_PATH",
-          "CPLUS_INCLUDE_PATH", "PKG_CONFIG_PATH", "CC", "CXX", "NVCC_PREPEND_FLAGS", "NVCC_APPEND_FLAGS"}
-PASSED_PREFIXES = ("LC_", "CUDA_", "NVIDIA_", "OMP_", "WARPFLEET_")
 # Credentials under the worker's home, hidden even where the command could read them (not root).
 HIDDEN = (".ray", ".ssh", ".aws", ".azure", ".kube", ".docker", ".gnupg", ".config/gcloud", ".config/gh",
           ".netrc", ".git-credentials", ".pypirc", ".cache/huggingface/token")
@@ -94,6 +95,7 @@ class Bubblewrap(Sandbox):
         """``gpu``: bind the NVIDIA device nodes into every command; ``uid``: run commands as this
         uid (the worker is root); ``hidden``: more files to hide (a Ray token file elsewhere)."""
         self.program, self.spec, self.gpu, self.cgroups, self.uid = program, spec, gpu, cgroups, uid
+        self.passed = tuple(spec.env)
         self.memory_mb = spec.memory_mb or node_memory_bytes() // 2 // MB
         home = home or Path.home()
         self.hidden = tuple(p for p in (*(home / h for h in HIDDEN), *hidden) if p.exists())
@@ -107,6 +109,7 @@ class Bubblewrap(Sandbox):
             _make_uvm_node()
         self.gpu_nodes = tuple(sorted(str(p) for pattern in GPU_NODES for p in Path("/dev").glob(pattern)))
         self.modern = program.version >= (0, 8)  # --size and --disable-userns
+        self.by_fd = program.version >= (0, 5)  # --bind-fd
         self.setpriv = ""
         if uid is not None:
             self.setpriv = shutil.which("setpriv") or ""
@@ -123,23 +126,33 @@ class Bubblewrap(Sandbox):
     def prepare(self, argv: Sequence[str], cwd: Path, env: Mapping[str, str], limits: Limits | None,
                 gpu: bool = False, writable: Sequence[Path] = ()) -> Prepared:
         cwd = Path(cwd).absolute()
-        places = [cwd, *(Path(w).absolute() for w in writable)]
-        if self.uid is not None:
-            for place in places:
-                _hand_over(place, self.uid)
-        leaf = self._leaf()
+        places = list(dict.fromkeys([cwd, *(Path(w).absolute() for w in writable)]))
+        held: dict[Path, UntrustedDir] = {}
         try:
-            args = [*self._mounts(places, limits, gpu or self.gpu), *self._namespaces(), "--chdir", str(cwd)]
+            for place in places:
+                held[place] = UntrustedDir(place)  # a link is refused: never bound, never chowned
+                if self.uid is not None:
+                    held[place].hand_over(self.uid)
+        except BaseException:
+            for opened in held.values():
+                opened.close()
+            raise
+        leaf = None
+        try:
+            leaf = self._leaf()
+            args = [*self._mounts(held, limits, gpu or self.gpu), *self._namespaces(), "--chdir", str(cwd)]
             preexec = _child_setup(leaf.join_files() if leaf else (), self._rlimits(limits, leaf))
         except BaseException:
-            self._finisher(leaf)(None)
+            self._finisher(leaf, held)(None)
             raise
         return Prepared([self.program.path, *args, "--", *INIT, *self._drop(), *argv],
-                        self._environment(env, cwd), preexec, self._finisher(leaf))
+                        self._environment(env, cwd), preexec, self._finisher(leaf, held),
+                        tuple(d.fileno() for d in held.values()) if self.by_fd else ())
 
     def hand_over(self, place: Path) -> None:
         if self.uid is not None:
-            _hand_over(Path(place), self.uid)
+            with UntrustedDir(place) as held:
+                held.hand_over(self.uid)
 
     def _drop(self) -> list[str]:
         """As root, bubblewrap runs privileged (no user namespace needed, and it reaches any scratch
@@ -161,7 +174,7 @@ class Bubblewrap(Sandbox):
     def _cgroup_limits(self) -> tuple[int, int]:
         return self.memory_mb * MB, self.spec.pids + BOOKKEEPING_PIDS
 
-    def _mounts(self, places: list[Path], limits: Limits | None, gpu: bool) -> list[str]:
+    def _mounts(self, places: dict[Path, UntrustedDir], limits: Limits | None, gpu: bool) -> list[str]:
         args = ["--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc"]
         for node in self.gpu_nodes if gpu else ():
             args += ["--dev-bind", node, node]
@@ -184,7 +197,10 @@ class Bubblewrap(Sandbox):
                 if folder.is_relative_to(top) and folder != top and folder not in made:
                     made.append(folder)
                     args += ["--dir", str(folder)]
-            args += [bind, str(place), str(place)]
+            if bind == "--bind" and self.by_fd:
+                args += ["--bind-fd", str(places[place].fileno()), str(place)]  # the folder held, not its name
+            else:
+                args += [bind, str(place), str(place)]
         return args
 
     def _cover(self, place: Path) -> Path:
@@ -209,9 +225,7 @@ class Bubblewrap(Sandbox):
         return args
 
     def _environment(self, env: Mapping[str, str], cwd: Path) -> dict[str, str]:
-        kept = {name: value for name, value in env.items()
-                if name in PASSED or name.startswith(PASSED_PREFIXES) or name in self.spec.env}
-        return {**kept, "HOME": str(cwd), "TMPDIR": "/tmp"}
+        return {**env, "HOME": str(cwd), "TMPDIR": "/tmp"}
 
     def _rlimits(self, limits: Limits | None, leaf: Leaf | None) -> list[tuple[int, int, int]]:
         """``limits``' own, and the sandbox's where no cgroup holds them."""
@@ -227,10 +241,12 @@ class Bubblewrap(Sandbox):
             out.append((resource.RLIMIT_DATA, data, data))
         return out
 
-    def _finisher(self, leaf: Leaf | None) -> Callable[[int | None], Ended]:
+    def _finisher(self, leaf: Leaf | None, held: Mapping[Path, UntrustedDir]) -> Callable[[int | None], Ended]:
         before = leaf.hits() if leaf else (0, 0)  # a leaf serves command after command: count this one's
 
         def finish(returncode: int | None) -> Ended:
+            for place in held.values():
+                place.close()
             hit = ""
             if leaf and self.cgroups:
                 after = leaf.hits()
@@ -298,15 +314,6 @@ def _holds_distributions(folder: Path, checkout: Path) -> bool:
 def _passable(path: Path) -> bool:
     """Whether anyone may pass every folder down to ``path``."""
     return all(folder.stat().st_mode & 0o001 for folder in [*reversed(path.parents), path] if folder.exists())
-
-
-def _hand_over(place: Path, uid: int) -> None:
-    """Make ``place`` and everything in it the command's (links themselves, never what they point to)."""
-    os.lchown(place, uid, uid)
-    for root, dirs, files in os.walk(place):
-        for name in (*dirs, *files):
-            with contextlib.suppress(FileNotFoundError):
-                os.lchown(os.path.join(root, name), uid, uid)
 
 
 def _tasks_of(uid: int) -> int:

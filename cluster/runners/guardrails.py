@@ -46,7 +46,7 @@ from cluster.core.placeholders import names_in
 from cluster.core.types import BuildArtifact, Candidate, Phase, RunOutputs, Status
 from cluster.runners._base import Invocation, ProcessRunner, Runner, Staged
 from cluster.runners.measure import PROTOCOL_PREFIX, parse_samples, verify_outputs
-from cluster.runners.sandbox import inside, scratch_dir, write_bundle
+from cluster.runners.sandbox import read_output, scratch_dir, write_bundle
 
 POISON_ENV = "WARPFLEET_POISON"
 POISON_BYTE = 0xFF  # four of them are a NaN as float32 (and as float64, eight)
@@ -70,17 +70,17 @@ class Run:
 def run_binary(staged: Staged, *, seed: int = 0, poison: bool = False) -> Run:
     """Run a staged candidate once; a second run in the same directory sees what the first left."""
     spec = staged.target.spec
-    workdir = staged.workdir
     if poison:
         for output in spec.verify.outputs:  # a run that leaves a file as it found it leaves poison
-            path = workdir / output.path
-            if path.is_symlink() or not path.parent.resolve().is_relative_to(workdir.resolve()):
-                continue  # an earlier run's link: never written through (it may point at the worker's files)
-            size = path.stat().st_size if path.exists() else 4096
-            path.write_bytes(bytes([POISON_BYTE]) * max(size, 8))
+            before = read_output(staged.files, output.path)
+            size = len(before) if before is not None else 4096
+            try:  # made afresh: an earlier run's link is replaced, never written through
+                staged.files.write(output.path, bytes([POISON_BYTE]) * max(size, 8))
+            except OSError:
+                continue  # a link where a folder of the path should be: the run cannot write there either
     result = staged.run(Invocation(seed=seed, env={POISON_ENV: "1"} if poison else {}))
-    found = {o.path: inside(workdir, o.path) for o in spec.verify.outputs}
-    files = tuple((name, path.read_bytes()) for name, path in found.items() if path is not None)
+    found = {o.path: read_output(staged.files, o.path) for o in spec.verify.outputs}
+    files = tuple((name, content) for name, content in found.items() if content is not None)
     stdout_values: tuple[float, ...] = ()
     if spec.verify.stdout_regex:
         stdout_values = tuple(float(v) for v in re.findall(spec.verify.stdout_regex, result.stdout))

@@ -19,17 +19,19 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import dataclasses
 import importlib
 import json
 import os
 import select
 import shutil
+import stat
 import subprocess
 import sys
 import tempfile
 import time
 import traceback
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -37,7 +39,11 @@ from typing import Any
 from cluster.core.limits import Limits
 from cluster.runners._base import Runner, Staged
 from cluster.runners.sandbox import (
+    DISK_POLL_S,
+    STDERR_FILE,
+    STDOUT_FILE,
     Ended,
+    LimitWatch,
     Prepared,
     ProcessResult,
     Sandbox,
@@ -45,11 +51,11 @@ from cluster.runners.sandbox import (
     Unsandboxed,
     _read,
     kill_command,
+    over_limit,
     owned_suffix,
-    scrubbed_env,
 )
+from cluster.runners.untrusted_dir import UntrustedDir, kind_of
 
-STDOUT_FILE, STDERR_FILE = ".warpfleet.stdout", ".warpfleet.stderr"
 STDOUT_READ_LIMIT = 16 * 1024 * 1024
 BROKEN_CONTEXT_EXIT = 70  # the host's exit status when its CUDA context stopped answering
 
@@ -89,12 +95,37 @@ def _loader(name: str) -> Any:
     return getattr(importlib.import_module(module), function)
 
 
+class CaptureRefused(OSError):
+    """A request's stdout or stderr file is not a file the host may write: a link left there."""
+
+
+def _capture(path: str) -> int:
+    """``path`` open for writing, emptied: a regular file or nothing, never through a link (the host
+    may run unsandboxed, as the worker) nor blocked by a FIFO a candidate left there."""
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, 0o644)
+    except OSError as exc:
+        raise CaptureRefused(exc.errno, f"{Path(path).name}: {exc.strerror} (a link left by the candidate?)") from None
+    mode = os.fstat(fd).st_mode
+    if not stat.S_ISREG(mode):
+        os.close(fd)
+        raise CaptureRefused(0, f"{Path(path).name}: {kind_of(mode)} where warpfleet's own file was")
+    os.ftruncate(fd, 0)
+    os.set_blocking(fd, True)
+    return fd
+
+
 def handle(request: Mapping[str, Any]) -> int:
-    """Run one request with fd 1 and 2 sent to its files; returns the loader's exit status."""
+    """Run one request with fd 1 and 2 sent to its files; returns the loader's exit status.
+    Raises ``CaptureRefused`` when those files cannot be the run's own."""
     libc = ctypes.CDLL(None)
+    out = _capture(request["stdout"])
+    try:
+        err = _capture(request["stderr"])
+    except OSError:
+        os.close(out)
+        raise
     saved = os.dup(1), os.dup(2)
-    out = os.open(request["stdout"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-    err = os.open(request["stderr"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
     previous = os.getcwd()
     try:
         os.dup2(out, 1)
@@ -126,9 +157,14 @@ def serve(fd_in: int, fd_out: int, cuda: bool) -> None:
     os.dup2(os.open(os.devnull, os.O_RDONLY), 0)  # candidates read no stdin
     for line in requests:
         start = time.perf_counter()
-        status = handle(json.loads(line))
+        refused = ""
+        try:
+            status = handle(json.loads(line))
+        except CaptureRefused as exc:
+            status, refused = 1, exc.strerror or str(exc)
         healthy = context.healthy() if context else True
-        replies.write(json.dumps({"rc": status, "seconds": time.perf_counter() - start, "healthy": healthy}) + "\n")
+        replies.write(json.dumps({"rc": status, "seconds": time.perf_counter() - start, "healthy": healthy,
+                                  "refused": refused}) + "\n")
         replies.flush()
         if not healthy:
             os._exit(BROKEN_CONTEXT_EXIT)  # nothing else may run on a broken context
@@ -160,12 +196,13 @@ def main(argv: list[str]) -> None:
 @dataclass(frozen=True)
 class Reply:
     returncode: int | None  # None: timed out, or the host could not start
-    seconds: float
+    seconds: float  # the worker's own clock around the request, never the host's word (a candidate runs there)
     timed_out: bool = False
     host_died: bool = False  # the host ended with the candidate (exit, crash, broken context)
     limit: str = ""  # the sandbox's limit that ended it ("memory", "processes"), and its amount
     amount: str = ""
     error: str = ""  # why no host could run it
+    refused: str = ""  # why the host would not write the run's capture files (ProcessResult.refused)
 
 
 def package_root() -> str:
@@ -200,12 +237,12 @@ class HostProcess:
         to_client, from_host = os.pipe()
         argv = host_python("-m", "cluster.runners.host", "serve", str(to_host), str(from_host),
                            *(["--cuda"] if self.cuda else []))
-        env = scrubbed_env()
+        env = self.sandbox.environment(os.environ)
         try:
             self.prepared = self.sandbox.prepare(argv, self.workdir, env, self.limits, self.cuda,
                                                  writable=(self.workdir,))
             self.proc = subprocess.Popen(self.prepared.argv, env=self.prepared.env, preexec_fn=self.prepared.preexec,
-                                         pass_fds=(to_host, from_host), stdin=subprocess.DEVNULL,
+                                         pass_fds=(to_host, from_host, *self.prepared.fds), stdin=subprocess.DEVNULL,
                                          start_new_session=True, cwd=self.workdir)
         except BaseException:
             for fd in (to_host, from_client, to_client, from_host):
@@ -218,7 +255,9 @@ class HostProcess:
         self.replies = os.fdopen(to_client, "r")
         self.starts += 1
 
-    def call(self, request: Mapping[str, Any], timeout: float) -> Reply:
+    def call(self, request: Mapping[str, Any], timeout: float, over: Callable[[], str] | None = None) -> Reply:
+        """``request`` run in the host within ``timeout``; ``over``, asked every ``DISK_POLL_S`` while
+        it runs, names a limit the run is past ("disk", "files"): the host is stopped for it."""
         if self.proc is None or self.proc.poll() is not None:
             self.stop()
             try:
@@ -231,17 +270,26 @@ class HostProcess:
             self.requests.flush()
         except (BrokenPipeError, OSError):
             return self._died(start)
-        ready, _, _ = select.select([self.replies], [], [], timeout)
-        if not ready:
-            self.stop()
-            return Reply(None, time.perf_counter() - start, timed_out=True, host_died=True)
+        deadline = start + timeout
+        while True:
+            remaining = deadline - time.perf_counter()
+            if remaining <= 0:
+                self.stop()
+                return Reply(None, time.perf_counter() - start, timed_out=True, host_died=True)
+            if select.select([self.replies], [], [], min(remaining, DISK_POLL_S) if over else remaining)[0]:
+                break
+            limit = over() if over else ""
+            if limit:
+                self.stop()
+                return Reply(None, time.perf_counter() - start, host_died=True, limit=limit)
         line = self.replies.readline()
         if not line:
             return self._died(start)
+        seconds = time.perf_counter() - start
         reply = json.loads(line)
         if not reply["healthy"]:
             self.stop()
-        return Reply(reply["rc"], reply["seconds"], host_died=not reply["healthy"])
+        return Reply(reply["rc"], seconds, host_died=not reply["healthy"], refused=reply.get("refused", ""))
 
     def _died(self, start: float) -> Reply:
         """The host ended with the candidate: its exit status as the candidate's own (the sandbox
@@ -285,27 +333,37 @@ class HostRunner(Runner):
         staged directory since the last call (a poisoned output file, a file of the test) becomes the
         candidate's first, as a process run's directory does when its sandbox is prepared: the host,
         already running as the sandbox's uid, writes there."""
-        self.sandbox.hand_over(staged.workdir)
-        reply = self.host.call(request, timeout)
-        return read_result(staged.workdir, reply, staged.target.spec.limits.for_run())
+        try:
+            self.sandbox.hand_over(staged.workdir)
+        except OSError as exc:  # the staged directory swapped for a link by a process the last candidate left
+            return ProcessResult(None, "", "", 0.0, refused=str(exc))
+        limits = staged.target.spec.limits.for_run()
+        reply = self.host.call(request, timeout, LimitWatch(staged.files, limits).over)
+        result = read_result(staged.files, reply, limits)
+        limit = result.limit_exceeded or (over_limit(staged.files, limits) if not result.timed_out else "")
+        return dataclasses.replace(result, limit_exceeded=limit) if limit != result.limit_exceeded else result
 
     def close(self) -> None:
         self.host.stop()
         shutil.rmtree(self.root, ignore_errors=True)
 
 
-def read_result(workdir: Path, reply: Reply, limits: Limits | None = None) -> ProcessResult:
-    """The run's ``ProcessResult`` from the files the host wrote, as ``run_command`` makes one."""
-    outputs = []
+def read_result(files: UntrustedDir, reply: Reply, limits: Limits | None = None) -> ProcessResult:
+    """The run's ``ProcessResult`` from the files the host wrote, as ``run_command`` makes one: read
+    through ``files``, so that a capture file the candidate replaced with a link is refused, not read."""
+    outputs, refused = [], reply.refused
     for name, limit in ((STDOUT_FILE, STDOUT_READ_LIMIT), (STDERR_FILE, 64 * 1024)):
         try:
-            with (workdir / name).open("rb") as fh:
+            with files.open_read(name) as fh:
                 outputs.append(_read(fh, limit))
-        except OSError:
+        except FileNotFoundError:
             outputs.append("")
+        except OSError as exc:
+            outputs.append("")
+            refused = refused or f"{exc.strerror or exc} (the candidate replaced warpfleet's capture file)"
     return ProcessResult(reply.returncode, outputs[0], outputs[1], reply.seconds, timed_out=reply.timed_out,
                          start_error=reply.error, limit_exceeded=reply.limit, limits=limits,
-                         limit_amount=reply.amount)
+                         limit_amount=reply.amount, refused=refused)
 
 
 if __name__ == "__main__":

@@ -94,11 +94,11 @@ def node_sandbox(gpu: bool | None = None) -> Sandbox:
 def _sandbox_for(encoded: str, bwrap: str | None, gpu: bool) -> Sandbox:
     policy = Policy.decode(encoded) if encoded else Policy()
     if policy.mode == "off":
-        return Unsandboxed()
+        return Unsandboxed(policy.spec.env)
     try:
         return start_bubblewrap(policy.spec, gpu, bwrap)
     except SandboxError as exc:
-        return Unsandboxed() if policy.mode == "auto" else Refused(str(exc))
+        return Unsandboxed(policy.spec.env) if policy.mode == "auto" else Refused(str(exc))
 
 
 def start_bubblewrap(spec: SandboxSpec, gpu: bool = False, bwrap: str | None = None) -> Bubblewrap:

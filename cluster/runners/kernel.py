@@ -331,6 +331,7 @@ class KernelRunner(HostRunner):
     is the worker's own rule applied where the output already is."""
 
     name = "kernel"
+    samples_are_warpfleets = True  # its host times the cubin's launches with its own events
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -361,7 +362,7 @@ class KernelRunner(HostRunner):
                      "atol": verify.atol if spec.atol is None else spec.atol}
             if f"{reference.token}/{spec.path}" not in self.handed:
                 check["file"] = REFERENCE_PREFIX + spec.path
-                (staged.workdir / check["file"]).write_bytes(files[spec.path])
+                staged.files.write(check["file"], files[spec.path])  # afresh: never through a link left there
             checks[spec.path] = check
         return checks
 
@@ -372,8 +373,11 @@ class KernelRunner(HostRunner):
             return self.run_process(staged, invocation)
         spec = staged.target.spec
         timeout = invocation.timeout if invocation.timeout is not None else spec.timeouts.run
-        (staged.workdir / VERIFIED_FILE).unlink(missing_ok=True)
-        request = self.request(staged, invocation)
+        staged.files.remove(VERIFIED_FILE)
+        try:
+            request = self.request(staged, invocation)
+        except OSError as exc:  # a reference's name held a folder: the staged directory was tampered with
+            return ProcessResult(None, "", "", 0.0, refused=str(exc))
         result = self.call(staged, request, timeout)
         if self.host.starts != self.host_starts:  # a fresh host: it keeps nothing it was given
             self.handed.clear()
@@ -384,7 +388,7 @@ class KernelRunner(HostRunner):
 
     def verified_outputs(self, staged: Staged, reference: RunOutputs) -> frozenset[str]:
         try:
-            verdict = json.loads((staged.workdir / VERIFIED_FILE).read_text())
+            verdict = json.loads(staged.files.read(VERIFIED_FILE))
         except (OSError, ValueError):
             return frozenset()
         return frozenset(path for path, token in verdict.items() if token == reference.token)
@@ -398,12 +402,14 @@ class KernelRunner(HostRunner):
         if invocation.command == "test":
             return super().run_process(staged, invocation)
         request = self.request(staged, dataclasses.replace(invocation, reference=None))  # a process keeps nothing
-        (staged.workdir / REQUEST_FILE).write_text(json.dumps(request))
+        try:
+            staged.files.write(REQUEST_FILE, json.dumps(request).encode())
+        except OSError as exc:
+            return ProcessResult(None, "", "", 0.0, refused=str(exc))
         spec = staged.target.spec
         timeout = invocation.timeout if invocation.timeout is not None else spec.timeouts.run
-        env = {**os.environ, **invocation.env}
         return run_command([*invocation.wrapper, *self.binary_argv(staged.workdir)], staged.workdir, timeout,
-                           env=env, limits=spec.limits.for_run(), sandbox=self.sandbox)
+                           own_env=invocation.env, limits=spec.limits.for_run(), sandbox=self.sandbox)
 
 
 def _on(value: str | None) -> bool:

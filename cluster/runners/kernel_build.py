@@ -44,7 +44,8 @@ from cluster.core.limits import Limits
 from cluster.core.types import BuildArtifact, Candidate, Status
 from cluster.runners.host import STDERR_FILE, STDOUT_FILE, HostProcess, read_result
 from cluster.runners.isolation import node_sandbox
-from cluster.runners.sandbox import Sandbox, owned_suffix, run_command, scratch_dir, write_bundle
+from cluster.runners.sandbox import Sandbox, owned_suffix, read_output, run_command, scratch_dir, write_bundle
+from cluster.runners.untrusted_dir import UntrustedDir
 from cluster.toolchains import get_toolchain
 
 MAGIC = b"WFKERNEL1\n"
@@ -226,13 +227,14 @@ def compile_nvrtc_sandboxed(target: Target, name: str, options: list[str], scrat
                    "options": options, "include_dir": str(workdir), "cubin": str(workdir / "wf_kernel.cubin"),
                    "result": str(workdir / "wf_kernel.json"), "cwd": str(workdir),
                    "stdout": str(workdir / STDOUT_FILE), "stderr": str(workdir / STDERR_FILE)}
-        result = read_result(workdir, host.call(request, timeout), limits)  # as a runner's host reads a run
-        if result.timed_out:
-            raise CompileTimeout(result.tail())
-        if not result.ok:
-            raise CompileError(result.tail())
-        compiled = json.loads((workdir / "wf_kernel.json").read_text())
-        return Compiled((workdir / "wf_kernel.cubin").read_bytes(), compiled["lowered_name"], compiled["log"])
+        with UntrustedDir(workdir) as files:
+            result = read_result(files, host.call(request, timeout), limits)  # as a runner's host reads a run
+            if result.timed_out:
+                raise CompileTimeout(result.tail())
+            if not result.ok:
+                raise CompileError(result.tail())
+            compiled = json.loads(files.read("wf_kernel.json"))
+            return Compiled(files.read("wf_kernel.cubin"), compiled["lowered_name"], compiled["log"])
 
 
 def compile_nvcc(source: str, name: str, options: list[str], workdir: Path, timeout: float,
@@ -248,7 +250,11 @@ def compile_nvcc(source: str, name: str, options: list[str], workdir: Path, time
     log = result.stderr + result.stdout
     if result.timed_out:
         raise CompileTimeout(result.tail())
-    if not result.ok or not cubin.is_file():
+    binary = None
+    if result.ok:
+        with UntrustedDir(workdir) as files:
+            binary = read_output(files, cubin.name)
+    if binary is None:
         raise CompileError(result.tail() if not result.ok else "nvcc wrote no cubin")
     base = name.partition("<")[0].split("::")[-1]
     entries = list(dict.fromkeys(_ENTRY.findall(log)))
@@ -256,7 +262,7 @@ def compile_nvcc(source: str, name: str, options: list[str], workdir: Path, time
     if len(matching) != 1:
         raise CompileError(f"nvcc -cubin: cannot tell kernel {name!r} among the entries {entries} "
                            f"(kernel.compiler: nvrtc finds it by its name expression)")
-    return Compiled(cubin.read_bytes(), matching[0], log)
+    return Compiled(binary, matching[0], log)
 
 
 # -- the compile cache -------------------------------------------------------------------------

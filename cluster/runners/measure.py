@@ -1,13 +1,15 @@
 """Measure stage: run a built candidate, read its metric, check its outputs against the baseline's.
 
 Order of checks: exit status (crash, timeout), metric samples in stdout, then every output file
-and optionally stdout numbers against the baseline's, then the user's test command.
+and optionally stdout numbers against the baseline's, then the user's test command; and once every
+run passed, the time the samples claim against warpfleet's own clock (``cluster.runners.clock``).
 """
 
 from __future__ import annotations
 
 import math
 import re
+import statistics
 import time
 from contextlib import nullcontext
 from dataclasses import dataclass
@@ -17,10 +19,12 @@ import numpy as np
 
 from cluster.config import MetricSpec, OutputSpec, Target, VerifySpec
 from cluster.core.placeholders import names_in
-from cluster.core.types import BuildArtifact, Candidate, DeviceInfo, Measurement, RunOutputs, Status
+from cluster.core.types import BuildArtifact, Candidate, Clock, DeviceInfo, Measurement, RunOutputs, Status
 from cluster.runners._base import Invocation, ProcessRunner, Runner
-from cluster.runners.sandbox import inside
+from cluster.runners.clock import CONFIRM_RUNS, clock_problem, seconds_per_unit
+from cluster.runners.sandbox import read_output
 from cluster.runners.telemetry import Monitor
+from cluster.runners.untrusted_dir import UntrustedDir
 
 PROTOCOL_PREFIX = "@warpfleet"
 RACED = " raced=1 "  # in the summary line of a run that stopped sampling early (kernel_harness.summary_line)
@@ -29,7 +33,8 @@ _NUMBER = re.compile(r"[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?|[-+]?(?:inf|nan
 
 @dataclass(frozen=True)
 class Reference:
-    """The baseline's outputs on this device type, one per seed: what every candidate must reproduce.
+    """The baseline's outputs on this device type, one per seed: what every candidate must reproduce;
+    and its ``clock`` (``Measurement.clock``), what a candidate's claimed time is checked against.
 
     A target whose run command takes ``{seed}`` gets fresh inputs on every run (run ``i`` of any
     candidate uses seed ``i``), so outputs cached from an earlier run cannot pass; its reference
@@ -38,6 +43,7 @@ class Reference:
     """
 
     runs: tuple[RunOutputs, ...]
+    clock: Clock | None = None
 
     def for_run(self, index: int) -> RunOutputs:
         return self.runs[index % len(self.runs)]  # matches the seed measure_candidate gave that run
@@ -126,19 +132,22 @@ def _close(got: np.ndarray, want: np.ndarray, rtol: float, atol: float, want_fin
     return close
 
 
-def verify_outputs(workdir: Path, stdout: str, verify: VerifySpec, reference: RunOutputs | None,
+def verify_outputs(workdir: Path | UntrustedDir, stdout: str, verify: VerifySpec, reference: RunOutputs | None,
                    verified: frozenset[str] = frozenset()) -> str | None:
     """Compare this run's outputs with the reference's; with no reference, only check they exist.
     ``verified``: outputs the runner already found to match the reference (``Runner.verified_outputs``)."""
+    if not isinstance(workdir, UntrustedDir):
+        with UntrustedDir(workdir) as files:
+            return verify_outputs(files, stdout, verify, reference, verified)
     wanted = dict(reference.files) if reference else {}
     for spec in verify.outputs:
         if reference is not None and spec.path in verified:
             continue
-        path = inside(workdir, spec.path)  # a link out of the scratch directory is not an output
-        if path is None:
+        content = read_output(workdir, spec.path)  # a link (out of the scratch directory or not) is not an output
+        if content is None:
             return f"{spec.path}: not written"
         try:
-            got = _load_numbers(path.read_bytes(), spec)
+            got = _load_numbers(content, spec)
             want = _load_numbers(wanted[spec.path], spec) if reference else got
         except ValueError as exc:
             return f"{spec.path}: {exc}"
@@ -199,12 +208,23 @@ def measure_candidate(
         return Measurement(candidate.key, status, device, tuple(samples), run_s, verify_s,
                            error_tail=error, started_at=started, finished_at=time.time(),
                            outputs=tuple(outputs) if reference is None else (), telemetry=telemetry,
-                           raced=raced)
+                           raced=raced, clock=clock() if status in (Status.OK, Status.CLOCK_MISMATCH) else None)
 
     runner = runner or ProcessRunner()
+    clocked = not runner.samples_are_warpfleets and seconds_per_unit(spec.metric) is not None
+    claims: list[float] = []  # per run: the seconds its samples add up to
+    walls: list[float] = []  # per run: the seconds warpfleet's own clock saw it take
+
+    def clock() -> Clock | None:
+        if not clocked or not walls:
+            return None
+        wall = statistics.median(walls)
+        return Clock(statistics.median(claims), wall, 2 * statistics.median(abs(w - wall) for w in walls))
+
     with runner.stage(target, dict(candidate.params), candidate.arch, artifact.binary) as staged, \
             monitor or nullcontext():
-        for index in range(first_seed, first_seed + runs):
+        index, last = first_seed, first_seed + runs
+        while index < last:
             # The baseline runs seeds 0..runs-1; candidates cycle through the seeds it ran.
             seed = index if reference is None or not reference.runs else index % len(reference.runs)
             wanted = reference.for_run(seed) if reference else None
@@ -214,22 +234,25 @@ def measure_candidate(
             if result.timed_out:
                 return done(Status.TIMEOUT, result.tail())
             if not result.ok:
-                return done(Status.CRASHED, result.tail())
+                return done(Status.TOO_MANY_FILES if result.limit_exceeded == "files" else Status.CRASHED,
+                            result.tail())
             found = parse_samples(result.stdout, spec.metric)
             problem = metric_problem(found, spec.metric)
             if problem:
                 status = Status.METRIC_MISSING if not found or problem.startswith("no ") else Status.METRIC_INVALID
                 return done(status, f"{problem}\n{result.stdout[-2048:]}")
             samples.extend(found)
+            claims.append(sum(found) * (seconds_per_unit(spec.metric) or 0.0))
+            walls.append(result.seconds)
             region = harness_region(result.stdout)
             if region:
                 regions.append(region)
             raced = raced or RACED in result.stdout
             t0 = time.perf_counter()
             verified = runner.verified_outputs(staged, wanted) if wanted else frozenset()
-            problem = verify_outputs(staged.workdir, result.stdout, spec.verify, wanted, verified)
+            problem = verify_outputs(staged.files, result.stdout, spec.verify, wanted, verified)
             if reference is None and not problem and (seeded or not outputs):
-                outputs.append(_run_outputs(staged.workdir, result.stdout, spec.verify))
+                outputs.append(_run_outputs(staged.files, result.stdout, spec.verify))
             verify_s += time.perf_counter() - t0
             if problem:
                 return done(Status.VERIFY_FAILED, problem)
@@ -239,7 +262,19 @@ def measure_candidate(
                 verify_s += time.perf_counter() - t0
                 if not test.ok:
                     return done(Status.TEST_FAILED, test.tail())
+            index += 1
+            if index == last and last - first_seed < CONFIRM_RUNS and _clock_problem(clock(), reference):
+                last = first_seed + CONFIRM_RUNS  # a claim the clock does not bear out: confirmed on more runs
+        problem = _clock_problem(clock(), reference)
+        if problem:
+            return done(Status.CLOCK_MISMATCH, problem)
         return done(Status.OK)
+
+
+def _clock_problem(measured: Clock | None, reference: Reference | None) -> str | None:
+    if measured is None or reference is None or reference.clock is None:
+        return None
+    return clock_problem(measured, reference.clock)
 
 
 TIME_UNITS = {"s", "ms", "us", "µs", "ns", "cycles"}
@@ -257,8 +292,11 @@ def metric_problem(samples: list[float], metric: MetricSpec) -> str | None:
     return None
 
 
-def _run_outputs(workdir: Path, stdout: str, verify: VerifySpec) -> RunOutputs:
-    files = tuple((o.path, (workdir / o.path).read_bytes()) for o in verify.outputs)
+def _run_outputs(workdir: Path | UntrustedDir, stdout: str, verify: VerifySpec) -> RunOutputs:
+    if not isinstance(workdir, UntrustedDir):
+        with UntrustedDir(workdir) as files:
+            return _run_outputs(files, stdout, verify)
+    files = tuple((o.path, workdir.read(o.path)) for o in verify.outputs)
     values: tuple[float, ...] = ()
     if verify.stdout_regex:
         values = tuple(float(v) for v in re.findall(verify.stdout_regex, stdout))

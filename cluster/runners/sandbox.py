@@ -5,8 +5,10 @@ shell, starts the command in a new session so that a timeout kills the whole pro
 (a hung kernel launched by a forked helper included), and keeps stdout and stderr in files so
 that a program printing gigabytes cannot fill the worker's memory. ``Limits`` bound what the
 command may take: address space, the size of any one file (its output files included), and the
-total size of its scratch directory. The command sees the worker's environment minus anything
-that looks like a secret.
+total size of its scratch directory and the number of files in it. The command's environment is
+an allow-list (``CANDIDATE_ENV``, and the names the run config's ``sandbox.env`` adds). The
+worker reaches its files in the scratch directory (its stdout and stderr among them) only through
+``UntrustedDir``: never through a link the candidate left there.
 
 A ``Sandbox`` decides how the command is started: ``cluster.runners.bwrap.Bubblewrap`` (its own
 namespaces, a process and a memory limit, under another uid), or ``Unsandboxed`` (the above
@@ -35,12 +37,31 @@ from pathlib import Path
 from typing import BinaryIO
 
 from cluster.core.limits import MB, Limits
+from cluster.runners.untrusted_dir import UntrustedDir
 
+STDOUT_FILE, STDERR_FILE = ".warpfleet.stdout", ".warpfleet.stderr"  # a command's output, in its directory
 TAIL_BYTES = 4096
 STDOUT_READ_LIMIT = 16 * 1024 * 1024  # the metric parser reads at most this much stdout
 KILL_GRACE_S = 0.5  # after its children are killed, how long a command that ran out of time may take to exit
 DISK_POLL_S = 0.05  # how often the scratch directory is measured while the command runs (~1 ms for a small one)
+WALK_SHARE = 0.1  # walking a command's directory (LimitWatch) takes at most this share of its time
 
+# What a compiler or a CUDA program needs of the worker's environment (README, Security): nothing
+# else reaches a command unless the run config's sandbox.env names it. HOME and TMPDIR are set by
+# the sandbox (its scratch directory, its private /tmp).
+CANDIDATE_ENV = frozenset({
+    "PATH", "LD_LIBRARY_PATH", "TMPDIR", "LANG", "LANGUAGE", "LC_ALL", "LC_CTYPE", "LC_NUMERIC", "LC_MESSAGES", "TZ",
+    "TERM",
+    # compilers
+    "CPATH", "LIBRARY_PATH", "C_INCLUDE_PATH", "CPLUS_INCLUDE_PATH", "PKG_CONFIG_PATH", "CC", "CXX",
+    "NVCC_PREPEND_FLAGS", "NVCC_APPEND_FLAGS", "CUDA_HOME", "CUDA_PATH",
+    # the CUDA driver and runtime
+    "CUDA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER", "CUDA_MODULE_LOADING", "CUDA_LAUNCH_BLOCKING",
+    "CUDA_CACHE_DISABLE", "CUDA_CACHE_MAXSIZE", "NVIDIA_VISIBLE_DEVICES", "NVIDIA_DRIVER_CAPABILITIES",
+    "NVIDIA_TF32_OVERRIDE",
+    # OpenMP
+    "OMP_NUM_THREADS", "OMP_PROC_BIND", "OMP_PLACES",
+})
 # Substrings, not whole words: PGPASSWORD and APIKEY are secrets too. A harmless name caught by
 # mistake (KEYBOARD_LAYOUT) costs a candidate nothing it needs.
 _SECRET_NAME = re.compile("KEY|TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL|AUTH", re.IGNORECASE)
@@ -58,22 +79,27 @@ class ProcessResult:
     seconds: float
     timed_out: bool = False
     start_error: str = ""  # the command could not be started at all
-    limit_exceeded: str = ""  # "memory", "file size", "disk", "cpu time", "processes" when known to be the cause
+    # "memory", "file size", "disk", "files", "cpu time", "processes" when known to be the cause
+    limit_exceeded: str = ""
     limits: Limits | None = None
     limit_amount: str = ""  # the exceeded limit's size where the sandbox, not ``limits``, set it: "256 MB"
+    refused: str = ""  # what the worker would not go through in the directory (a link where its file was)
 
     @property
     def ok(self) -> bool:
-        return self.returncode == 0 and not self.timed_out and not self.start_error and not self.limit_exceeded
+        return (self.returncode == 0 and not self.timed_out and not self.start_error and not self.limit_exceeded
+                and not self.refused)
 
     def describe(self) -> str:
         """One line on how it ended."""
+        if self.refused:
+            return f"refused: {self.refused}"
         if self.start_error:
             return f"could not start: {self.start_error}"
         if self.timed_out:
             reached = f": {self.limit_exceeded} limit of {self.limit_amount} reached" if self.limit_amount else ""
             return f"timed out after {self.seconds:.1f} s{reached}"
-        how = f"exit status {self.returncode}"
+        how = f"exit status {self.returncode}" if self.returncode is not None else "stopped"
         if self.returncode is not None and self.returncode < 0:
             try:
                 how = f"killed by {signal.Signals(-self.returncode).name}"
@@ -113,6 +139,7 @@ class Prepared:
     env: dict[str, str]
     preexec: Callable[[], None] | None = None
     finish: Callable[[int | None], Ended] | None = None
+    fds: tuple[int, ...] = ()  # descriptors the command must be given (``Popen(pass_fds=...)``); finish closes them
 
 
 class SandboxError(OSError):
@@ -125,18 +152,26 @@ class Sandbox(ABC):
 
     Whoever starts a prepared command (``run_command``, or a runner that keeps a process alive)
     passes ``Prepared.argv``, ``env`` and ``preexec`` to ``subprocess.Popen`` with
-    ``start_new_session=True`` (and ``pass_fds`` as it likes: file descriptors reach the command),
-    ends it with ``kill_command`` when it is done, and then calls ``Prepared.finish`` with the exit
-    status, exactly once, also when ``Popen`` failed (with None)."""
+    ``start_new_session=True`` and ``pass_fds`` holding ``Prepared.fds`` (and more as it likes: file
+    descriptors reach the command), ends it with ``kill_command`` when it is done, and then calls
+    ``Prepared.finish`` with the exit status, exactly once, also when ``Popen`` failed (with None)."""
 
     name: str = ""
+    passed: tuple[str, ...] = ()  # more of the worker's variables a command gets (the run config's sandbox.env)
+
+    def environment(self, base: Mapping[str, str], own: Mapping[str, str] | None = None) -> dict[str, str]:
+        """A command's environment: of ``base`` (the worker's) the names in ``CANDIDATE_ENV`` and
+        ``passed``, then ``own`` (warpfleet's own variables for it: the harness's, whatever their names)."""
+        kept = {name: value for name, value in base.items() if name in CANDIDATE_ENV or name in self.passed}
+        return {**kept, **(own or {})}
 
     @abstractmethod
     def prepare(self, argv: Sequence[str], cwd: Path, env: Mapping[str, str], limits: Limits | None,
                 gpu: bool = False, writable: Sequence[Path] = ()) -> Prepared:
-        """``argv`` to run in ``cwd`` with ``env`` and ``limits``; ``cwd`` and ``writable`` are the
-        only places it may write to; ``gpu``: the device's nodes are needed. Raises ``SandboxError``
-        when the command cannot be started."""
+        """``argv`` to run in ``cwd`` with ``env`` (``environment``'s; the sandbox sets HOME and
+        TMPDIR) and ``limits``; ``cwd`` and ``writable`` are the only places it may write to; ``gpu``:
+        the device's nodes are needed. Raises ``SandboxError`` (or another ``OSError``: a place that is
+        a link) when the command cannot be started."""
 
     def hand_over(self, place: Path) -> None:  # noqa: B027  (a sandbox that keeps the worker's uid has nothing to do)
         """Make ``place``, made after its command started (a persistent host's candidate), the
@@ -148,16 +183,18 @@ class Unsandboxed(Sandbox):
 
     name = "off"
 
+    def __init__(self, passed: Sequence[str] = ()) -> None:
+        self.passed = tuple(passed)
+
     def prepare(self, argv: Sequence[str], cwd: Path, env: Mapping[str, str], limits: Limits | None,
                 gpu: bool = False, writable: Sequence[Path] = ()) -> Prepared:
-        return Prepared(list(argv), dict(env), _set_rlimits(limits.rlimits()) if limits else None)
+        return Prepared(list(argv), {**env, "HOME": str(cwd)}, _set_rlimits(limits.rlimits()) if limits else None)
 
 
 def scrubbed_env(base: Mapping[str, str] = os.environ) -> dict[str, str]:
-    """``base`` without the variables whose names look like secrets (keys, tokens, passwords).
-
-    A candidate is untrusted code, and whatever it can read it can print into a row's error column.
-    """
+    """``base`` without the variables whose names look like secrets (keys, tokens, passwords): what
+    Ray's workers are started with (``isolation.ray_env_vars``). A command gets far less
+    (``Sandbox.environment``)."""
     return {name: value for name, value in base.items() if not _SECRET_NAME.search(name)}
 
 
@@ -165,20 +202,6 @@ def _read(fh: BinaryIO, limit: int) -> str:
     size = fh.seek(0, os.SEEK_END)
     fh.seek(max(0, size - limit))
     return fh.read(limit).decode(errors="replace")
-
-
-def directory_size(path: Path) -> int:
-    """Bytes in the files under ``path``. Links are not followed; files that vanish are skipped."""
-    total, pending = 0, [path]
-    while pending:
-        with contextlib.suppress(OSError), os.scandir(pending.pop()) as entries:
-            for entry in entries:
-                with contextlib.suppress(OSError):
-                    if entry.is_dir(follow_symlinks=False):
-                        pending.append(Path(entry.path))
-                    else:
-                        total += entry.stat(follow_symlinks=False).st_size
-    return total
 
 
 def run_command(
@@ -190,21 +213,35 @@ def run_command(
     limits: Limits | None = None,
     sandbox: Sandbox | None = None,
     gpu: bool = False,
+    own_env: Mapping[str, str] | None = None,
 ) -> ProcessResult:
     """Run ``argv`` in ``cwd`` under ``limits`` inside ``sandbox`` (default: ``Unsandboxed``);
     never raises for the command's own failures.
 
-    ``env`` (default: this process's environment) reaches the command without its secrets.
+    Of ``env`` (default: this process's environment) the command gets what ``Sandbox.environment``
+    allows, and ``own_env`` (warpfleet's variables for it) whatever their names. Its stdout and
+    stderr go to fresh files in ``cwd``: a link, a FIFO or a folder that a command before it left at
+    their names is refused (``ProcessResult.refused``), never opened.
     """
-    out_path, err_path = cwd / ".warpfleet.stdout", cwd / ".warpfleet.stderr"
+    sandbox = sandbox or Unsandboxed()
     start = time.perf_counter()
-    with out_path.open("w+b") as out, err_path.open("w+b") as err:
-        environment = scrubbed_env(os.environ if env is None else env)
+    try:
+        place = UntrustedDir(cwd)
+    except OSError as exc:
+        return ProcessResult(None, "", "", 0.0, refused=str(exc))
+    with contextlib.ExitStack() as stack:
+        stack.callback(place.close)
+        try:
+            out = stack.enter_context(place.capture(STDOUT_FILE))
+            err = stack.enter_context(place.capture(STDERR_FILE))
+        except OSError as exc:
+            return ProcessResult(None, "", "", 0.0, refused=f"{exc.strerror or exc} (in {cwd})")
+        environment = sandbox.environment(os.environ if env is None else env, own_env)
         launch: Prepared | None = None
         try:
-            launch = (sandbox or Unsandboxed()).prepare(argv, cwd, environment, limits, gpu)
+            launch = sandbox.prepare(argv, cwd, environment, limits, gpu)
             proc = subprocess.Popen(
-                launch.argv, cwd=cwd, stdout=out, stderr=err, stdin=subprocess.DEVNULL,
+                launch.argv, cwd=cwd, stdout=out, stderr=err, stdin=subprocess.DEVNULL, pass_fds=launch.fds,
                 env=launch.env, start_new_session=True, preexec_fn=launch.preexec,
             )
         except (OSError, subprocess.SubprocessError) as exc:
@@ -212,7 +249,7 @@ def run_command(
                 launch.finish(None)
             return ProcessResult(None, "", "", time.perf_counter() - start, start_error=str(exc))
         try:
-            timed_out = _wait(proc, cwd, start + timeout, limits.disk_mb if limits else None)
+            timed_out = _wait(proc, place, start + timeout, limits)
         finally:
             kill_command(proc)
         ended = launch.finish(proc.returncode) if launch.finish else Ended(proc.returncode)
@@ -227,7 +264,7 @@ def run_command(
             limits=limits,
         )
         if limits and not timed_out:
-            result = _with_limit_exceeded(result, limits, cwd, (out, err))
+            result = _with_limit_exceeded(result, limits, place, (out, err))
         if not result.limit_exceeded and not result.ok:
             result = _with_sandbox_limit(result, ended)
     return result
@@ -254,18 +291,75 @@ def _set_rlimits(rlimits: list[tuple[int, int, int]]) -> Callable[[], None]:
     return apply
 
 
-def _wait(proc: subprocess.Popen[bytes], cwd: Path, deadline: float, disk_mb: int | None) -> bool:
-    """Wait for the command to exit; True if the deadline came first. With a disk limit, stop
-    waiting as soon as ``cwd`` grows past it (the caller kills the group either way).
+def over_limit(place: UntrustedDir, limits: Limits | None) -> str:
+    """The limit of ``limits`` on the directory that it is past now: "disk", "files" or ""."""
+    if limits is None or (limits.disk_mb is None and limits.files is None):
+        return ""
+    max_bytes = limits.disk_mb * MB if limits.disk_mb is not None else None
+    size, entries = place.usage(max_bytes, limits.files)
+    if max_bytes is not None and size > max_bytes:
+        return "disk"
+    return "files" if limits.files is not None and entries > limits.files else ""
+
+
+class LimitWatch:
+    """Whether a running command's directory is past its disk or file-count limit, at a bounded cost.
+
+    The file system's own counters (``statvfs``: blocks and inodes in use) say how much all of it
+    grew since the command started; while that is within the limits, so is the directory, and
+    nothing is walked. Past them (another process's files count too), or where the file system
+    keeps no inode count, the directory is walked (``over_limit``), and the next walk waits nine
+    times as long as this one took: counting an inode bomb's 100,000 files (a second or more on a
+    busy node) must not take the CPU that the bomb, and the node, need. A sparse file, whose size
+    the block counters do not see, is found by the walk after the command ends."""
+
+    def __init__(self, place: UntrustedDir, limits: Limits | None) -> None:
+        self.place, self.limits = place, limits
+        self.active = limits is not None and (limits.disk_mb is not None or limits.files is not None)
+        self.start = self._in_use() if self.active else None
+        self.next_walk = 0.0
+
+    def _in_use(self) -> tuple[int, int | None] | None:
+        """(bytes, inodes) in use on the directory's file system; inodes None where it keeps no count."""
+        try:
+            fs = os.fstatvfs(self.place.fileno())
+        except OSError:
+            return None
+        return (fs.f_blocks - fs.f_bfree) * fs.f_frsize, (fs.f_files - fs.f_ffree) if fs.f_files else None
+
+    def _within_by_counters(self) -> bool:
+        now, limits = self._in_use(), self.limits
+        if now is None or self.start is None or now[1] is None or self.start[1] is None or limits is None:
+            return False
+        disk_ok = limits.disk_mb is None or now[0] - self.start[0] <= limits.disk_mb * MB
+        files_ok = limits.files is None or now[1] - self.start[1] <= limits.files
+        return disk_ok and files_ok
+
+    def over(self) -> str:
+        """The limit the directory is past ("disk", "files"), or "" (also: not looked at this time)."""
+        if not self.active or self._within_by_counters() or time.perf_counter() < self.next_walk:
+            return ""
+        began = time.perf_counter()
+        kind = over_limit(self.place, self.limits)
+        ended = time.perf_counter()
+        self.next_walk = ended + (ended - began) * (1 - WALK_SHARE) / WALK_SHARE
+        return kind
+
+
+def _wait(proc: subprocess.Popen[bytes], place: UntrustedDir, deadline: float, limits: Limits | None) -> bool:
+    """Wait for the command to exit; True if the deadline came first. With a disk or a file-count
+    limit, stop waiting as soon as the directory grows past it (the caller kills the group either way).
 
     Waits on a pidfd where there is one: ``Popen.wait(timeout)`` polls with doubling sleeps, which
     adds up to half a command's time to a short one."""
+    watch = LimitWatch(place, limits)
+    watched = watch.active
     with _pidfd(proc.pid) as fd:
         while True:
             remaining = deadline - time.perf_counter()
             if remaining <= 0:
                 return True
-            step = remaining if disk_mb is None else min(remaining, DISK_POLL_S)
+            step = min(remaining, DISK_POLL_S) if watched else remaining
             if fd is not None:
                 select.select([fd], [], [], step)
                 if proc.poll() is not None:
@@ -276,7 +370,7 @@ def _wait(proc: subprocess.Popen[bytes], cwd: Path, deadline: float, disk_mb: in
                     return False
                 except subprocess.TimeoutExpired:
                     pass
-            if disk_mb is not None and directory_size(cwd) > disk_mb * MB:
+            if watched and watch.over():
                 return False
 
 
@@ -293,22 +387,24 @@ def _pidfd(pid: int) -> Iterator[int | None]:
         os.close(fd)
 
 
-def _with_limit_exceeded(result: ProcessResult, limits: Limits, cwd: Path,
+def _with_limit_exceeded(result: ProcessResult, limits: Limits, place: UntrustedDir,
                          outputs: tuple[BinaryIO, BinaryIO]) -> ProcessResult:
     """Name the limit that ended (or spoiled) the run, where that can be told."""
-    kind = ""
-    if limits.disk_mb is not None and directory_size(cwd) > limits.disk_mb * MB:
-        kind = "disk"
-    elif result.returncode == -signal.SIGXFSZ:
-        kind = "file size"
-    elif result.returncode == -signal.SIGXCPU:
-        kind = "cpu time"
-    elif limits.file_mb is not None and (any(os.fstat(f.fileno()).st_size >= limits.file_mb * MB for f in outputs)
-                                         or (result.returncode != 0 and "File too large" in result.stderr)):
-        kind = "file size"  # a program that ignores SIGXFSZ gets EFBIG (strerror: File too large) instead
-    elif limits.memory_mb is not None and result.returncode != 0 and _OUT_OF_MEMORY.search(result.stderr):
-        kind = "memory"  # RLIMIT_AS makes allocations fail; a program that dies of it may not say so
-    return dataclasses.replace(result, limit_exceeded=kind)
+    return dataclasses.replace(result, limit_exceeded=over_limit(place, limits) or _limit_hit(result, limits, outputs))
+
+
+def _limit_hit(result: ProcessResult, limits: Limits, outputs: tuple[BinaryIO, BinaryIO]) -> str:
+    """The rlimit that ended the run, where its signal or its words tell."""
+    if result.returncode == -signal.SIGXFSZ:
+        return "file size"
+    if result.returncode == -signal.SIGXCPU:
+        return "cpu time"
+    if limits.file_mb is not None and (any(os.fstat(f.fileno()).st_size >= limits.file_mb * MB for f in outputs)
+                                       or (result.returncode != 0 and "File too large" in result.stderr)):
+        return "file size"  # a program that ignores SIGXFSZ gets EFBIG (strerror: File too large) instead
+    if limits.memory_mb is not None and result.returncode != 0 and _OUT_OF_MEMORY.search(result.stderr):
+        return "memory"  # RLIMIT_AS makes allocations fail; a program that dies of it may not say so
+    return ""
 
 
 def kill_command(proc: subprocess.Popen[bytes]) -> None:
@@ -392,13 +488,13 @@ def pid_alive(pid: int) -> bool:
     return True
 
 
-def inside(workdir: Path, rel: str) -> Path | None:
-    """``workdir / rel`` if it is a file that is really there, links followed; None otherwise. A
-    candidate that leaves a link to /etc/shadow where its output should be must not get the
-    worker to read it."""
-    path = workdir / rel
-    real = path.resolve()
-    return path if real.is_relative_to(workdir.resolve()) and real.is_file() else None
+def read_output(place: UntrustedDir, rel: str) -> bytes | None:
+    """The file ``rel`` that a command wrote in ``place``, or None where there is no regular file
+    (a link to /etc/shadow where an output should be is not read)."""
+    try:
+        return place.read(rel)
+    except OSError:
+        return None
 
 
 def write_bundle(files: Sequence[tuple[str, bytes]], into: Path) -> None:

@@ -30,6 +30,7 @@ import hashlib
 import json
 import os
 import shutil
+import socket
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -62,7 +63,7 @@ class RunDir:
     LLM: ClassVar[str] = "llm"
     QUARANTINE: ClassVar[str] = "quarantine"
     REPORT: ClassVar[str] = "report.md"
-    OWNER_LOCK: ClassVar[str] = ".driver.lock"  # held (flock) by the driver of the run: see break_stale_lock
+    OWNER_LOCK: ClassVar[str] = ".driver.lock"  # held (flock) by the driver of the run: see claim
     TABLES: ClassVar[tuple[str, ...]] = (RESULTS, PROFILES, VARIANTS, REVIEWS, JOBS)  # the Parquet datasets
 
     @classmethod
@@ -151,6 +152,18 @@ class RunDir:
     @property
     def report(self) -> Path:
         return self.path / self.REPORT
+
+    # -- who drives it ------------------------------------------------------------------------
+    def claim(self) -> None:
+        """Make this process the run's one driver until it ends (an ``flock`` on ``.driver.lock``,
+        which the kernel drops however the process dies: a dead driver's lock is free at once).
+        Another live driver holding it is a one-line ``ConfigError`` naming it: two drivers of one
+        run would both evaluate the same candidates (issue 26: 144 rows where 83 were due)."""
+        if _own(self.path):
+            return
+        holder = _holder(self.path)
+        raise ConfigError(self.path / self.OWNER_LOCK, "", f"another driver is running this run ({holder}); "
+                          "wait for it to end, or stop it and resume")
 
     # -- meta.json ----------------------------------------------------------------------------
     def check_resumable(self, plan: RunPlan, accept_changes: bool = False) -> list[str]:
@@ -381,11 +394,24 @@ def _own(path: Path) -> bool:
     key = path.resolve()
     if key in _owned:
         return True
-    fd = os.open(key / RunDir.OWNER_LOCK, os.O_RDWR | os.O_CREAT, 0o644)
+    fd = os.open(key / RunDir.OWNER_LOCK, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except OSError:
         os.close(fd)
         return False
     _owned[key] = fd  # held until this process ends
+    with contextlib.suppress(OSError):  # who holds it, for the next one's message
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, json.dumps({"pid": os.getpid(), "host": socket.gethostname(),
+                                  "since": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}).encode(), 0)
     return True
+
+
+def _holder(path: Path) -> str:
+    """Who holds the run's owner lock, as its holder wrote it: "pid 123 on host, since ..."."""
+    try:
+        data = json.loads((path / RunDir.OWNER_LOCK).read_text())
+        return f"pid {int(data['pid'])} on {data['host']}, since {data['since']}"
+    except (OSError, ValueError, KeyError, TypeError):
+        return "a process that has not said who it is"

@@ -43,10 +43,13 @@ INVALIDITY = {
     Status.CRASHED: "runtime",
     Status.TIMEOUT: "timeout",
     Status.METRIC_MISSING: "runtime",
+    Status.METRIC_INVALID: "runtime",
     Status.VERIFY_FAILED: "correctness",
     Status.TEST_FAILED: "correctness",
     Status.WORKER_LOST: "runtime",
     Status.QUARANTINED: "runtime",
+    Status.TOO_MANY_FILES: "runtime",
+    Status.CLOCK_MISMATCH: "correctness",  # its metric lies: what it printed is not what it took
 }
 OBJECTIVES = {"time": ["time"], "energy": ["energy"], "edp": ["edp"], "time_energy": ["time", "energy"]}
 # (column, measurement name, unit; None: the metric's unit)

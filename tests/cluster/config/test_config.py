@@ -21,13 +21,13 @@ def test_valid_target_loads_with_defaults(tmp_path):
     assert [p for p, _ in target.bundle.files] == ["tiny.c"]
     assert target.space_size() == 2 * 3 * 2 * 2 * 2
     assert target.baseline_flags["opt_level"] == "-O2"  # what a release build has, not -O0
-    assert target.spec.limits.for_run() == Limits(memory_mb=None, file_mb=1024, disk_mb=4096)
+    assert target.spec.limits.for_run() == Limits(memory_mb=None, file_mb=1024, disk_mb=4096, files=20_000)
 
 
 def test_memory_limit_is_for_runs_not_builds():
     limits = LimitsSpec(memory_mb=256, file_mb=8, disk_mb=16)
-    assert limits.for_run() == Limits(memory_mb=256, file_mb=8, disk_mb=16)
-    assert limits.for_build() == Limits(file_mb=8, disk_mb=16)  # compilers reserve address space freely
+    assert limits.for_run() == Limits(memory_mb=256, file_mb=8, disk_mb=16, files=20_000)
+    assert limits.for_build() == Limits(file_mb=8, disk_mb=16, files=20_000)  # compilers reserve address space freely
 
 
 def test_source_hash_changes_with_the_source(tmp_path):

@@ -30,9 +30,11 @@ from cluster.runners.sandbox import SandboxError
 from tests.conftest import REPO, gpu_present, repo_pythonpath
 
 ATTACKS = REPO / "tests" / "fixtures" / "attacks"
-SECRETS = {"OPENAI_API_KEY": "sk-warpfleet-attack-test-0123456789", "AWS_SECRET_ACCESS_KEY": "warpfleet/attack/test/42"}
+SECRETS = {"OPENAI_API_KEY": "sk-warpfleet-attack-test-0123456789", "AWS_SECRET_ACCESS_KEY": "warpfleet/attack/test/42",
+           "WARPFLEET_DSN": "postgres://u:PASSWORD-attack-test@host/db"}  # issue 26: not secret by its name
 SANDBOX = {"cc": {"memory_mb": 256, "pids": 64}, "nvcc": {"memory_mb": 4096, "pids": 256}}  # CUDA needs more
-NAMES = ("environ", "setsid", "writes", "forkbomb", "memory", "network", "include_shadow", "link_output")
+NAMES = ("environ", "setsid", "writes", "forkbomb", "memory", "network", "include_shadow", "link_output",
+         "capture_links", "many_files")
 
 
 @dataclass
@@ -98,7 +100,8 @@ def _sweep(attacked: Attacked) -> None:
     port = str(attacked.listener.getsockname()[1])
     home_file = Path.home() / f"warpfleet-attack-{os.getpid()}.txt"
     attacked.written = {"absolute": work / "absolute.txt", "dotdot": work / "escape.txt", "home": home_file}
-    runs = {"environ": [str(secret), str(Path.home() / ".ray" / "auth_token")],
+    runs = {"capture_links": [str(work / "targets" / "capture_links" / f"capture_links.{_suffix(toolchain)}")],
+            "environ": [str(secret), str(Path.home() / ".ray" / "auth_token")],
             "setsid": list(attacked.markers),
             "writes": [str(attacked.written["absolute"]), "../../escape.txt", str(home_file),
                        str(work / "targets" / "writes" / f"writes.{_suffix(toolchain)}")],
@@ -109,7 +112,8 @@ def _sweep(attacked: Attacked) -> None:
     config = work / "attacks.yaml"
     config.write_text(yaml.safe_dump({
         "name": f"attacks-{toolchain}", "targets": targets, "output_dir": str(work / "runs"),
-        "search": {"sampler": "grid", "trials": 2}, "measure": {"final_top_k": 0},
+        # Two runs a candidate: the second finds what the first left in the directory (issue 26).
+        "search": {"sampler": "grid", "trials": 2}, "measure": {"final_top_k": 0, "runs": 2},
         "profile": {"candidates": "none"}, "sandbox": SANDBOX[toolchain]}, sort_keys=False))
     (work / "scratch").mkdir()
     env = {**os.environ, **SECRETS, "PYTHONPATH": repo_pythonpath(), "WARPFLEET_SCRATCH": str(work / "scratch")}
@@ -226,6 +230,22 @@ def test_an_output_linked_to_etc_shadow_is_not_read(attacked):
     shadow = _shadow()
     for path in attacked.run_dir.rglob("*"):
         assert not path.is_file() or shadow[:32] not in path.read_bytes()
+
+
+def test_capture_files_replaced_with_links_are_refused_and_the_source_is_untouched(attacked):
+    """Issue 26: the worker (root, outside the sandbox) opened the next run's .warpfleet.stdout by
+    name: through the candidate's link it overwrote the target's source, and the candidate won."""
+    row = attacked.attack("capture_links")
+    assert row["status"] == "crashed" and "refused" in row["error_tail"], row["error_tail"]
+    assert "symbolic link" in row["error_tail"], row["error_tail"]
+    source = attacked.work / "targets" / "capture_links" / f"capture_links.{_suffix(attacked.toolchain)}"
+    assert source.read_bytes() == attacked.sources["capture_links"]
+
+
+def test_an_inode_bomb_stops_at_the_file_limit(attacked):
+    row = attacked.attack("many_files")
+    assert row["status"] == "too_many_files" and "files limit of 20000 files exceeded" in row["error_tail"], \
+        row["error_tail"]
 
 
 def test_the_run_directory_records_the_sandbox(attacked):

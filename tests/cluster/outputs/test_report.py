@@ -107,3 +107,34 @@ def test_report_refuses_a_file_as_its_folder(tmp_path, portability_gpu_runs):
     result = CliRunner().invoke(main, ["report", str(portability_gpu_runs["h100"]), "--output", str(target)])
     assert result.exit_code == 2 and "--output" in result.output and "is a file" in result.output
     assert len(result.output.strip().splitlines()) == 1 and target.read_text() == "mine"
+
+
+def test_the_plots_show_the_tables_speedup(tmp_path, monkeypatch):
+    """Issue 26: the report's plot said 5.3x beside a table saying 1.00x. A candidate 5x faster in its
+    one search run and no faster in its re-measurements: the table, the speedup plot and the
+    progress plot's selected line all carry the selection's number, and the search's 5x stays a
+    search row."""
+    from cluster.config import load_target
+    from cluster.core.types import Phase
+    from cluster.outputs import report
+    from tests.cluster.outputs.fake_runs import Row, gpu, write_run
+    from tests.conftest import REPO
+
+    target = load_target(REPO / "configs" / "targets" / "saxpy" / "target.yaml")
+    base, lucky = {"BLOCK": 256, "ITEMS": 1}, {"BLOCK": 128, "ITEMS": 1}
+    steady = (1.00, 1.02, 0.98, 1.01, 0.99)
+    run = write_run(tmp_path, "run", target, gpu("NVIDIA H100", "9.0"),
+                    [Row(base, steady, phase=Phase.BASELINE), Row(lucky, (0.19, 0.19, 0.19)),
+                     Row(base, steady, phase=Phase.FINAL),
+                     Row(lucky, (1.0, 0.97, 1.03, 0.99, 1.01), phase=Phase.FINAL)])
+    drawn: dict = {}
+    monkeypatch.setattr(plots, "speedup_plot", lambda best, path: drawn.update(bars=[b.speedup for b in best]))
+    monkeypatch.setattr(plots, "best_so_far", lambda studies, path, selected=None: drawn.update(selected=selected))
+    blocks = report.build([load_run_dir(run)], tmp_path / "out")
+    [table] = [b for b in blocks if b.kind == "table" and "speedup" in b.header]
+    [row] = table.rows
+    shown = float(row[table.header.index("speedup")].rstrip("x"))
+    assert shown == pytest.approx(1.0, abs=0.005)  # not the search run's 5.3x
+    assert [round(v, 2) for v in drawn["bars"]] == [shown]
+    [[selected]] = [list(v.values()) for v in drawn["selected"].values()]
+    assert round(selected, 2) == shown

@@ -127,3 +127,11 @@ def test_two_studies_are_refused_and_the_cli_picks_one(tmp_path, study_rows):
     assert picked.exit_code == 0, picked.output
     document = json.loads(out.read_text())
     assert document["metadata"]["warpfleet"]["device_type"] == A100.device_type and len(document["results"]) == 2
+
+
+def test_every_status_has_its_invalidity():
+    """A row of any status exports (metric_invalid, too_many_files and clock_mismatch raised KeyError)."""
+    from cluster.core.types import Status
+    from cluster.outputs.exports.t4 import INVALIDITY
+
+    assert set(INVALIDITY) == set(Status)

@@ -90,12 +90,22 @@ def test_a_scratch_root_the_commands_uid_cannot_pass_is_fine(bwrap):
 
 
 def test_the_environment_holds_what_a_candidate_needs(bwrap, workdir):
-    env = {"PATH": os.environ["PATH"], "CUDA_VISIBLE_DEVICES": "0", "WARPFLEET_POISON": "1", "PYTHONPATH": "/x",
-           "HOME": "/root"}
-    result = _sh("env", workdir, bwrap, env=env)
+    env = {"PATH": os.environ["PATH"], "CUDA_VISIBLE_DEVICES": "0", "PYTHONPATH": "/x", "HOME": "/root",
+           "WARPFLEET_DSN": "postgres://u:PASSWORD@host/db", "CUDA_SOMETHING_ELSE": "x", "LC_PRIVATE": "y"}
+    result = _sh("env", workdir, bwrap, env=env, own_env={"WARPFLEET_POISON": "1"})
     seen = dict(line.split("=", 1) for line in result.stdout.splitlines() if "=" in line)
-    assert seen["CUDA_VISIBLE_DEVICES"] == "0" and seen["WARPFLEET_POISON"] == "1"
+    assert seen["CUDA_VISIBLE_DEVICES"] == "0" and seen["WARPFLEET_POISON"] == "1"  # the harness's own: given
     assert seen["HOME"] == str(workdir) and seen["TMPDIR"] == "/tmp" and "PYTHONPATH" not in seen
+    # An allow-list, not a prefix: a name nobody listed stays out, whatever it starts with.
+    assert not {"WARPFLEET_DSN", "CUDA_SOMETHING_ELSE", "LC_PRIVATE"} & set(seen), seen
+    assert "PASSWORD" not in result.stdout
+
+
+def test_the_run_config_passes_more_variables_by_name(bwrap, workdir):
+    passing = Bubblewrap(bwrap.program, SandboxSpec(env=["MY_LICENSE_SERVER"]), uid=bwrap.uid)
+    result = _sh("env", workdir, passing, env={"PATH": os.environ["PATH"], "MY_LICENSE_SERVER": "lic:27000",
+                                               "MY_OTHER": "no"})
+    assert "MY_LICENSE_SERVER=lic:27000" in result.stdout and "MY_OTHER" not in result.stdout
 
 
 @pytest.mark.parametrize("sandboxed", [True, False])
@@ -204,7 +214,7 @@ def test_the_sandbox_ends_when_bubblewrap_is_killed_as_with_a_dead_worker(bwrap,
     launch = bwrap.prepare(["sh", "-c", f"setsid sleep {marker} & sleep {marker}"], workdir,
                            {"PATH": os.environ["PATH"]}, None)
     proc = subprocess.Popen(launch.argv, cwd=workdir, env=launch.env, preexec_fn=launch.preexec,
-                            start_new_session=True)
+                            pass_fds=launch.fds, start_new_session=True)
     time.sleep(0.5)
     proc.kill()  # bubblewrap alone, as when its worker dies (--die-with-parent) or is killed
     proc.wait()
@@ -232,7 +242,7 @@ def test_descriptors_passed_to_a_prepared_command_reach_it(bwrap, workdir):
     launch = bwrap.prepare(["bash", "-c", f"echo hello >&{writer}"], workdir,
                            {"PATH": os.environ["PATH"]}, None)
     proc = subprocess.Popen(launch.argv, cwd=workdir, env=launch.env, preexec_fn=launch.preexec,
-                            pass_fds=(writer,))
+                            pass_fds=(writer, *launch.fds))
     proc.wait()
     os.close(writer)
     assert os.read(reader, 100) == b"hello\n"

@@ -20,7 +20,8 @@ from cluster.runners.isolation import (
     ray_env_vars,
     secrets_withheld,
 )
-from cluster.runners.sandbox import Unsandboxed, clean_stale_scratch, inside, run_command, scratch_dir
+from cluster.runners.sandbox import Unsandboxed, clean_stale_scratch, read_output, run_command, scratch_dir
+from cluster.runners.untrusted_dir import UntrustedDir
 
 MISSING = SandboxSpec(bwrap="/nonexistent/bwrap")
 
@@ -101,8 +102,11 @@ def test_only_files_really_inside_the_scratch_directory_are_read(tmp_path):
     os.symlink("/etc/hostname", tmp_path / "linked.bin")
     os.symlink(tempfile.gettempdir(), tmp_path / "sub")
     os.symlink("out.bin", tmp_path / "alias.bin")
-    assert inside(tmp_path, "out.bin") == tmp_path / "out.bin"
-    assert inside(tmp_path, "alias.bin") == tmp_path / "alias.bin"
-    assert inside(tmp_path, "linked.bin") is None and inside(tmp_path, "missing.bin") is None
-    with tempfile.NamedTemporaryFile() as outside:
-        assert inside(tmp_path, f"sub/{Path(outside.name).name}") is None
+    os.mkfifo(tmp_path / "fifo.bin")  # would block a plain open for reading
+    with UntrustedDir(tmp_path) as files:
+        assert read_output(files, "out.bin") == b"1"
+        # No link is gone through, not even one to a file beside it: the worker never follows one.
+        assert read_output(files, "alias.bin") is None and read_output(files, "linked.bin") is None
+        assert read_output(files, "missing.bin") is None and read_output(files, "fifo.bin") is None
+        with tempfile.NamedTemporaryFile() as outside:
+            assert read_output(files, f"sub/{Path(outside.name).name}") is None

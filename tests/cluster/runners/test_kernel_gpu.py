@@ -194,3 +194,34 @@ def test_a_kernel_target_sweep_end_to_end(tmp_path, ray_local):
     [record] = json.loads(render("launch-json", ExportRequest([best], rows, run_dir.path)))
     assert record["kernel"] == "vadd" and record["block"][0] == best.params["block_size_x"]
     assert record["grid"][0] == -(-N // (best.params["block_size_x"] * best.params["ITEMS"]))
+
+
+def test_links_left_in_the_kernel_runners_directory_are_never_gone_through(tmp_path, device, runner):
+    """Issue 26 through the kernel runner on the GPU: the baseline measured, then a candidate's staged
+    directory holding links to a file outside where the runner keeps its capture files, its request,
+    its verdict and the references it hands over. Nothing outside is written, the run is refused, and
+    the host measures the next candidate as before."""
+    from cluster.runners._base import Invocation
+    from cluster.runners.measure import Reference
+    from tests.cluster.runners.test_kernel_runner import _plant_links
+
+    victim = tmp_path / "victim.json"
+    victim.write_text('{"c.bin": "forged"}')
+    target = load_target(write_kernel_target(tmp_path / "vadd"))
+    baseline, built = _build(target, device, tmp_path)
+    reference = Reference(measure_candidate(target, baseline, built, device, None, 1, runner).outputs)
+    candidate, other = _build(target, device, tmp_path, block_size_x=512)
+    with runner.stage(target, dict(candidate.params), device.arch, other.binary) as staged:
+        _plant_links(staged, victim)
+        in_host = staged.run(Invocation(seed=0, reference=reference.for_run(0)))
+        _plant_links(staged, victim)
+        poisoned = staged.run(Invocation(seed=0, env={"WARPFLEET_POISON": "1"}))
+        _plant_links(staged, victim)
+        wrapped = staged.run(Invocation(seed=0, env={"SOME_TOOL": "1"}))  # a process of its own
+        _plant_links(staged, victim)
+        assert runner.verified_outputs(staged, reference.for_run(0)) == frozenset()
+    assert victim.read_text() == '{"c.bin": "forged"}'
+    for result in (in_host, poisoned, wrapped):
+        assert not result.ok and "refused" in result.tail(), result.tail()
+    after = measure_candidate(target, candidate, other, device, reference, 1, runner)
+    assert after.status is Status.OK, after.error_tail

@@ -218,7 +218,7 @@ def test_outputs_are_checked_in_the_host_and_each_reference_handed_over_once(tar
 
     requests: list[dict] = []
 
-    def in_process(self, request, timeout):  # the host's handle(), its stdout and stderr to the request's files
+    def in_process(self, request, timeout, over=None):  # the host's handle(): stdout and stderr to its files
         requests.append(request)
         assert not (Path(request["cwd"]) / VERIFIED_FILE).exists()  # no verdict of an earlier run left
         with open(request["stdout"], "w") as out, open(request["stderr"], "w") as err, \
@@ -260,3 +260,37 @@ def test_the_hosts_kept_inputs_hold_the_last_used_few():
     assert kept.get("a") == 1  # used: now the newest
     kept["c"] = 3
     assert list(kept) == ["a", "c"] and kept.get("b") is None
+
+
+def _plant_links(staged, victim: Path) -> None:
+    """What a process in the staged directory could leave for the worker (issue 26): links to a file
+    outside where the kernel runner keeps its files."""
+    from cluster.runners.kernel import REFERENCE_PREFIX, VERIFIED_FILE
+
+    for name in (".warpfleet.stdout", ".warpfleet.stderr", REQUEST_FILE, VERIFIED_FILE, REFERENCE_PREFIX + "c.bin"):
+        (staged.workdir / name).unlink(missing_ok=True)
+        (staged.workdir / name).symlink_to(victim)
+
+
+def test_the_kernel_runner_never_writes_or_reads_through_a_link_in_its_directory(target, tmp_path):
+    """Its host's run, with a reference to hand over, and its process run (a request file to write):
+    the links are replaced or refused, the victim never touched, and no run passes."""
+    from cluster.core.types import RunOutputs
+
+    victim = tmp_path / "victim.json"
+    victim.write_text('{"c.bin": "forged"}')
+    runner = KernelRunner(scratch_root=tmp_path / "scratch", cuda=False)
+    reference = RunOutputs((("c.bin", b"\0" * 16),))
+    try:
+        with runner.stage(target, target.baseline_params, "sm_90", b"not a kernel") as staged:
+            _plant_links(staged, victim)
+            in_host = staged.run(Invocation(seed=0, reference=reference))
+            _plant_links(staged, victim)
+            as_process = staged.run(Invocation(seed=0, env={"SOME_TOOL": "1"}))
+            _plant_links(staged, victim)
+            assert runner.verified_outputs(staged, reference) == frozenset()  # a verdict read through a link: none
+    finally:
+        runner.close()
+    assert victim.read_text() == '{"c.bin": "forged"}'
+    for result in (in_host, as_process):
+        assert not result.ok and "refused" in result.tail() and "symbolic link" in result.tail(), result.tail()

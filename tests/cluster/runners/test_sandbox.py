@@ -143,20 +143,26 @@ def test_cpu_time_limit(tmp_path):
 SECRETS = {"OPENAI_API_KEY": "sk-1", "MY_TOKEN": "t", "db_password": "p", "PGPASSWORD": "p",
            "AWS_SECRET_ACCESS_KEY": "s", "GOOGLE_APPLICATION_CREDENTIALS": "/c.json", "SSH_AUTH_SOCK": "/s",
            "WARPFLEET_API_KEY": "w"}
-HARMLESS = {"CUDA_VISIBLE_DEVICES": "0,1", "NVIDIA_VISIBLE_DEVICES": "all", "WARPFLEET_SCRATCH": "/scratch",
-            "LD_LIBRARY_PATH": "/usr/local/cuda/lib64", "TMPDIR": "/tmp"}
+HARMLESS = {"CUDA_VISIBLE_DEVICES": "0,1", "NVIDIA_VISIBLE_DEVICES": "all", "LD_LIBRARY_PATH": "/usr/local/cuda/lib64",
+            "TMPDIR": "/tmp"}
+# Not secret-looking by name, and yet the worker's own: an allow-list keeps them out (issue 26).
+WORKERS_OWN = {"WARPFLEET_DSN": "postgres://u:PASSWORD@host/db", "WARPFLEET_SCRATCH": "/scratch",
+               "CUDA_MPS_LOG_DIRECTORY": "/private", "LC_SECRET_THING": "x", "OMP_SOMETHING": "y"}
 
 
 @pytest.mark.parametrize("given", [False, True], ids=["inherited", "given"])
 def test_candidates_do_not_see_secrets(tmp_path, monkeypatch, given):
-    for name, value in {**SECRETS, **HARMLESS}.items():
+    for name, value in {**SECRETS, **HARMLESS, **WORKERS_OWN}.items():
         monkeypatch.setenv(name, value)
-    env = {**os.environ, "EXTRA_TOKEN": "x", "WARPFLEET_PROFILE": "1"} if given else None
-    result = run_command([PY, "-c", "import json, os; print(json.dumps(dict(os.environ)))"], tmp_path, 10, env=env)
+    env = {**os.environ, "EXTRA_TOKEN": "x"} if given else None
+    own = {"WARPFLEET_PROFILE": "1"} if given else None
+    result = run_command([PY, "-c", "import json, os; print(json.dumps(dict(os.environ)))"], tmp_path, 10, env=env,
+                         own_env=own)
     seen = json.loads(result.stdout)
     assert not set(SECRETS) & set(seen) and "EXTRA_TOKEN" not in seen
+    assert not set(WORKERS_OWN) & set(seen) and "PASSWORD" not in result.stdout
     assert {name: seen.get(name) for name in HARMLESS} == HARMLESS
-    assert seen["PATH"] == os.environ["PATH"] and seen["HOME"] == os.environ["HOME"]
+    assert seen["PATH"] == os.environ["PATH"] and seen["HOME"] == str(tmp_path)  # HOME: its own directory
     assert ("WARPFLEET_PROFILE" in seen) is given
 
 

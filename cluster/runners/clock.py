@@ -1,0 +1,64 @@
+"""The independent clock: what a program says its runs took, against what warpfleet saw them take.
+
+A program prints its own metric, and a program can lie: ``time_ms=0.000001`` with correct outputs
+won a sweep at 2,001,000x. So every run is also timed by warpfleet itself (the process around it,
+sandbox and all, or the persistent host's request, from the worker's side), and a candidate's
+claim is compared with the baseline's, per run (medians over the runs):
+
+    claimed saving  S = the seconds the baseline's samples add up to - the candidate's
+    seen saving     W = the baseline's wall time - the candidate's
+
+A claimed saving must show in the wall clock: ``W >= FRACTION * S - floor``, the floor being the
+wall clock's own noise: ``FLOOR_S``, the spread of the baseline's run times (``Clock``), or ``UNTIMED_SHARE``
+of the baseline's untimed time, whichever is largest. A claim too small to show above the floor
+(``FRACTION * S <= floor``) is not judged: a run slower than the baseline's by noise alone must
+never fail a candidate that claims next to nothing. Setup that dominates a run (inputs generated,
+a CUDA context made) raises the floor with it, so an honest candidate is never judged by a small
+timed region inside a large run; the rule compares savings, never the share of the run that is
+timed. A candidate that fails it is re-run up to ``CONFIRM_RUNS`` times (medians again) before it
+is ``clock_mismatch``.
+
+What it cannot see (README, Security): a claimed saving under ``2 * floor`` a run (a
+program that times a few microseconds, or prints a per-iteration average); a program that takes
+more samples when faster (the harness's time-based stopping rule: its samples add up to about the
+same time, and so claim no saving here); and a node whose load falls sharply between the baseline's
+runs and the candidate's (the baseline's clock is taken once, at the study's start). Metrics that
+are not times (a rate to maximize, cycles) and the kernel runner (its samples are warpfleet's own
+CUDA events around the launch, not the program's words) are not checked.
+"""
+
+from __future__ import annotations
+
+from cluster.config import MetricSpec
+from cluster.core.types import Clock
+
+FRACTION = 0.5  # of a claimed saving that must show in the wall clock
+FLOOR_S = 0.005  # the wall clock's noise at the least: a process start in bubblewrap varies by milliseconds
+UNTIMED_SHARE = 0.25  # ... or this share of the baseline's time outside its samples (start-up noise grows with it)
+CONFIRM_RUNS = 3  # runs a candidate gets, at the least, before its claim is found unsupported
+SECONDS = {"s": 1.0, "ms": 1e-3, "us": 1e-6, "µs": 1e-6, "ns": 1e-9}
+
+
+def seconds_per_unit(metric: MetricSpec) -> float | None:
+    """Seconds in one unit of a time to minimize; None for any other metric (not checked)."""
+    return SECONDS.get(metric.unit) if metric.goal == "minimize" else None
+
+
+def clock_problem(candidate: Clock, baseline: Clock) -> str | None:
+    """Why warpfleet's clock does not bear out the candidate's claimed time, or None."""
+    claimed = baseline.claimed_s - candidate.claimed_s
+    floor = max(FLOOR_S, baseline.wall_spread_s, UNTIMED_SHARE * max(0.0, baseline.wall_s - baseline.claimed_s))
+    if FRACTION * claimed <= floor:
+        return None  # too small a claim for the wall clock to judge
+    seen = baseline.wall_s - candidate.wall_s
+    if seen >= FRACTION * claimed - floor:
+        return None
+    return (f"its samples add up to {_ms(candidate.claimed_s)} a run against the baseline's "
+            f"{_ms(baseline.claimed_s)}, {_ms(claimed)} less, but warpfleet's own clock saw its runs take "
+            f"{_ms(candidate.wall_s)} against the baseline's {_ms(baseline.wall_s)}, {_ms(seen)} less: a saving "
+            f"that real shows at least {FRACTION:.0%} of itself, less {_ms(floor)} of noise (its metric is not "
+            f"what its runs took)")
+
+
+def _ms(seconds: float) -> str:
+    return f"{1e3 * seconds:.4g} ms"

@@ -1,0 +1,153 @@
+"""Issue 26: the independent clock. A program that prints ``time_ms=0.000001`` with correct outputs
+won a sweep at 2,001,000x; its runs took as long as the baseline's. Its claim is now checked against
+the time warpfleet saw its runs take, and it gets ``clock_mismatch``, while an honest faster
+candidate, and one whose timed region is a small part of its run, still pass (and win)."""
+
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+
+import pytest
+import yaml
+
+from cluster.config import load_target
+from cluster.core.types import Candidate, Clock, Phase, Status
+from cluster.outputs.select import select_best
+from cluster.runners._base import ProcessRunner
+from cluster.runners.build import compile_candidate
+from cluster.runners.clock import clock_problem
+from cluster.runners.devices import cpu_device
+from cluster.runners.measure import Reference, measure_candidate
+from cluster.runners.persistent import PersistentRunner
+from cluster.store.results import read_results
+
+# The work is sleeping, so that a busy test machine stretches no side: MODE 0 (the baseline) and
+# MODE 2 (the liar) sleep 40 ms a sample, MODE 1 (honest, faster) 10 ms; SETUP ms before the timed
+# loop, untimed, as a program's inputs or a CUDA context would be.
+PROGRAM = textwrap.dedent(r"""
+    #include <stdio.h>
+    #include <time.h>
+    #ifndef MODE
+    #define MODE 0
+    #endif
+    #ifndef SETUP
+    #define SETUP 0
+    #endif
+    static double now_ms(void) {
+        struct timespec t;
+        clock_gettime(CLOCK_MONOTONIC, &t);
+        return t.tv_sec * 1e3 + t.tv_nsec / 1e6;
+    }
+    static void work(double ms) {
+        struct timespec d = {(time_t)(ms / 1000), (long)((ms - 1000 * (long)(ms / 1000)) * 1e6)};
+        nanosleep(&d, 0);
+    }
+    int main(void) {
+        work(SETUP);
+        for (int i = 0; i < 3; i++) {
+            double start = now_ms();
+            work(MODE == 1 ? 10.0 : 40.0);
+            double took = now_ms() - start;
+            if (MODE == 2) printf("@warpfleet time_ms=0.000001\n");
+            else printf("@warpfleet time_ms=%.4f\n", took);
+        }
+        FILE* f = fopen("out.bin", "wb");
+        float v[2] = {1.0f, 2.0f};
+        fwrite(v, sizeof v, 1, f);
+        fclose(f);
+        return 0;
+    }
+""")
+
+
+def write_target(folder: Path, runner: str = "process", setup_ms: int = 0) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "clocked.c").write_text(PROGRAM)
+    (folder / "space.yaml").write_text("name: one\ntoolchain: cc\nflags: {opt_level: ['-O1']}\n")
+    path = folder / "target.yaml"
+    path.write_text(yaml.safe_dump({
+        "name": "clocked", "toolchain": "cc", "sources": ["clocked.c"], "space": "space.yaml", "runner": runner,
+        "run": ["{binary}"], "verify": {"outputs": ["out.bin"]}, "params": {"MODE": [0, 1, 2], "SETUP": [setup_ms]},
+        "timeouts": {"build": 60, "run": 30}}))
+    return path
+
+
+def _measure(target, runner, mode: int, reference: Reference | None, runs: int):
+    params = {**target.baseline_params, "MODE": mode}
+    candidate = Candidate(target.name, "cc", "host", "host", target.bundle.hash, (("opt_level", "-O1"),),
+                          tuple(params.items()), Phase.SEARCH, runner=target.runner)
+    artifact = compile_candidate(target, candidate)
+    assert artifact.status is Status.OK, artifact.error_tail
+    return measure_candidate(target, candidate, artifact, cpu_device("w"), reference, runs, runner)
+
+
+@pytest.mark.parametrize("runner", ["process", "persistent"])
+def test_a_lying_metric_is_a_clock_mismatch_and_an_honest_faster_candidate_passes(tmp_path, runner):
+    target = load_target(write_target(tmp_path / "t", runner))
+    runs = ProcessRunner() if runner == "process" else PersistentRunner(cuda=False)
+    try:
+        baseline = _measure(target, runs, 0, None, 3)
+        assert baseline.status is Status.OK and baseline.clock is not None, baseline.error_tail
+        reference = Reference(baseline.outputs, baseline.clock)
+        liar = _measure(target, runs, 2, reference, 1)
+        honest = _measure(target, runs, 1, reference, 1)
+    finally:
+        runs.close()
+    assert liar.status is Status.CLOCK_MISMATCH, (liar.status, liar.error_tail)
+    assert "warpfleet's own clock" in liar.error_tail and len(liar.samples) == 3 * 3  # confirmed on 3 runs
+    assert honest.status is Status.OK, honest.error_tail
+    assert max(honest.samples) < min(baseline.samples)
+
+
+def test_setup_that_dominates_the_run_does_not_reject_an_honest_candidate(tmp_path):
+    """900 ms of untimed setup around a 120 ms timed region: the honest candidate saves 90 ms of
+    1020, which the floor (a quarter of the untimed time) leaves unjudged either way."""
+    target = load_target(write_target(tmp_path / "t", setup_ms=900))
+    runs = ProcessRunner()
+    baseline = _measure(target, runs, 0, None, 2)
+    honest = _measure(target, runs, 1, Reference(baseline.outputs, baseline.clock), 1)
+    assert honest.status is Status.OK, honest.error_tail
+
+
+def test_the_rule_compares_savings_with_a_floor_for_noise():
+    baseline = Clock(claimed_s=0.120, wall_s=0.140)  # 20 ms untimed: the floor is 5 ms
+    assert clock_problem(Clock(0.030, 0.050), baseline) is None  # saved 90, seen 90
+    assert clock_problem(Clock(0.030, 0.100), baseline) is None  # seen 40: at least half of 90 less 5
+    assert "its samples add up to" in clock_problem(Clock(0.030, 0.110), baseline)  # seen 30: not enough
+    assert clock_problem(Clock(0.0, 0.140), baseline) is not None  # the liar: 120 claimed, nothing seen
+    assert clock_problem(Clock(0.125, 0.200), baseline) is None  # claims no saving: nothing to check
+    slow_setup = Clock(claimed_s=0.120, wall_s=1.120)  # a floor of 250 ms: a 120 ms claim is not judged
+    assert clock_problem(Clock(0.0, 1.120), slow_setup) is None
+    # The demo's stencil on a busy machine: 2.5 ms claimed, its one run 10 ms slower than the baseline's
+    # median by load alone. Half the claim is under the floor: not judged, never a failure by noise.
+    stencil = Clock(claimed_s=0.0045, wall_s=0.025)
+    assert clock_problem(Clock(0.0020, 0.035), stencil) is None
+    spread = Clock(claimed_s=0.120, wall_s=0.140, wall_spread_s=0.040)  # the baseline's own runs 40 ms apart
+    assert clock_problem(Clock(0.030, 0.110), spread) is None and clock_problem(Clock(0.0, 0.140), spread)
+
+
+@pytest.mark.usefixtures("ray_local")
+def test_a_lying_metric_never_wins_a_sweep_and_an_honest_one_does(tmp_path):
+    write_target(tmp_path / "t")
+    config = tmp_path / "run.yaml"
+    config.write_text(yaml.safe_dump({"name": "clock", "targets": ["t/target.yaml"],
+                                      "output_dir": str(tmp_path / "runs"), "search": {"sampler": "grid", "trials": 3},
+                                      "measure": {"final_top_k": 2, "final_runs": 3},
+                                      "profile": {"candidates": "none"}}))
+    from click.testing import CliRunner
+
+    from cluster.cli import main
+
+    result = CliRunner().invoke(main, ["sweep", str(config), "--no-progress"])
+    assert result.exit_code == 0, result.output
+    [run] = [p for p in (tmp_path / "runs").iterdir() if p.is_dir()]
+    rows = read_results(run)
+    search = rows[rows["phase"] == "search"].set_index("p_MODE")
+    assert search.loc[2, "status"] == Status.CLOCK_MISMATCH.value, rows[["phase", "p_MODE", "status", "error_tail"]]
+    assert search.loc[1, "status"] == Status.OK.value
+    assert not ((rows["p_MODE"] == 2) & (rows["phase"] == "final")).any()  # never re-measured as a contender
+    [best] = select_best(rows)
+    assert best.params["MODE"] == 1 and 3.0 < best.speedup < 5.0, best  # 40 ms a sample against 10
+    exported = CliRunner().invoke(main, ["export", str(run), "--format", "json"])
+    assert exported.exit_code == 0 and '"MODE": 1' in exported.output, exported.output

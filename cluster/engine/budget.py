@@ -9,8 +9,10 @@ sweep, from the command's start. The plan works back from it:
 
 The reserve of a device type is what its studies still need after their search, in worker-seconds
 (``StudyFlow.work_left``: each from its own baseline's time a run), shared by the type's workers,
-with ``SAFETY`` to spare. It is estimated again on every turn of the loop, so that it follows the
-times actually measured; once a type's search closes it stays closed.
+with ``SAFETY`` to spare: their finals, and the expensive checks the finals wait for less what the
+check lane does beside the rest of the search (its share of the time left). It is estimated again
+on every turn of the loop, so that it follows the times actually measured; once a type's search
+closes it stays closed.
 """
 
 from __future__ import annotations
@@ -20,6 +22,8 @@ import time
 from collections import defaultdict
 from collections.abc import Callable, Sequence
 from typing import Protocol
+
+from cluster.engine.jobs import CHECK_SHARE
 
 SAFETY = 1.5  # the reserve is this many times the estimate: finals queue behind running jobs, estimates are rough
 DEFAULT_RUN_S = 1.0  # a run's time where no study of the device type has been measured yet
@@ -33,8 +37,9 @@ class Planned(Protocol):
     device_type: str
     done: bool
 
-    def work_left(self) -> float:
-        """Worker-seconds the study still needs once its search is closed (finals, references, checks)."""
+    def work_left(self) -> tuple[float, float]:
+        """Worker-seconds the study still needs once its search is closed: its finals, and the
+        expensive checks they wait for (which also run while the search does, at their lane's share)."""
         ...
 
     def in_search(self) -> bool: ...
@@ -84,23 +89,30 @@ class TimePlan:
             if getattr(flow, "run_estimate", None) is not None:
                 runs[flow.device_type].append(flow.run_estimate)
         self.typical = {device_type: max(found) for device_type, found in runs.items()}
-        need: dict[str, float] = defaultdict(float)
+        finals: dict[str, float] = defaultdict(float)
+        checks: dict[str, float] = defaultdict(float)
         for flow in flows:
             if not flow.done:
-                need[flow.device_type] += flow.work_left()
-        for device_type, seconds in need.items():
-            self.reserve[device_type] = SAFETY * seconds / max(1, workers(device_type)) + MARGIN_S
+                f, c = flow.work_left()
+                finals[flow.device_type] += f
+                checks[flow.device_type] += c
+        for device_type in finals:
+            n = max(1, workers(device_type))
+            after = SAFETY * finals[device_type] / n
+            # the checks run beside the search too, at their lane's share of the workers' time
+            overlap = CHECK_SHARE * max(0.0, self.time_left(now) - after - MARGIN_S)
+            self.reserve[device_type] = after + max(0.0, SAFETY * checks[device_type] / n - overlap) + MARGIN_S
             if device_type in self.closed:
                 continue
             mine = [f for f in flows if f.device_type == device_type]
             searching = any(f.in_search() for f in mine)
             if searching and now + self.reserve[device_type] >= self.deadline:
                 self.closed[device_type] = now
-                if not any(f.searched() for f in mine):
+                if not any(f.searched() for f in mine) and after + MARGIN_S >= self.time_left(now):
                     self.log(f"time budget: {self.budget_s:g} s cannot hold the baselines and finals of "
                              f"{len(mine)} studies on {workers(device_type)} {device_type} workers (about "
-                             f"{math.ceil(seconds / max(1, workers(device_type)))} s of finals alone): no search; "
-                             f"give a larger --time-budget")
+                             f"{math.ceil(finals[device_type] / n)} s of finals alone): no search; give a "
+                             f"larger --time-budget")
                     continue
                 self.log(f"time budget: {self.time_left(now):.0f} s left, {math.ceil(self.reserve[device_type])} s "
                          f"kept for the finals and their checks on {device_type}: the search stops")

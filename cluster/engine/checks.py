@@ -3,9 +3,10 @@ that measured faster than the baseline beyond its noise, and the fresh-seed revi
 more than 10x the baseline.
 
     admitted variant (cheap tier: guards, dependence graph, contracts, build, one run, its time)
-        ─► joins the search ─► measures faster than the baseline ─► ``DeepChecks.request``
-        ─► compute-sanitizer (after the baseline's own run of each tool, once a study) and the
-           cheat checks, as jobs of the check lane ─► passed or failed, recorded in ``variants/``
+        ─► joins the search ─► measures faster than the baseline, among the best few
+        ─► ``DeepChecks.request`` ─► compute-sanitizer (the baseline's own run of each tool only
+           where a variant's is not clean) and the cheat checks, as jobs of the check lane
+        ─► passed or failed, recorded in ``variants/``
 
 A variant no faster than the baseline never pays for them; one that could be a final, a winner or
 an export must have passed them (``StudyFlow`` asks for them, promoted, before its finals).
@@ -42,6 +43,7 @@ class Trust(StrEnum):
     FAILED = "failed"
 
 
+UNMEASURED_FACTOR = 100.0  # a tool's budget, in the program's runs, until the baseline's own time under it is known
 EXPENSIVE = frozenset({"memcheck", "racecheck", "initcheck", "synccheck", "sanitizer", "cheat_checks",
                        "poisoned_outputs", "cached_results", "untimed_work", "timing_code"})
 
@@ -86,7 +88,8 @@ class DeepChecks:
         self.variants: dict[str, _Checked] = {}
         self._baseline: dict[str, SanitizerResult] | None = None
         self._baseline_asked = False
-        self._waiting_for_baseline: list[str] = []
+        self._waiting_for_baseline: list[tuple[_Checked, tuple[SanitizerResult, ...], dict[str, float]]] = []
+        self.run_s = 1.0  # the program's time a run (the flow's estimate): the sanitizer's budget before the baseline's
 
     @property
     def configured(self) -> bool:
@@ -131,12 +134,7 @@ class DeepChecks:
             self._expect(checked, self.jobs.guard(checked.variant.target, files, label=checked.variant.label),
                          self._guarded)
         if self.tools:
-            if self._baseline is None:
-                self._waiting_for_baseline.append(source_hash)
-                checked.outstanding += 1  # its sanitizer job, submitted once the baseline's is in
-                self._sanitize_baseline()
-            else:
-                self._sanitize(checked)
+            self._sanitize(checked, self.tools)
         return checked.trust
 
     # -- the jobs --------------------------------------------------------------------------------
@@ -151,37 +149,59 @@ class DeepChecks:
 
         future.add_done_callback(finished)
 
-    def _sanitize_baseline(self) -> None:
-        if self._baseline_asked:
+    # compute-sanitizer: the variant first, within budgets from the baseline's own runs where they
+    # are known, else from the program's run time (``run_s``, set by the flow). The baseline runs
+    # under the tools only where a variant's run did not come back clean: its errors are not held
+    # against the variant, and its time sizes the budget a timed-out variant is given again. A
+    # study whose variants are clean never pays for the baseline's run.
+    def _budgets(self, tools: tuple[str, ...]) -> dict[str, float]:
+        if self._baseline is not None:
+            return {tool: min(self.cap_s, max(SANITIZER_FLOOR_S, SANITIZER_FACTOR * r.seconds))
+                    for tool, r in self._baseline.items() if tool in tools}
+        return {tool: min(self.cap_s, max(SANITIZER_FLOOR_S, UNMEASURED_FACTOR * self.run_s)) for tool in tools}
+
+    def _sanitize(self, checked: _Checked, tools: tuple[str, ...]) -> None:
+        budgets = self._budgets(tools)
+        future = self.jobs.sanitize(checked.variant.target, tools, self.cap_s, budgets,
+                                    label=f"{', '.join(tools)} on {checked.variant.label}")
+        self._expect(checked, future, lambda c, done: self._sanitized(c, done, budgets))
+
+    def _sanitized(self, checked: _Checked, done: JobResult, budgets: dict[str, float]) -> None:
+        if done.failure is not None or done.value is None:
+            checked.verdicts.append(Verdict("sanitizer", VerdictStatus.SKIPPED,
+                                            f"not run: {done.error or done.artifact.error_tail}"[:300]))
             return
-        self._baseline_asked = True
-        future = self.jobs.sanitize(None, self.tools, self.cap_s, None, label="the baseline, for the variants' budgets")
-        future.add_done_callback(self._baseline_sanitized)
+        results: tuple[SanitizerResult, ...] = done.value
+        if all(r.outcome == "clean" for r in results) or self._baseline is not None:
+            self._judge(checked, results, budgets)
+            return
+        checked.outstanding += 1  # its verdicts wait for the baseline's runs under the tools
+        self._waiting_for_baseline.append((checked, results, budgets))
+        if not self._baseline_asked:
+            self._baseline_asked = True
+            future = self.jobs.sanitize(None, self.tools, self.cap_s, None,
+                                        label="the baseline, against a variant's sanitizer findings")
+            future.add_done_callback(self._baseline_sanitized)
 
     def _baseline_sanitized(self, future: Future[JobResult]) -> None:
         done = future.result()
         results = done.value if done.failure is None and done.value else ()
         self._baseline = {r.tool: r for r in results}
-        for source_hash in self._waiting_for_baseline:
-            checked = self.variants[source_hash]
+        waiting, self._waiting_for_baseline = self._waiting_for_baseline, []
+        for checked, found, budgets in waiting:
             checked.outstanding -= 1
-            self._sanitize(checked)
-        self._waiting_for_baseline.clear()
+            self._judge(checked, found, budgets)
+            self._settle(checked)
 
-    def _sanitize(self, checked: _Checked) -> None:
+    def _judge(self, checked: _Checked, results: tuple[SanitizerResult, ...], budgets: dict[str, float]) -> None:
+        """The verdicts of a variant's sanitizer runs; a tool that ran out of a budget smaller than the
+        baseline's own time asks for runs within the right one."""
         baseline = self._baseline or {}
-        budgets = {tool: min(self.cap_s, max(SANITIZER_FLOOR_S, SANITIZER_FACTOR * r.seconds))
-                   for tool, r in baseline.items()}
-        future = self.jobs.sanitize(checked.variant.target, self.tools, self.cap_s, budgets,
-                                    label=f"{', '.join(self.tools)} on {checked.variant.label}")
-        self._expect(checked, future, self._sanitized)
-
-    def _sanitized(self, checked: _Checked, done: JobResult) -> None:
-        if done.failure is not None or done.value is None:
-            checked.verdicts.append(Verdict("sanitizer", VerdictStatus.SKIPPED,
-                                            f"not run: {done.error or done.artifact.error_tail}"[:300]))
-        else:
-            checked.verdicts += sanitizer_verdicts(done.value, self._baseline or {})
+        again = tuple(r.tool for r in results if r.outcome == "timeout" and r.tool in baseline
+                      and budgets.get(r.tool, self.cap_s) < self._budgets((r.tool,)).get(r.tool, 0.0))
+        checked.verdicts += sanitizer_verdicts(tuple(r for r in results if r.tool not in again), baseline)
+        if again:
+            self._sanitize(checked, again)
 
     def _guarded(self, checked: _Checked, done: JobResult) -> None:
         if done.failure is not None or done.value is None:

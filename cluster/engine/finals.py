@@ -102,9 +102,12 @@ class Finals:
     def _fill(self) -> None:
         while self.pool and len(self.finalists) + len(self.holding) < self.wanted:
             candidate = self.pool.pop(0)
-            if (candidate.source_hash in self.flow.state.variants and not self.flow.beats_baseline(candidate)
-                    and self.flow.checks.trust(candidate.source_hash) is Trust.NOT_RUN):
+            unchecked = (candidate.source_hash in self.flow.state.variants
+                         and self.flow.checks.trust(candidate.source_hash) is Trust.NOT_RUN)
+            if unchecked and not self.flow.beats_baseline(candidate):
                 continue  # a variant no better than the baseline: not worth its expensive checks
+            if unchecked and len(self.flow.checks.pending()) >= self.flow.check_slots:
+                continue  # with a time budget, one variant's checks at a time: the best one's
             trust = self.flow.trust(candidate)
             if trust is Trust.PASSED:
                 self._submit(candidate)
@@ -123,7 +126,7 @@ class Finals:
                 self._submit(candidate)
             elif trust is Trust.FAILED:
                 self.holding.discard(key)
-            elif plan is not None and not plan.may_wait(flow.device_type, flow.work_left()):
+            elif plan is not None and not plan.may_wait(flow.device_type, sum(flow.work_left())):
                 self.holding.discard(key)
                 self.gave_up.append(key)
                 flow.ctx.log(f"{flow.name}: {key}: its checks did not finish within the time budget; "

@@ -126,9 +126,9 @@ class Flow(ABC):
     def on_result(self, result: JobResult) -> None:
         """A job of this flow is done."""
 
-    def work_left(self) -> float:
-        """Worker-seconds it needs once its search is closed (the time plan's reserve)."""
-        return 0.0
+    def work_left(self) -> tuple[float, float]:
+        """Worker-seconds it needs once its search is closed: finals, and the checks they wait for."""
+        return 0.0, 0.0
 
     def in_search(self) -> bool:
         return False
@@ -448,16 +448,15 @@ class StudyFlow(Flow):
                                    error_tail=f"same binary and run command as {previous.candidate_key}; measured once")
 
     # -- the time plan ---------------------------------------------------------------------------
-    def work_left(self) -> float:
-        """Worker-seconds it still needs once its search closes: the finals (and the baseline's
-        references on their seeds), the checks its finalists wait for; estimated from its baseline's
-        time a run."""
+    def work_left(self) -> tuple[float, float]:
+        """Worker-seconds it still needs once its search closes: the finals (the baseline's with them),
+        and the checks its finalists wait for; estimated from its baseline's time a run."""
         if self.done:
-            return 0.0
+            return 0.0, 0.0
         run = self.run_estimate
         if run is None:
             run = self.ctx.plan.typical_run(self.device_type) if self.ctx.plan is not None else 1.0
-        return self.finals.work_left(run, self.job_overhead) + self._checks_left(run)
+        return self.finals.work_left(run, self.job_overhead), self._checks_left(run)
 
     def _checks_left(self, run: float) -> float:
         """The expensive checks that the finals may wait for: those running for the best few (a
@@ -505,7 +504,7 @@ class StudyFlow(Flow):
         if candidate is None or base is None or candidate.key not in self.contenders():
             return
         faster = beats(stats.median, stats.iqr, base.median, base.iqr, state.goal)
-        if candidate.source_hash in state.variants and faster:
+        if candidate.source_hash in state.variants and faster and len(self.checks.pending()) < self.check_slots:
             ratio = speedup(stats.median, base.median, state.goal) or 0.0
             self.checks.request(candidate.source_hash, f"measured {ratio:.2f}x the baseline", ticket)
         if suspect_speedup(speedup(stats.median, base.median, state.goal)):
@@ -516,6 +515,12 @@ class StudyFlow(Flow):
         stats, base = self.stats.get(candidate.key), self.stats.get(self.state.baseline_candidate().key)
         return stats is not None and base is not None and beats(stats.median, stats.iqr, base.median, base.iqr,
                                                                   self.state.goal)
+
+    @property
+    def check_slots(self) -> int:
+        """Variants whose expensive checks may run at once: with a time budget one (a study has one
+        winner; another's checks come when that one's are in, or its finals ask), else the best few."""
+        return 1 if self.ctx.plan is not None else max(1, self.ctx.config.measure.final_top_k)
 
     def contenders(self) -> set[str]:
         """The candidates the finals would take now: the best few, a failed variant's left out."""
@@ -622,8 +627,10 @@ class StudyFlow(Flow):
         """The plan's units from the baseline's job: a run (the program and the check of its outputs)
         and the job's own overhead (staging, the sandbox's start, the telemetry)."""
         measured = measurement.run_s + measurement.verify_s
+        on_worker = measurement.finished_at - measurement.started_at  # the actor's own clock
         self.run_estimate = measured / max(1, job.runs)
-        self.job_overhead = max(0.0, job.service_s - measured)
+        self.job_overhead = max(0.0, (on_worker if on_worker > 0 else job.service_s) - measured)
+        self.checks.run_s = measurement.run_s / max(1, job.runs)
 
     def _referenced(self, result: JobResult) -> None:
         """The baseline's outputs on seeds it had not run (references/ lost, or the finals' seeds)."""

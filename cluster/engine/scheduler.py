@@ -262,7 +262,7 @@ class Scheduler:
             self.isolated.discard(job.worker)
         now = time.time()
         worker_s = now - job.dispatched_at
-        job.service_s = now - self.service_start(job)
+        job.service_s = now - self.service_start(job)  # a measurement's own clock, below, where there is one
         if job.lane in self.weight:
             self.vtime[(job.device_type, job.lane)] += job.service_s / self.weight[job.lane]
         if job in self.on_worker[job.worker]:
@@ -286,6 +286,8 @@ class Scheduler:
             self._finish(JobResult(job, job.artifacts[0], failure=Status.WORKER_LOST,
                                    error=f"lost: {exc}"[-4096:]))
             return
+        if isinstance(value, Measurement) and value.finished_at > value.started_at > 0:
+            job.service_s = value.finished_at - value.started_at
         if job.kind is JobKind.SEARCH:
             self._learn(job, value, worker_s)
         self._finish(JobResult(job, job.artifacts[0], value, worker_s=worker_s))
@@ -318,8 +320,12 @@ class Scheduler:
                                            error="every measuring worker of this device type is gone"))
                     continue
                 free = self._free(job)
-                # Least loaded first; among equals, round robin, so every worker (and node) takes a share.
-                worker = min(free, key=lambda w: (self.load[w], (w - self._turn) % len(self.workers)))
+                # Least loaded first; among equals, the one whose current job has run the shortest
+                # (a job that has run long tends to run longer: a short job is not queued behind it),
+                # then round robin, so every worker (and node) takes a share.
+                now = time.time()
+                worker = min(free, key=lambda w: (self.load[w], self._head_elapsed(w, now),
+                                                  (w - self._turn) % len(self.workers)))
                 self._turn = worker + 1
                 self.load[worker] += 1
                 job.worker, job.dispatched_at, job.alone = worker, time.time(), job.suspect
@@ -327,6 +333,10 @@ class Scheduler:
                 if job.suspect:
                     self.isolated.add(worker)
                 self.running[self._call(self.workers[worker], job)] = job
+
+    def _head_elapsed(self, worker: int, now: float) -> float:
+        queue = self.on_worker[worker]
+        return now - self.service_start(queue[0]) if queue else 0.0
 
     def _free(self, job: Job) -> list[int]:
         return [w for w in job.workers if self.alive[w] and self.load[w] < self.per_worker

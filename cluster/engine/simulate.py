@@ -36,6 +36,7 @@ class Model:
     run_s: float = 0.05
     check_s: float = 0.0
     speed: tuple[tuple[str, float], ...] = ()
+    dirty: tuple[str, ...] = ()  # source hashes whose compute-sanitizer runs find errors
 
 
 @ray.remote(num_cpus=1, num_returns=2, max_retries=2)
@@ -51,10 +52,10 @@ class SimulatedWorker:
     """A fake measuring worker: a fake GPU resource, and a modelled time per job."""
 
     def __init__(self, worker_id: str, run_s: float, check_s: float = 0.0,
-                 speed: tuple[tuple[str, float], ...] = ()) -> None:
+                 speed: tuple[tuple[str, float], ...] = (), dirty: tuple[str, ...] = ()) -> None:
         self.device = DeviceInfo("gpu", SIMULATED_GPU, "sm_90", uuid=worker_id, compute_capability="9.0",
                                  worker_id=worker_id)
-        self.run_s, self.check_s, self.speed = run_s, check_s, dict(speed)
+        self.run_s, self.check_s, self.speed, self.dirty = run_s, check_s, dict(speed), set(dirty)
 
     def device_info(self) -> DeviceInfo:
         return self.device
@@ -83,7 +84,8 @@ class SimulatedWorker:
     def sanitize(self, target: Target, candidate: Candidate, binary: bytes | None, tools: tuple[str, ...],
                  timeout: float, timeouts: dict[str, float] | None = None) -> tuple[SanitizerResult, ...]:
         time.sleep(self.check_s)
-        return tuple(SanitizerResult(tool, "clean", "simulated", self.check_s / max(1, len(tools))) for tool in tools)
+        outcome = "errors" if candidate.source_hash in self.dirty else "clean"
+        return tuple(SanitizerResult(tool, outcome, "simulated", self.check_s / max(1, len(tools))) for tool in tools)
 
     def guard(self, target: Target, baseline_binary: bytes | None, binary: bytes | None, files: dict[str, str]):
         from agents.workflow.steps import Verdict, VerdictStatus
@@ -113,7 +115,8 @@ def simulated_fleet(workers: int, model: Model):
     def start(cluster: ClusterSpec, kinds: set[str], config_file: str):
         actor = ray.remote(SimulatedWorker)
         handles = [actor.options(num_gpus=1, num_cpus=0, max_restarts=0).remote(f"sim-{i}", model.run_s,
-                                                                                 model.check_s, model.speed)
+                                                                                 model.check_s, model.speed,
+                                                                                 model.dirty)
                    for i in range(workers)]
         return handles, ray.get([h.device_info.remote() for h in handles]), []
 

@@ -15,7 +15,7 @@ from cluster.engine.driver import Sweep
 from cluster.outputs.select import select_best
 from cluster.store.results import read_results, read_table
 from cluster.store.rundir import RunDir
-from cluster.store.variants import VARIANT_SCHEMA
+from cluster.store.variants import VARIANT_SCHEMA, latest_outcomes
 from tests.conftest import REPO
 
 pytestmark = pytest.mark.usefixtures("ray_local")
@@ -101,7 +101,8 @@ def test_verified_variants_join_the_search_and_failures_are_reverted(tmp_path):
     assert "read-only region" in guard["reason"] and "build" not in guard["verdicts"]
     accepted = variants[variants["stage"] == "accepted"]
     assert accepted["diff"].str.contains("acc = x\\[i\\] \\* \\(32").all()
-    assert json.loads(accepted["plan"].iloc[0])["changes"] == ["apply fast"]
+    fast_plan = accepted.loc[accepted["optimization"] == "fast", "plan"].iloc[0]  # recorded as they come
+    assert json.loads(fast_plan)["changes"] == ["apply fast"]
 
     rows = read_results(run_dir.path)
     duckdb = pytest.importorskip("duckdb")  # parts before and after the variant's p_WF_SPLIT, unified
@@ -125,7 +126,8 @@ def test_verified_variants_join_the_search_and_failures_are_reverted(tmp_path):
     assert len(agent.calls) == calls
     rows = read_results(run_dir.path)
     assert (rows["phase"] == "search").sum() == 9 and rows["candidate_key"][rows["phase"] != "final"].is_unique
-    assert len(read_table(run_dir.path, "variants", VARIANT_SCHEMA)) == len(variants)
+    # the same outcomes (a variant's expensive checks may add a later record of one of them)
+    assert len(latest_outcomes(read_table(run_dir.path, "variants", VARIANT_SCHEMA))) == len(latest_outcomes(variants))
 
 
 def test_report_and_patch_export_of_a_variant_winner(tmp_path):

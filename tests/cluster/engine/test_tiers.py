@@ -105,13 +105,13 @@ def test_the_search_starts_at_once_and_only_a_faster_variant_pays_for_the_expens
     assert len(verify) == 2 and search["started_at"].min() < verify["started_at"].min()
     # Both variants joined the running search.
     assert {fast, slow} <= set(search["source_hash"])
-    # Only the faster variant paid for compute-sanitizer and the cheat checks (and the baseline's own
-    # sanitizer run, once, which sizes the variants' budgets).
+    # Only the faster variant paid for compute-sanitizer and the cheat checks; its sanitizer runs came
+    # back clean, so the baseline's own were never needed.
     checks = jobs[jobs["kind"].isin(["sanitize", "guard"])]
     fast_key = verify.loc[verify["source_hash"] == fast, "candidate_key"].iloc[0]
     slow_key = verify.loc[verify["source_hash"] == slow, "candidate_key"].iloc[0]
     assert fast_key in set(checks["candidate_key"]) and slow_key not in set(checks["candidate_key"])
-    assert sorted(checks["kind"]) == ["guard", "sanitize", "sanitize"]
+    assert sorted(checks["kind"]) == ["guard", "sanitize"]
     variants = latest_outcomes(read_table(run_dir.path, RunDir.VARIANTS, VARIANT_SCHEMA))
     states = dict(zip(variants["source_hash"], variants["checks"], strict=True))
     assert states == {fast: "passed", slow: ""}
@@ -121,6 +121,23 @@ def test_the_search_starts_at_once_and_only_a_faster_variant_pays_for_the_expens
     finals = rows[(rows["phase"] == "final") & (rows["source_hash"] == fast)]
     assert len(finals) >= 1 and finals["started_at"].min() >= checks["finished_at"].max()
     assert summary.unfinished == ()
+
+
+def test_a_faster_variant_that_fails_the_sanitizer_leaves_the_search_and_never_wins(tmp_path, one_fake_gpu):
+    """Its sanitizer finds errors the baseline's run (made then, to compare) does not: it fails its
+    expensive checks, leaves the search, and the winner is another candidate."""
+    dirty = variant_hash("racy")
+    model = Model(compile_s=0.01, run_s=0.02, check_s=0.5, speed=((dirty, 0.2),), dirty=(dirty,))
+    run_dir, _ = sweep(tmp_path, Commented(("racy",)), model)
+    rows = read_results(run_dir.path)
+    jobs = read_table(run_dir.path, RunDir.JOBS, JOBS_SCHEMA)
+    sanitized = jobs[jobs["kind"] == "sanitize"]
+    assert len(sanitized) == 2 and "the baseline" in " ".join(sanitized["label"])  # the variant's, the baseline's
+    variants = latest_outcomes(read_table(run_dir.path, RunDir.VARIANTS, VARIANT_SCHEMA))
+    assert list(variants["checks"]) == ["failed"] and list(variants["stage"]) == ["rejected"]
+    [best] = select_best(rows)
+    assert best.source_hash != dirty
+    assert not (rows[(rows["phase"] == "final")]["source_hash"] == dirty).any()
 
 
 def test_a_time_budget_ends_the_sweep_in_time_with_re_measured_winners(tmp_path, one_fake_gpu):

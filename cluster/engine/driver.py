@@ -55,7 +55,7 @@ class SweepSummary:
     bookkeeping_s: float = 0.0  # driver time spent asking, submitting and recording
     no_baseline: tuple[str, ...] = ()  # studies whose baseline failed: nothing was measured against it
     ready_s: float = 0.0  # wall time once Ray and the workers were up: what the workers' busy time is over
-    unfinished: tuple[str, ...] = ()  # studies the time budget stopped before their finals were done
+    unfinished: tuple[str, ...] = ()  # studies the time budget stopped before their finals were done (not a profile)
 
 
 def init_ray(address: str | None) -> None:
@@ -164,7 +164,7 @@ class Sweep:
                 self.log(f"time budget: stopped with {len(left)} jobs on the workers: "
                          + ", ".join(sorted({job.describe() for job in left}))[:400])
         failed = tuple(f.name for f in flows if f.stage is Stage.FAILED)
-        unfinished = tuple(f.name for f in flows if not f.done)
+        unfinished = tuple(f.name for f in flows if f.stage in (Stage.BASELINE, Stage.SEARCH, Stage.FINAL))
         self.skipped += [f"{f.name}: {f.reason}" for f in flows if f.stage is Stage.FAILED]
         end = time.monotonic()
         return SweepSummary(self.run_dir.path, writer.written, tuple(self.skipped), end - start,
@@ -257,9 +257,9 @@ def run_flows(flows: Sequence[Flow], scheduler: Scheduler, writer: ResultWriter,
         if all(f.done for f in flows) and scheduler.idle():
             return bookkeeping + time.perf_counter() - t0
         if plan is not None and plan.expired():
-            left = [f.name for f in flows if not f.done]
-            plan.log(f"time budget: {plan.budget_s:.0f} s spent; stopped before the end of "
-                     f"{', '.join(left)} (their best so far is in the rows)")
+            left = [f"{f.name} ({f.stage.value})" for f in flows if not f.done]
+            plan.log(f"time budget: {plan.budget_s:.0f} s spent; stopped with {', '.join(left)} (a study "
+                     f"stopped before its finals shows its best so far)")
             return bookkeeping + time.perf_counter() - t0
         threads = any(getattr(f, "agents_running", False) for f in flows)
         bookkeeping += time.perf_counter() - t0

@@ -35,7 +35,7 @@ from cluster.config import RunConfig, Target
 from cluster.core.encodings import beats, speedup, suspect_speedup
 from cluster.core.placeholders import expand
 from cluster.core.types import BuildArtifact, Candidate, Measurement, Phase, Stats, Status
-from cluster.engine.budget import TimePlan
+from cluster.engine.budget import SAFETY, TimePlan
 from cluster.engine.checks import DeepChecks, Trust
 from cluster.engine.finals import Finals
 from cluster.engine.jobs import URGENT, Job, JobKind, JobResult
@@ -163,7 +163,7 @@ class StudyFlow(Flow):
         self.run_estimate: float | None = None  # worker-seconds a run of the baseline takes (the plan's unit)
         self.job_overhead = 0.0  # worker-seconds of a job besides its runs (staging, the sandbox's start)
         self.check_s: float | None = None  # this study's expensive checks, worker-seconds a job (a running mean)
-        self.profile_s: float | None = None  # the analysts' baseline profile's time
+        self.profile_s: float | None = None  # Nsight Compute on this study's program, worker-seconds a job
         agents = ctx.config.agents
         gpu = state.device.kind == "gpu"
         self.checks = DeepChecks(self.jobs, tuple(agents.sanitizer) if gpu else (), agents.sanitizer_timeout_s,
@@ -359,10 +359,6 @@ class StudyFlow(Flow):
         state = self.state
         if spec.candidates == "none" or state.device.kind != "gpu":
             return
-        plan = self.ctx.plan
-        if plan is not None and plan.time_left() < 2 * (self.profile_s or 30 * (self.run_estimate or 1.0)):
-            self.ctx.log(f"{self.name}: no time left in the budget for Nsight Compute on the winners")
-            return
         winners: list[str] = []
         if spec.candidates == "best" and self.rows:
             import pandas as pd
@@ -374,7 +370,14 @@ class StudyFlow(Flow):
         keys = profiled_keys(spec.candidates, state.baseline_candidate().key, winners,
                              [k for k, r in state.results.items() if r.status is Status.OK], analysts=profiled_ahead)
         metrics = tuple(spec.metrics or DEFAULT_METRICS)
-        for key in dict.fromkeys(k for k in keys if k in state.candidates and k not in self.ctx.profiled):
+        keys = list(dict.fromkeys(k for k in keys if k in state.candidates and k not in self.ctx.profiled))
+        plan = self.ctx.plan
+        each = self.profile_s if self.profile_s is not None else PROFILE_GUESS_S
+        if keys and plan is not None and plan.time_left() < SAFETY * each * len(keys):
+            self.ctx.log(f"{self.name}: no time left in the budget for Nsight Compute on the winners "
+                         f"(about {each * len(keys):.0f} s)")
+            return
+        for key in keys:
             candidate = state.candidates[key]
             build = self.jobs.build(state.source_of(candidate)[0], candidate)
             self._submit(self.jobs.job(JobKind.PROFILE, build, label="the winner" if key in winners else "",
@@ -545,6 +548,8 @@ class StudyFlow(Flow):
         if result.dropped:
             self._dropped(result)
         elif job.kind is JobKind.PROFILE:
+            if job.service_s > 0:
+                self.profile_s = job.service_s if self.profile_s is None else max(self.profile_s, job.service_s)
             self._profiled(result)
         elif job.kind is JobKind.REFERENCE:
             self._referenced(result)
@@ -685,6 +690,7 @@ class StudyFlow(Flow):
             self.ctx.append(RunDir.PROFILES, _PROFILE_SCHEMA, record)
 
 
+PROFILE_GUESS_S = 60.0  # Nsight Compute on a program, until one of this study's profiles has been timed
 CHECK_RUNS = 12  # a variant's expensive checks, in runs of its program: the cheat checks' runs, the sanitizer's
 CHECK_OVERHEAD_S = 5.0  # and the tools' own start
 

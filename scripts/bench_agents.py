@@ -72,10 +72,10 @@ def no_profile(config, profile_winners: bool) -> dict:
     return {} if profile_winners else {"profile": config.profile.model_copy(update={"candidates": "baseline"})}
 
 
-def budget(search_s: float | None) -> dict:
-    """The search's time budget (search.time_budget_s), where one is given: the search stops there and
-    the finals run, so that a GPU lease of fixed length holds the whole command."""
-    return {"time_budget_s": search_s} if search_s else {}
+def budget(time_budget_s: float | None) -> dict:
+    """The sweep's time budget (search.time_budget_s: its wall clock, issue 25), where one is given:
+    the search stops in time for the finals, so that a GPU lease of fixed length holds the command."""
+    return {"time_budget_s": time_budget_s} if time_budget_s else {}
 
 
 def hand_speedups(folders: list[Path], repeats: int) -> dict[str, dict]:
@@ -257,7 +257,8 @@ def main() -> None:
     parser.add_argument("--trials", type=int, default=6)
     parser.add_argument("--targets", default="", help="comma-separated suite targets (default: all)")
     parser.add_argument("--hand-repeats", type=int, default=3)
-    parser.add_argument("--search-s", type=float, help="the search's time budget (default: the trials alone)")
+    parser.add_argument("--time-budget", type=float, dest="search_s",
+                        help="the sweep's time budget, seconds of wall clock (default: the trials alone)")
     parser.add_argument("--no-profile", action="store_true", help="no Nsight Compute profile of the winners")
     parser.add_argument("--from-run", type=Path, help="no GPU work: the table of this stored run, with the "
                         "hand-optimized figures of --hand (an agents.json written before)")

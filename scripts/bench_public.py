@@ -106,7 +106,8 @@ def main() -> None:
     parser.add_argument("--targets", default="", help="comma-separated public targets (default: all)")
     parser.add_argument("--no-agents", action="store_true", help="flags and params only")
     parser.add_argument("--hand-repeats", type=int, default=3)
-    parser.add_argument("--search-s", type=float, help="the search's time budget (default: the trials alone)")
+    parser.add_argument("--time-budget", type=float, dest="search_s",
+                        help="the sweep's time budget, seconds of wall clock (default: the trials alone)")
     parser.add_argument("--no-profile", action="store_true", help="no Nsight Compute profile of the winners")
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)

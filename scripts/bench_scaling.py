@@ -2,7 +2,7 @@
 fresh process that sees only the first N cards (CUDA_VISIBLE_DEVICES) and starts its own local Ray.
 
     python scripts/bench_scaling.py CONFIG --counts 4,2,1 --trials 30 --out DIR
-        [--search-s 1:200,2:110,4:70] [--child-timeout-s 1:300,...] [--cpu]
+        [--time-budget 1:260,2:170,4:130] [--child-timeout-s 1:300,...] [--cpu]
 
 Per count: wall time, search candidates per minute (over the sweep's wall time, and over the search
 alone: from the first search candidate's start to the last one's end), scaling efficiency against
@@ -11,9 +11,10 @@ each target's final winner was first measured, whether the winners are the small
 measuring worker's busy fraction (its rows' run and verify time over the time from the first job's
 start to the last job's end: "after Ray is up") and in mid-search (bench_sim.py's ``structure``: the
 baselines ahead and the finals' tail left out), and per row the medians of the steps the rows
-record (queued for a worker, run, verify, compile, a row's time on its worker). ``--search-s``
-gives each count a search time budget (the config's ``search.time_budget_s``: the search stops
-there, then the finals run), so that a slow count cannot outrun the command; ``--child-timeout-s``
+record (queued for a worker, run, verify, compile, a row's time on its worker). ``--time-budget``
+gives each count a time budget (the config's ``search.time_budget_s``: the sweep's wall clock
+since issue 25; the search stops in time for the finals), so that a slow count cannot outrun the
+command; ``--child-timeout-s``
 kills a count's process past it, and its figures are then taken from the rows it had written.
 ``--cpu`` scales CPU measuring workers instead (for trying it on a machine without a GPU).
 ``--cpus-per-gpu K`` pins each count's process, its Ray and its compiles to K cores per GPU (count N:
@@ -224,7 +225,7 @@ def start_count(args: argparse.Namespace, count: int, cards: list[int], cores: s
     search_s = per_count(args.search_s).get(count)
     argv = [sys.executable, __file__, args.config, "--child", str(count), "--trials", str(args.trials),
             "--out", str(args.out), *(["--cpu"] if args.cpu else []), *(["--cores", cores] if cores else []),
-            *(["--search-s", f"{count}:{search_s}"] if search_s else [])]
+            *(["--time-budget", f"{count}:{search_s}"] if search_s else [])]
     return subprocess.Popen(argv, env=env, start_new_session=True)
 
 
@@ -265,7 +266,8 @@ def main() -> None:
     parser.add_argument("--counts", default="1,2,4")
     parser.add_argument("--trials", type=int, default=8)
     parser.add_argument("--out", type=Path, required=True)
-    parser.add_argument("--search-s", default="", help="search time budget per count, e.g. 1:200,2:110,4:70")
+    parser.add_argument("--time-budget", dest="search_s", default="",
+                        help="each count's time budget (the sweep's wall clock), e.g. 1:260,2:170,4:130")
     parser.add_argument("--child-timeout-s", default="", help="kill a count's process past this, e.g. 1:300")
     parser.add_argument("--cpu", action="store_true", help="scale CPU measuring workers (no GPU needed)")
     parser.add_argument("--cpus-per-gpu", type=int, default=None,

@@ -107,24 +107,24 @@ case "$session" in
       tests/agents/test_vectorize.py tests/cluster/engine/test_gpu_agents.py
     step sandbox 75 "$PY" scripts/bench_sandbox.py --repeat 40 --cuda --json "$OUT/bench_sandbox.json"
     pack single bench_sandbox.json ;;
-  scaling)  # COUNTS (default 4,2,1, or 2,1 on a smaller host); SEARCH_S: the search budget of one GPU,
+  scaling)  # COUNTS (default 4,2,1, or 2,1 on a smaller host); SEARCH_S: the search budget of one GPU (plus 60 s a count: the sweep's budget),
     # divided among more (420 s: at the 28.6 candidates/min of one H200 on the suite, about 200 candidates)
     machine
     counts=${COUNTS:-4,2,1}; [ "$ngpu" -ge 4 ] || counts=${COUNTS:-2,1}
     search=${SEARCH_S:-420}; budgets=""; kills=""; total=0
     for c in ${counts//,/ }; do
-      b=$(( search / c )); k=$(( b + 90 )); total=$(( total + k + 15 ))
+      b=$(( search / c + 60 )); k=$(( b + 30 )); total=$(( total + k + 15 ))
       budgets="$budgets${budgets:+,}$c:$b"; kills="$kills${kills:+,}$c:$k"
     done
     step scaling "$total" "$PY" scripts/bench_scaling.py configs/suite.yaml --counts "$counts" --trials 30 \
-      --out "$OUT/scaling" --search-s "$budgets" --child-timeout-s "$kills"
+      --out "$OUT/scaling" --time-budget "$budgets" --child-timeout-s "$kills"
     pack scaling scaling/scaling.json scaling/scaling.md scaling/count-4.log scaling/count-2.log \
       scaling/count-1.log scaling/runs-4 scaling/runs-2 scaling/runs-1 ;;
   scaling12)  # counts 1 and 2 at once, each with 16 cores a GPU; the kernel comparison's repeats on card 3
     machine
     pin=(); command -v taskset >/dev/null && pin=(taskset -c 48-63)
     step scaling12 560 "$PY" scripts/bench_scaling.py configs/suite.yaml --counts 1,2 --concurrent --cpus-per-gpu 16 \
-      --trials 30 --out "$OUT/scaling" --search-s 1:455,2:300 --child-timeout-s 1:540,2:540 &
+      --trials 30 --out "$OUT/scaling" --time-budget 1:515,2:360 --child-timeout-s 1:540,2:540 &
     { step kt_repeats 500 env CUDA_VISIBLE_DEVICES=3 "${pin[@]}" "$PY" scripts/bench_kerneltuner.py --out "$OUT/kt" \
         --gpus 1 --wf-kind kernel --seeds 1 --repeats 3 --strategies best --max-evals 40 --budget-s 480 \
         --wf-compile-workers 8
@@ -137,7 +137,7 @@ case "$session" in
   scaling4)  # count 4 with 16 cores a GPU (as scaling12's), then the simulated fleet on this host's cores
     machine
     step scaling4 300 "$PY" scripts/bench_scaling.py configs/suite.yaml --counts 4 --cpus-per-gpu 16 --trials 30 \
-      --out "$OUT/scaling" --search-s 4:150 --child-timeout-s 4:280
+      --out "$OUT/scaling" --time-budget 4:210 --child-timeout-s 4:280
     step sim 120 "$PY" scripts/bench_sim.py --workers 64 --run-s 1.0 --candidates-per-worker 12 --sampler random \
       --out "$OUT/sim"
     step sim50 75 "$PY" scripts/bench_sim.py --workers 16 --run-s 0.05 --candidates-per-worker 40 --sampler random \
@@ -148,9 +148,9 @@ case "$session" in
     machine
     first=0,1 second=2,3; [ "$ngpu" -ge 4 ] || { first=0; second=1; }
     step agents 555 env CUDA_VISIBLE_DEVICES=$first "$PY" scripts/bench_agents.py --out "$OUT/agents" --trials 8 \
-      --hand-repeats 2 --search-s 60 --no-profile ${SUITE:+--targets "$SUITE"} &
+      --hand-repeats 2 --time-budget 480 --no-profile ${SUITE:+--targets "$SUITE"} &
     step public 555 env CUDA_VISIBLE_DEVICES=$second "$PY" scripts/bench_public.py --out "$OUT/public" --trials 8 \
-      --hand-repeats 2 --search-s 60 --no-profile ${TARGETS:+--targets "$TARGETS"} &
+      --hand-repeats 2 --time-budget 480 --no-profile ${TARGETS:+--targets "$TARGETS"} &
     wait
     pack halves agents public ;;
   sim)  # the driver on a simulated fleet of 64 workers, on a host with the cores for it
@@ -171,7 +171,7 @@ case "$session" in
   agents)  # every GPU: the suite with the agents on (six targets took 284 s on four H200s, hand figures
     # included); the analysts' profile kept, the winners' not (--no-profile)
     machine
-    step agents 555 "$PY" scripts/bench_agents.py --out "$OUT/agents" --trials 8 --hand-repeats 2 --search-s 60 \
+    step agents 555 "$PY" scripts/bench_agents.py --out "$OUT/agents" --trials 8 --hand-repeats 2 --time-budget 480 \
       --no-profile ${SUITE:+--targets "$SUITE"}
     pack agents agents ;;
   last)  # one GPU, one call: the Kernel Tuner comparison's one-GPU runs (the tools in turn; 3 runs of seed
@@ -181,7 +181,7 @@ case "$session" in
     step kt_compare 245 "$PY" scripts/bench_kerneltuner.py --out "$OUT/kt" --gpus 1 --wf-kind kernel --seeds 1 \
       --repeats 3 --strategies best --max-evals 40 --budget-s 230 --wf-compile-workers 8
     step kernel_fixed 30 "$PY" scripts/bench_runners.py configs/kernels.yaml --repeats 5 --out "$OUT/kernel_fixed"
-    step public 290 "$PY" scripts/bench_public.py --out "$OUT/public" --trials 8 --hand-repeats 2 --search-s 45 \
+    step public 290 "$PY" scripts/bench_public.py --out "$OUT/public" --trials 8 --hand-repeats 2 --time-budget 240 \
       --no-profile --targets cs_transpose
     pack last kt/report.md kt/summary.parquet kt/meta.json kt/raw kt/logs kernel_fixed public ;;
   ab)  # one GPU: the one-GPU comparison with the search's sample cap (the default) and without, in turn
@@ -202,7 +202,7 @@ case "$session" in
     pack inputs kt/report.md kt/summary.parquet kt/meta.json kt/raw kt/logs ;;
   stack)  # one GPU, about 6 minutes
     machine
-    step agents 520 "$PY" scripts/bench_agents.py --out "$OUT/agents" --trials 12 --hand-repeats 2 --search-s 60 \
+    step agents 520 "$PY" scripts/bench_agents.py --out "$OUT/agents" --trials 12 --hand-repeats 2 --time-budget 450 \
       --no-profile --targets regpressure,conv2d,multikernel
     pack stack agents ;;
   recheck)  # one GPU, about 8 minutes
@@ -211,7 +211,7 @@ case "$session" in
       --repeats 3 --strategies best --max-evals 40 --budget-s 230 --wf-compile-workers 8
     step gpu_tests 120 "$PY" -m pytest -q -p no:cacheprovider -m gpu tests/cluster/engine/test_gpu.py \
       tests/agents/test_constant.py
-    step agents 300 "$PY" scripts/bench_agents.py --out "$OUT/agents" --trials 8 --hand-repeats 2 --search-s 60 \
+    step agents 300 "$PY" scripts/bench_agents.py --out "$OUT/agents" --trials 8 --hand-repeats 2 --time-budget 480 \
       --no-profile --targets regpressure,conv2d
     pack recheck kt/report.md kt/summary.parquet kt/meta.json kt/raw kt/logs agents ;;
   actor)  # one GPU, about a minute: the measuring actor's time per job besides the run
@@ -224,18 +224,18 @@ case "$session" in
     machine
     step gpu_tests 100 "$PY" -m pytest -q -p no:cacheprovider -m gpu tests/agents/test_shared_stage.py \
       tests/cluster/engine/test_gpu_agents.py -k "not optimize"
-    step agents 460 "$PY" scripts/bench_agents.py --out "$OUT/agents" --trials 8 --hand-repeats 2 --search-s 60 \
+    step agents 460 "$PY" scripts/bench_agents.py --out "$OUT/agents" --trials 8 --hand-repeats 2 --time-budget 480 \
       --no-profile --targets "${SUITE:-unroll}"
     pack stage agents ;;
   checks)  # one GPU, about 8 minutes: where an agent stage's time goes (each verdict's seconds), the agents' GPU tests
     machine
     step gpu_tests_agents 150 "$PY" -m pytest -q -p no:cacheprovider -m gpu tests/cluster/engine/test_gpu_agents.py
-    step public 330 "$PY" scripts/bench_public.py --out "$OUT/public" --trials 4 --hand-repeats 1 --search-s 30 \
+    step public 330 "$PY" scripts/bench_public.py --out "$OUT/public" --trials 4 --hand-repeats 1 --time-budget 270 \
       --no-profile --targets "${TARGETS:-pb_2mm,cs_transpose}"
     pack checks public ;;
   public)  # every GPU: the public suite with the agents on (on two H200s, 555 s finished four of eight, a fifth in its finals)
     machine
-    step public 555 "$PY" scripts/bench_public.py --out "$OUT/public" --trials 8 --hand-repeats 2 --search-s 60 \
+    step public 555 "$PY" scripts/bench_public.py --out "$OUT/public" --trials 8 --hand-repeats 2 --time-budget 480 \
       --no-profile ${TARGETS:+--targets "$TARGETS"}
     pack public public ;;
   *)

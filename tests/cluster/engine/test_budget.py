@@ -1,0 +1,76 @@
+"""The time plan (cluster.engine.budget): the search of a device type closes when what its studies
+still need after it (finals, and the checks the finals wait for less what the check lane does beside
+the rest of the search) no longer fits in the time left; the loop stops at the budget plus a grace."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+from cluster.engine.budget import MARGIN_S, SAFETY, TimePlan, grace_s
+from cluster.engine.jobs import CHECK_SHARE
+
+
+@dataclass
+class Study:
+    device_type: str = "H100"
+    finals: float = 10.0
+    checks: float = 0.0
+    searching: bool = True
+    measured: bool = True
+    done: bool = False
+    run_estimate: float | None = 1.0
+
+    def work_left(self) -> tuple[float, float]:
+        return self.finals, self.checks
+
+    def in_search(self) -> bool:
+        return self.searching
+
+    def searched(self) -> bool:
+        return self.measured
+
+
+def plan_with(left_s: float, budget: float = 600.0) -> tuple[TimePlan, list[str]]:
+    lines: list[str] = []
+    plan = TimePlan(budget, time.monotonic() - (budget - left_s), lines.append)
+    return plan, lines
+
+
+def test_the_search_closes_when_the_finals_no_longer_fit_and_stays_closed():
+    studies = [Study(finals=40.0) for _ in range(8)]  # 320 worker-seconds of finals on one worker
+    plan, lines = plan_with(left_s=600.0)
+    plan.update(studies, lambda device_type: 1)
+    assert plan.search_open("H100") and plan.reserve["H100"] == SAFETY * 320 + MARGIN_S
+    plan, lines = plan_with(left_s=SAFETY * 320)
+    plan.update(studies, lambda device_type: 1)
+    assert not plan.search_open("H100") and "the search stops" in lines[0]
+    for study in studies:  # a closed search stays closed, whatever the estimates say next
+        study.finals = 0.0
+    plan.update(studies, lambda device_type: 1)
+    assert not plan.search_open("H100")
+
+
+def test_more_workers_share_the_finals_and_checks_overlap_the_rest_of_the_search():
+    studies = [Study(finals=40.0, checks=60.0) for _ in range(8)]
+    plan, _ = plan_with(left_s=600.0)
+    plan.update(studies, lambda device_type: 2)
+    after = SAFETY * 320 / 2
+    overlap = CHECK_SHARE * (600.0 - after - MARGIN_S)
+    assert abs(plan.reserve["H100"] - (after + max(0.0, SAFETY * 480 / 2 - overlap) + MARGIN_S)) < 1.0
+
+
+def test_a_budget_that_cannot_hold_the_finals_says_so_and_the_loop_stops_at_the_grace():
+    studies = [Study(finals=100.0, measured=False) for _ in range(8)]
+    plan, lines = plan_with(left_s=500.0)
+    plan.update(studies, lambda device_type: 1)
+    assert not plan.search_open("H100")
+    assert "cannot hold the baselines and finals of 8 studies" in lines[0] and "give a larger --time-budget" in lines[0]
+    assert not plan.expired(plan.deadline) and plan.expired(plan.deadline + grace_s(600.0))
+    assert grace_s(600.0) == 12.0 and grace_s(30.0) == 1.0 and grace_s(10_000.0) == 15.0
+
+
+def test_a_study_not_yet_measured_is_planned_with_the_slowest_run_of_its_device_type():
+    plan, _ = plan_with(left_s=600.0)
+    plan.update([Study(run_estimate=0.5), Study(run_estimate=2.0), Study(run_estimate=None)], lambda d: 1)
+    assert plan.typical_run("H100") == 2.0 and plan.typical_run("A100") == 1.0

@@ -708,8 +708,8 @@ def kt_import(script: str, output: str, name: str | None, inputs: str, outputs: 
 def _isolate(plan: RunPlan, unsandboxed: bool) -> Any:
     """The run's sandbox policy, made this process's and its Ray workers'. Where the sandbox cannot
     start here, a one-line error, unless ``--unsandboxed``."""
-    from cluster.runners.isolation import Policy, start_bubblewrap
-    from cluster.runners.sandbox import SandboxError
+    from cluster.sandbox.isolation import Policy, start_bubblewrap
+    from cluster.sandbox.sandbox import SandboxError
 
     if unsandboxed:
         click.echo("warning: --unsandboxed: candidates run with this user's rights, files and network", err=True)
@@ -738,10 +738,11 @@ def _record_sandbox(run_dir: Any, policy: Any) -> None:
 def doctor(config: str | None, gpu: bool | None) -> None:
     """Whether the sandbox works on this node, and why not: exit status 0 if it does, else 1."""
     from cluster.config import SandboxSpec
-    from cluster.runners.doctor import diagnose
+    from cluster.runners.build import HARNESS_INCLUDE
+    from cluster.sandbox.doctor import diagnose
 
     spec = load_run(config).config.sandbox if config else SandboxSpec()
-    checks = diagnose(spec, gpu)
+    checks = diagnose(spec, HARNESS_INCLUDE / "warpfleet" / "harness.cuh", gpu)
     for check in checks:
         click.echo(check.line())
     works = all(check.ok is not False for check in checks)

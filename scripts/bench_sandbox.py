@@ -25,8 +25,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from cluster.config import LimitsSpec, SandboxSpec
-from cluster.runners.isolation import start_bubblewrap
-from cluster.runners.sandbox import Sandbox, Unsandboxed, run_command, scratch_dir, write_bundle
+from cluster.sandbox.isolation import start_bubblewrap
+from cluster.sandbox.sandbox import Sandbox, Unsandboxed, run_command, scratch_dir, write_bundle
 
 PROGRAM = rb"""
 #include <stdio.h>

@@ -230,7 +230,7 @@ def start_count(args: argparse.Namespace, count: int, cards: list[int], cores: s
 
 
 def finish_count(args: argparse.Namespace, count: int, proc: subprocess.Popen, deadline: float | None) -> dict | None:
-    from cluster.runners.sandbox import stop_command
+    from cluster.sandbox.sandbox import stop_command
 
     killed = False
     try:

@@ -85,7 +85,7 @@ def ray_unsandboxed() -> Iterator[None]:
     afresh, and shut down afterwards so that the next test's workers get the default sandbox."""
     import ray
 
-    from cluster.runners.isolation import ENV_POLICY, Policy
+    from cluster.sandbox.isolation import ENV_POLICY, Policy
 
     ray.shutdown()
     previous = os.environ.get(ENV_POLICY)

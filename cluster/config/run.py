@@ -84,18 +84,18 @@ class ProfileSpec(_Model):
 
 
 class SandboxSpec(_Model):
-    """How every build and run of a candidate is isolated on every node (cluster.runners.bwrap):
+    """How every build and run of a candidate is isolated on every node (cluster.sandbox.bwrap):
     bubblewrap, a process and a memory limit, no network. A sweep refuses to start where the
     sandbox cannot, unless it is given ``--unsandboxed``; ``warpfleet doctor`` says why."""
 
     # the bwrap program; default: $WARPFLEET_BWRAP, else bwrap on PATH, else the one unpacked into the
-    # virtual environment (cluster.runners.bwrap.UNPACKED)
+    # virtual environment (cluster.sandbox.bwrap.UNPACKED)
     bwrap: str | None = None
     memory_mb: int | None = Field(None, ge=64, le=1 << 30)  # per command; default: half the node's memory
     pids: int = Field(1024, ge=8, le=1 << 22)  # processes and threads per command
     network: bool = False  # True: the candidate shares the node's network
     # More of the worker's variables passed in, by exact name (beyond the allow-list of what a compiler or a
-    # CUDA program needs: cluster.runners.sandbox.CANDIDATE_ENV, README Security).
+    # CUDA program needs: cluster.sandbox.sandbox.CANDIDATE_ENV, README Security).
     env: list[Annotated[str, Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")]] = Field(default_factory=list)
 
 

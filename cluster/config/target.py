@@ -112,7 +112,7 @@ class Timeouts(_Model):
 
 
 class LimitsSpec(_Model):
-    """What a candidate may take (``cluster.runners.sandbox.Limits``). The address-space limit is off by
+    """What a candidate may take (``cluster.sandbox.sandbox.Limits``). The address-space limit is off by
     default because CUDA programs reserve far more virtual memory than they use."""
 
     memory_mb: int | None = Field(None, ge=32, le=16 * 1024 * 1024)  # address space of each run

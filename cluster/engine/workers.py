@@ -22,12 +22,12 @@ from cluster.core.types import BuildArtifact, Candidate, DeviceInfo, Measurement
 from cluster.runners._base import Runner
 from cluster.runners.build import compile_candidate
 from cluster.runners.devices import cpu_device, gpu_device
-from cluster.runners.isolation import node_sandbox  # sandbox
 from cluster.runners.measure import Reference, measure_candidate
 from cluster.runners.profile import DEFAULT_LAUNCHES, LaunchFilter, Profile, profile_candidate
-from cluster.runners.sandbox import clean_stale_scratch  # sandbox
 from cluster.runners.sanitize import SanitizerResult, sanitize_candidate
 from cluster.runners.telemetry import Monitor, NvmlSource
+from cluster.sandbox.isolation import node_sandbox  # sandbox
+from cluster.sandbox.sandbox import clean_stale_scratch  # sandbox
 
 
 def _scratch_root() -> Path | None:

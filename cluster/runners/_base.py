@@ -7,12 +7,16 @@ Every run of candidate code goes through here: the measurement, the cheat checks
 and compute-sanitizer. This is the one place that expands the target's commands (``run``,
 ``verify.sanitize_run``, ``verify.test``) and applies its limits and the sandbox; a runner decides
 how the candidate's code is started: a fresh process per run (``ProcessRunner``), or a process per
-device that keeps its CUDA context and loads each candidate as a shared library
-(``PersistentRunner``). The search never knows which.
+device that keeps its CUDA context (``HostRunner``, over ``cluster.sandbox.host``) and loads each
+candidate into it: as a shared library (``PersistentRunner``), or a kernel's cubin (``KernelRunner``).
+The search never knows which.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import shutil
+import tempfile
 from abc import ABC, abstractmethod
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
@@ -23,9 +27,18 @@ from typing import Any, Literal
 from cluster.config import Target
 from cluster.core.placeholders import expand
 from cluster.core.types import RunOutputs
-from cluster.runners.isolation import node_sandbox
-from cluster.runners.sandbox import ProcessResult, Sandbox, run_command, scratch_dir
-from cluster.runners.untrusted_dir import UntrustedDir
+from cluster.sandbox.host import HostProcess, read_result
+from cluster.sandbox.isolation import node_sandbox
+from cluster.sandbox.sandbox import (
+    LimitWatch,
+    ProcessResult,
+    Sandbox,
+    over_limit,
+    owned_suffix,
+    run_command,
+    scratch_dir,
+)
+from cluster.sandbox.untrusted_dir import UntrustedDir
 
 BINARY_FILE = "candidate.bin"
 Command = Literal["run", "sanitize_run", "test"]
@@ -90,7 +103,7 @@ class Runner(ABC):
     samples_are_warpfleets: bool = False
 
     def __init__(self, sandbox: Sandbox | None = None, scratch_root: Path | None = None) -> None:
-        """``sandbox``: default, the node's (``cluster.runners.isolation.node_sandbox``)."""
+        """``sandbox``: default, the node's (``cluster.sandbox.isolation.node_sandbox``)."""
         self.sandbox = sandbox if sandbox is not None else node_sandbox()
         self.scratch_root = scratch_root
 
@@ -137,6 +150,38 @@ class ProcessRunner(Runner):
 
     def execute(self, staged: Staged, invocation: Invocation) -> ProcessResult:
         return self.run_process(staged, invocation)
+
+
+class HostRunner(Runner):
+    """A runner whose candidates run inside a host process of its own (``HostProcess``): it stages
+    them in a folder of its own, the host's one writable place in the sandbox."""
+
+    def __init__(self, sandbox: Sandbox | None = None, scratch_root: Path | None = None, cuda: bool = True) -> None:
+        super().__init__(sandbox, scratch_root)
+        if scratch_root is not None:
+            scratch_root.mkdir(parents=True, exist_ok=True)
+        self.root = Path(tempfile.mkdtemp(prefix=f"host-{self.name}-", suffix=owned_suffix(), dir=scratch_root))
+        self.scratch_root = self.root  # where stage() makes the candidates' directories
+        self.host = HostProcess(cuda, self.sandbox, self.root)
+
+    def call(self, staged: Staged, request: Mapping[str, Any], timeout: float) -> ProcessResult:
+        """``request`` in the host; the run's result as a process run's. What the worker put in the
+        staged directory since the last call (a poisoned output file, a file of the test) becomes the
+        candidate's first, as a process run's directory does when its sandbox is prepared: the host,
+        already running as the sandbox's uid, writes there."""
+        try:
+            self.sandbox.hand_over(staged.workdir)
+        except OSError as exc:  # the staged directory swapped for a link by a process the last candidate left
+            return ProcessResult(None, "", "", 0.0, refused=str(exc))
+        limits = staged.target.spec.limits.for_run()
+        reply = self.host.call(request, timeout, LimitWatch(staged.files, limits).over)
+        result = read_result(staged.files, reply, limits)
+        limit = result.limit_exceeded or (over_limit(staged.files, limits) if not result.timed_out else "")
+        return dataclasses.replace(result, limit_exceeded=limit) if limit != result.limit_exceeded else result
+
+    def close(self) -> None:
+        self.host.stop()
+        shutil.rmtree(self.root, ignore_errors=True)
 
 
 MAX_SAMPLES_ENV = "WARPFLEET_MAX_SAMPLES"  # read by the harness (harness_core.hpp: parse_options)

@@ -13,11 +13,11 @@ from agents.patch import Variant, variant_bundle
 from cluster.config import Target
 from cluster.core.placeholders import expand
 from cluster.core.types import BuildArtifact, Candidate, Status
-from cluster.runners.isolation import node_sandbox
 from cluster.runners.kernel_build import compile_kernel
 from cluster.runners.profile import FLUSH_KERNEL
-from cluster.runners.sandbox import Sandbox, read_output, run_command, scratch_dir, write_bundle
-from cluster.runners.untrusted_dir import UntrustedDir
+from cluster.sandbox.isolation import node_sandbox
+from cluster.sandbox.sandbox import Sandbox, read_output, run_command, scratch_dir, write_bundle
+from cluster.sandbox.untrusted_dir import UntrustedDir
 from cluster.toolchains import get_toolchain
 
 BINARY_NAME = "candidate.bin"
@@ -45,7 +45,7 @@ def build_command(target: Target, candidate: Candidate, workdir: Path) -> list[s
 def compile_candidate(target: Target, candidate: Candidate, scratch_root: Path | None = None,
                       sandbox: Sandbox | None = None) -> BuildArtifact:
     """Build one candidate in its own scratch directory, inside ``sandbox`` (default: the node's,
-    ``cluster.runners.isolation.node_sandbox``): failures come back as a status."""
+    ``cluster.sandbox.isolation.node_sandbox``): failures come back as a status."""
     if target.spec.kind == "kernel":  # one kernel to a cubin, with its launch (kernel_build.py)
         return compile_kernel(target, candidate, scratch_root, sandbox)
     start = time.perf_counter()

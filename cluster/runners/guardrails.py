@@ -46,7 +46,7 @@ from cluster.core.placeholders import names_in
 from cluster.core.types import BuildArtifact, Candidate, Phase, RunOutputs, Status
 from cluster.runners._base import Invocation, ProcessRunner, Runner, Staged
 from cluster.runners.measure import PROTOCOL_PREFIX, parse_samples, verify_outputs
-from cluster.runners.sandbox import read_output, scratch_dir, write_bundle
+from cluster.sandbox.sandbox import read_output, scratch_dir, write_bundle
 
 POISON_ENV = "WARPFLEET_POISON"
 POISON_BYTE = 0xFF  # four of them are a NaN as float32 (and as float64, eight)

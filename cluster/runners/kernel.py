@@ -7,12 +7,12 @@
         ─► outputs checked against the baseline's in the host (KernelRunner), else to <name>.bin
         ─► cuModuleUnload
 
-The host (cluster/runners/host.py) keeps the CUDA context and this module's device state between
+The host (cluster/sandbox/host.py) keeps the CUDA context and this module's device state between
 candidates: the stream, the events, the L2-flush buffer and the argument buffers. A launch that
 breaks the context (an illegal address) fails its request; the host then finds the context broken
 and exits, and the client starts a fresh one for the next candidate (the row says crashed).
 ncu and compute-sanitizer run the same code as a process of its own:
-``python -m cluster.runners.host once request.json``, the request written to the staged directory.
+``python -m cluster.sandbox.host once request.json``, the request written to the staged directory.
 """
 
 from __future__ import annotations
@@ -30,11 +30,11 @@ import numpy as np
 
 from cluster.config.kernel import BenchOptions, LaunchPlan
 from cluster.core.types import RunOutputs
-from cluster.runners._base import BINARY_FILE, Invocation, Staged
-from cluster.runners.host import STDERR_FILE, STDOUT_FILE, HostRunner, host_python
+from cluster.runners._base import BINARY_FILE, HostRunner, Invocation, Staged
 from cluster.runners.kernel_build import KernelBinary
 from cluster.runners.kernel_harness import bench, capped_options, host_values, profile_options, write_output
-from cluster.runners.sandbox import ProcessResult, run_command
+from cluster.sandbox.host import STDERR_FILE, STDOUT_FILE, host_python
+from cluster.sandbox.sandbox import ProcessResult, run_command
 
 REQUEST_FILE = "request.json"
 POISON_ENV, PROFILE_ENV = "WARPFLEET_POISON", "WARPFLEET_PROFILE"
@@ -394,10 +394,10 @@ class KernelRunner(HostRunner):
         return frozenset(path for path, token in verdict.items() if token == reference.token)
 
     def binary_argv(self, workdir: Path) -> list[str]:
-        return host_python("-m", "cluster.runners.host", "once", str(workdir / REQUEST_FILE))
+        return host_python("-m", "cluster.sandbox.host", "once", str(workdir / REQUEST_FILE))
 
     def run_process(self, staged: Staged, invocation: Invocation) -> ProcessResult:
-        """The run as ``[wrapper...] python -m cluster.runners.host once request.json`` in the staged
+        """The run as ``[wrapper...] python -m cluster.sandbox.host once request.json`` in the staged
         directory, under the target's limits and the sandbox."""
         if invocation.command == "test":
             return super().run_process(staged, invocation)

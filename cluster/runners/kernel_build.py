@@ -10,7 +10,7 @@ resources (``-Xptxas -v``) in the compile log, read by the nvcc toolchain's ``pa
 
 The candidate's source is untrusted (an agent's variant): it is compiled inside the node's sandbox,
 like a program's build, so that an ``#include`` of a file outside its folder reads nothing the
-sandbox hides. The compile host (``cluster.runners.host``, its ``nvrtc`` loader) keeps NVRTC's
+sandbox hides. The compile host (``cluster.sandbox.host``, its ``nvrtc`` loader) keeps NVRTC's
 speed: one Python start per worker process, not one per compile.
 
 A compile cache keyed by content (the sources, the name expression, every option, the arch and the
@@ -42,10 +42,10 @@ from cluster.config import Target
 from cluster.config.kernel import LaunchPlan, launch_problem
 from cluster.core.limits import Limits
 from cluster.core.types import BuildArtifact, Candidate, Status
-from cluster.runners.host import STDERR_FILE, STDOUT_FILE, HostProcess, read_result
-from cluster.runners.isolation import node_sandbox
-from cluster.runners.sandbox import Sandbox, owned_suffix, read_output, run_command, scratch_dir, write_bundle
-from cluster.runners.untrusted_dir import UntrustedDir
+from cluster.sandbox.host import STDERR_FILE, STDOUT_FILE, HostProcess, read_result
+from cluster.sandbox.isolation import node_sandbox
+from cluster.sandbox.sandbox import Sandbox, owned_suffix, read_output, run_command, scratch_dir, write_bundle
+from cluster.sandbox.untrusted_dir import UntrustedDir
 from cluster.toolchains import get_toolchain
 
 MAGIC = b"WFKERNEL1\n"

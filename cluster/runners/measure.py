@@ -22,9 +22,9 @@ from cluster.core.placeholders import names_in
 from cluster.core.types import BuildArtifact, Candidate, Clock, DeviceInfo, Measurement, RunOutputs, Status
 from cluster.runners._base import Invocation, ProcessRunner, Runner
 from cluster.runners.clock import CONFIRM_RUNS, clock_problem, seconds_per_unit
-from cluster.runners.sandbox import read_output
 from cluster.runners.telemetry import Monitor
-from cluster.runners.untrusted_dir import UntrustedDir
+from cluster.sandbox.sandbox import read_output
+from cluster.sandbox.untrusted_dir import UntrustedDir
 
 PROTOCOL_PREFIX = "@warpfleet"
 RACED = " raced=1 "  # in the summary line of a run that stopped sampling early (kernel_harness.summary_line)

@@ -1,12 +1,12 @@
 """The persistent runner: a program built as a shared library, run inside a host process per device.
 
 The build renames the program's ``main`` and adds an entry point (include/warpfleet/wf_entry.cpp,
-``.c`` for C): ``Toolchain.shared_flags``. The host (cluster/runners/host.py) keeps the CUDA
+``.c`` for C): ``Toolchain.shared_flags``. The host (cluster/sandbox/host.py) keeps the CUDA
 context and loads each candidate with ``dlopen``, calls ``wf_entry(argc, argv)`` in the candidate's
 scratch directory and unloads it, so that a run pays neither a process start nor a context. What a
 run must not share with the host's next one (a changed environment for the cheat checks, a
 profiler or sanitizer in front) runs as a process of its own instead: the same library through
-``python -m cluster.runners.host program LIBRARY ARGS...``.
+``python -m cluster.sandbox.host program LIBRARY ARGS...``.
 """
 
 from __future__ import annotations
@@ -19,9 +19,9 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
-from cluster.runners._base import BINARY_FILE, Invocation, Staged, harness_env
-from cluster.runners.host import STDERR_FILE, STDOUT_FILE, HostRunner, host_python
-from cluster.runners.sandbox import ProcessResult
+from cluster.runners._base import BINARY_FILE, HostRunner, Invocation, Staged, harness_env
+from cluster.sandbox.host import STDERR_FILE, STDOUT_FILE, host_python
+from cluster.sandbox.sandbox import ProcessResult
 
 
 def call_program(request: Mapping[str, Any]) -> int:
@@ -86,5 +86,5 @@ class PersistentRunner(HostRunner):
         return self.call(staged, request, timeout)
 
     def binary_argv(self, workdir: Path) -> list[str]:
-        return host_python("-m", "cluster.runners.host", "program", str(workdir / BINARY_FILE))
+        return host_python("-m", "cluster.sandbox.host", "program", str(workdir / BINARY_FILE))
 

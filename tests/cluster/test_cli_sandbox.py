@@ -12,8 +12,8 @@ import sys
 import pytest
 
 from cluster.config import SandboxSpec
-from cluster.runners.isolation import start_bubblewrap
-from cluster.runners.sandbox import SandboxError
+from cluster.sandbox.isolation import start_bubblewrap
+from cluster.sandbox.sandbox import SandboxError
 from tests.conftest import REPO, repo_pythonpath, write_config, write_target
 
 NO_BWRAP = {"WARPFLEET_BWRAP": "/nonexistent/bwrap"}
@@ -94,7 +94,7 @@ def test_of_a_checkout_under_tmp_only_warpfleets_packages_are_bound_not_the_user
         shutil.copytree(REPO / package, copy / package, ignore=shutil.ignore_patterns("__pycache__"))
     (copy / "secret.env").write_text("TOKEN=abc\n")
     probe = ("import sys; from pathlib import Path; from cluster.config import SandboxSpec; "
-             "from cluster.runners.isolation import start_bubblewrap; from cluster.runners.sandbox import run_command; "
+             "from cluster.sandbox.isolation import start_bubblewrap; from cluster.sandbox.sandbox import run_command; "
              "sandbox = start_bubblewrap(SandboxSpec(pids=32, memory_mb=512)); work = Path(sys.argv[1]); "
              "work.mkdir(); r = run_command(['sh', '-c', sys.argv[2]], work, 20, sandbox=sandbox); "
              "print(r.stdout.strip())")

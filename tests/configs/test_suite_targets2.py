@@ -23,7 +23,7 @@ import pytest
 from cluster.config import Target, load_target
 from cluster.core.types import Candidate, KernelResources, Scalar
 from cluster.runners.build import BINARY_NAME, build_command
-from cluster.runners.sandbox import ProcessResult, run_command, write_bundle
+from cluster.sandbox.sandbox import ProcessResult, run_command, write_bundle
 from cluster.toolchains import get_toolchain
 
 TARGETS = Path(__file__).resolve().parents[2] / "configs" / "targets"

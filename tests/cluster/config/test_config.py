@@ -9,7 +9,7 @@ from click.testing import CliRunner
 from cluster.cli import main
 from cluster.config import LimitsSpec, load_run, load_target
 from cluster.core.errors import ConfigError
-from cluster.runners.sandbox import Limits
+from cluster.sandbox.sandbox import Limits
 from tests.conftest import write_config, write_target
 
 

@@ -25,8 +25,8 @@ import pytest
 import yaml
 
 from cluster.config import SandboxSpec
-from cluster.runners.isolation import start_bubblewrap
-from cluster.runners.sandbox import SandboxError
+from cluster.sandbox.isolation import start_bubblewrap
+from cluster.sandbox.sandbox import SandboxError
 from tests.conftest import REPO, gpu_present, repo_pythonpath
 
 ATTACKS = REPO / "tests" / "fixtures" / "attacks"

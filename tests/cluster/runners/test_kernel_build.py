@@ -125,8 +125,8 @@ def test_the_binary_round_trips(vadd):
 
 def _bwrap():
     from cluster.config.run import SandboxSpec
-    from cluster.runners.isolation import start_bubblewrap
-    from cluster.runners.sandbox import SandboxError
+    from cluster.sandbox.isolation import start_bubblewrap
+    from cluster.sandbox.sandbox import SandboxError
 
     try:
         return start_bubblewrap(SandboxSpec(pids=256, memory_mb=4096))
@@ -138,7 +138,7 @@ def _bwrap():
 def test_a_kernel_that_includes_a_file_outside_its_folder_reads_nothing_the_sandbox_hides(tmp_path, compiler):
     """An agent's variant is untrusted: its #include of a worker's file (here one in the worker's
     /tmp, mode 0600) must not bring the file's words into the row, as it does outside the sandbox."""
-    from cluster.runners.sandbox import Unsandboxed
+    from cluster.sandbox.sandbox import Unsandboxed
 
     secret = tmp_path / "secret" / "key.h"
     secret.parent.mkdir()

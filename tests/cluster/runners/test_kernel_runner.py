@@ -16,8 +16,8 @@ import pytest
 from cluster.config import load_target
 from cluster.core.registry import RUNNERS
 from cluster.runners._base import Invocation
-from cluster.runners.host import host_python
 from cluster.runners.kernel import REQUEST_FILE, KernelRunner
+from cluster.sandbox.host import host_python
 from tests.cluster.kernel_targets import write_kernel_target
 
 
@@ -36,7 +36,7 @@ def test_a_wrapped_run_is_the_host_once_on_a_written_request(target, tmp_path):
         # `echo` stands in for ncu or compute-sanitizer: it prints the command it was put in front of
         result = staged.run(Invocation(seed=7, wrapper=("echo",), env={"WARPFLEET_PROFILE": "1"}))
         request = json.loads((staged.workdir / REQUEST_FILE).read_text())
-    assert result.ok and result.stdout.split()[2:] == [sys.executable, "-m", "cluster.runners.host", "once",
+    assert result.ok and result.stdout.split()[2:] == [sys.executable, "-m", "cluster.sandbox.host", "once",
                                                         str(staged.workdir / REQUEST_FILE)]
     assert result.stdout.split()[:2] == ["env", f"PYTHONPATH={host_python()[1].split('=', 1)[1]}"]
     assert request["loader"] == "kernel" and request["seed"] == 7 and request["profile"] is True
@@ -210,11 +210,11 @@ def test_outputs_are_checked_in_the_host_and_each_reference_handed_over_once(tar
     import numpy as np
 
     from cluster.core.types import BuildArtifact, Candidate, DeviceInfo, Phase, Status
-    from cluster.runners import host
     from cluster.runners.kernel import VERIFIED_FILE, KernelRunner, call_kernel
     from cluster.runners.kernel_build import KernelBinary
     from cluster.runners.measure import Reference, measure_candidate
-    from cluster.runners.sandbox import Unsandboxed
+    from cluster.sandbox import host
+    from cluster.sandbox.sandbox import Unsandboxed
 
     requests: list[dict] = []
 

@@ -225,8 +225,8 @@ def test_a_file_the_worker_puts_in_a_staged_directory_is_the_candidates_to_overw
     already running, as the sandbox's uid, must still be able to write it (found with the kernel
     runner on a GPU: its poisoned runs go to the host, and the second one failed)."""
     from cluster.config.run import SandboxSpec
-    from cluster.runners.isolation import start_bubblewrap
-    from cluster.runners.sandbox import SandboxError
+    from cluster.sandbox.isolation import start_bubblewrap
+    from cluster.sandbox.sandbox import SandboxError
 
     try:
         sandbox = start_bubblewrap(SandboxSpec(pids=64, memory_mb=1024))

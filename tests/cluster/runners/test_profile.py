@@ -12,7 +12,7 @@ from cluster.runners.profile import (
     profile_candidate,
     top_stalls,
 )
-from cluster.runners.sandbox import ProcessResult
+from cluster.sandbox.sandbox import ProcessResult
 from tests.conftest import write_target
 
 NCU_OUTPUT = '''==PROF== Connected to process 4242 (/tmp/run/candidate.bin)

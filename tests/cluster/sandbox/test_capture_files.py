@@ -18,11 +18,11 @@ from cluster.core.types import Candidate, Phase, Status
 from cluster.runners._base import Invocation, ProcessRunner
 from cluster.runners.build import compile_candidate
 from cluster.runners.devices import cpu_device
-from cluster.runners.isolation import start_bubblewrap
 from cluster.runners.measure import measure_candidate
 from cluster.runners.persistent import PersistentRunner
-from cluster.runners.sandbox import SandboxError, Unsandboxed
-from cluster.runners.untrusted_dir import Refused, UntrustedDir
+from cluster.sandbox.isolation import start_bubblewrap
+from cluster.sandbox.sandbox import SandboxError, Unsandboxed
+from cluster.sandbox.untrusted_dir import Refused, UntrustedDir
 
 # Run 1 writes its output and its metric, and leaves links to the victim where the worker keeps its
 # files: whoever opens them by name next (the worker, for run 2) writes or reads the victim.

@@ -21,7 +21,7 @@ What a command started through ``Bubblewrap.prepare`` gets (flags in ``_mounts``
   counts its processes. Bubblewrap then runs privileged (no user namespace) and setpriv drops to
   the uid inside; as another user, bubblewrap makes a user namespace and the command keeps its uid;
 - a process limit and a memory limit: a cgroup per command where one is writable
-  (``cluster.runners.cgroups``; the OOM killer's and the fork limit's hits are reported), else
+  (``cluster.sandbox.cgroups``; the OOM killer's and the fork limit's hits are reported), else
   RLIMIT_NPROC and RLIMIT_DATA (never RLIMIT_AS: CUDA reserves far more address space than it uses).
 """
 
@@ -40,9 +40,9 @@ from pathlib import Path
 
 from cluster.config import SandboxSpec
 from cluster.core.limits import MB, Limits
-from cluster.runners.cgroups import Cgroups, Leaf, node_memory_bytes
-from cluster.runners.sandbox import Ended, Prepared, Sandbox, SandboxError
-from cluster.runners.untrusted_dir import UntrustedDir
+from cluster.sandbox.cgroups import Cgroups, Leaf, node_memory_bytes
+from cluster.sandbox.sandbox import Ended, Prepared, Sandbox, SandboxError
+from cluster.sandbox.untrusted_dir import UntrustedDir
 
 UID_BASE = 1_900_000_000  # + the worker's pid (below 2^22): a uid per worker, far from any real user's
 BOOKKEEPING_PIDS = 2  # bubblewrap and INIT, in the command's process count

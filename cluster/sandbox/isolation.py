@@ -23,9 +23,9 @@ from typing import Literal
 
 from cluster.config import SandboxSpec
 from cluster.core.limits import Limits
-from cluster.runners.bwrap import Bubblewrap, Program, sandbox_uid
-from cluster.runners.cgroups import Cgroups
-from cluster.runners.sandbox import (
+from cluster.sandbox.bwrap import Bubblewrap, Program, sandbox_uid
+from cluster.sandbox.cgroups import Cgroups
+from cluster.sandbox.sandbox import (
     Prepared,
     ProcessResult,
     Sandbox,

@@ -6,8 +6,8 @@ import time
 
 import pytest
 
-from cluster.runners import sandbox
-from cluster.runners.sandbox import Limits, run_command, scratch_dir, scrubbed_env
+from cluster.sandbox import sandbox
+from cluster.sandbox.sandbox import Limits, run_command, scratch_dir, scrubbed_env
 
 PY = sys.executable
 

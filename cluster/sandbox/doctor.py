@@ -15,11 +15,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from cluster.config import SandboxSpec
-from cluster.runners.bwrap import GPU_NODES, Bubblewrap, Program, sandbox_uid
-from cluster.runners.cgroups import Cgroups
-from cluster.runners.host import host_python
-from cluster.runners.isolation import ENV_BWRAP, trial
-from cluster.runners.sandbox import SandboxError
+from cluster.sandbox.bwrap import GPU_NODES, Bubblewrap, Program, sandbox_uid
+from cluster.sandbox.cgroups import Cgroups
+from cluster.sandbox.host import host_python
+from cluster.sandbox.isolation import ENV_BWRAP, trial
+from cluster.sandbox.sandbox import SandboxError
 
 # What a sandboxed command must not manage: each line prints a word only if it got through.
 _ESCAPES = r"""
@@ -44,8 +44,9 @@ class Check:
         return f"{mark} {self.name}: {self.detail}"
 
 
-def diagnose(spec: SandboxSpec, gpu: bool | None = None) -> list[Check]:
-    """Every check, in order; the sandbox works when none failed."""
+def diagnose(spec: SandboxSpec, header: Path, gpu: bool | None = None) -> list[Check]:
+    """Every check, in order; the sandbox works when none failed. ``header``: a file that builds
+    include by the worker's path (the timing harness, ``cluster.build``), to be read inside."""
     try:
         program = Program.find(spec.bwrap or os.environ.get(ENV_BWRAP))
     except SandboxError as exc:
@@ -76,7 +77,7 @@ def diagnose(spec: SandboxSpec, gpu: bool | None = None) -> list[Check]:
                         "not root, root read-only, home out of reach, no host process, no secret"
                         + ("" if spec.network else ", no network")
                         if not got else f"got through: {', '.join(got)}"))
-    checks.append(_warpfleet(sandbox))
+    checks.append(_warpfleet(sandbox, header))
     checks += _toolchains(sandbox)
     if gpu:
         checks += _gpu(sandbox)
@@ -102,15 +103,13 @@ def _user_namespaces(program: Program | None) -> Check:
 # What the runners' hosts and launchers need inside: this Python, this warpfleet (not another one
 # its search path might find) and its packages, and the harness headers that builds include by the
 # worker's path, all as the command's uid.
-_WARPFLEET = ("import sys, pathlib, cluster, cluster.runners.host, cluster.runners.profile; "
+_WARPFLEET = ("import sys, pathlib, cluster, cluster.sandbox.host, cluster.runners.profile; "
               "sys.exit(0 if cluster.__file__ == sys.argv[1] and pathlib.Path(sys.argv[2]).is_file() else 3)")
 
 
-def _warpfleet(sandbox: Bubblewrap) -> Check:
+def _warpfleet(sandbox: Bubblewrap, header: Path) -> Check:
     import cluster
-    from cluster.runners.build import HARNESS_INCLUDE
 
-    header = HARNESS_INCLUDE / "warpfleet" / "harness.cuh"
     result = trial(sandbox, host_python("-c", _WARPFLEET, str(cluster.__file__), str(header)))
     if result.ok:
         return Check("warpfleet", True, f"its Python, packages and harness headers are readable inside "

@@ -5,7 +5,7 @@ Each command gets a leaf ``<pid>-<n>`` (its worker's pid) under ``warpfleet/`` i
 cgroup, in the cgroup v1 ``pids`` and ``memory`` hierarchies or the one v2 hierarchy, wherever they
 are writable. A worker that dies leaves its leaves behind; the next ``Cgroups.detect`` on the node
 removes them. Where no cgroup can be written, ``detect`` finds nothing and the sandbox falls back on
-rlimits (``cluster.runners.bwrap``).
+rlimits (``cluster.sandbox.bwrap``).
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from cluster.runners.sandbox import pid_alive
+from cluster.sandbox.sandbox import pid_alive
 
 _LEAF = re.compile(r"(\d+)-\d+")
 _counter = itertools.count()

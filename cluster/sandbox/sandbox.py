@@ -10,9 +10,9 @@ an allow-list (``CANDIDATE_ENV``, and the names the run config's ``sandbox.env``
 worker reaches its files in the scratch directory (its stdout and stderr among them) only through
 ``UntrustedDir``: never through a link the candidate left there.
 
-A ``Sandbox`` decides how the command is started: ``cluster.runners.bwrap.Bubblewrap`` (its own
+A ``Sandbox`` decides how the command is started: ``cluster.sandbox.bwrap.Bubblewrap`` (its own
 namespaces, a process and a memory limit, under another uid), or ``Unsandboxed`` (the above
-only). ``cluster.runners.isolation.node_sandbox`` says which one this node uses.
+only). ``cluster.sandbox.isolation.node_sandbox`` says which one this node uses.
 """
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ from pathlib import Path
 from typing import BinaryIO
 
 from cluster.core.limits import MB, Limits
-from cluster.runners.untrusted_dir import UntrustedDir
+from cluster.sandbox.untrusted_dir import UntrustedDir
 
 STDOUT_FILE, STDERR_FILE = ".warpfleet.stdout", ".warpfleet.stderr"  # a command's output, in its directory
 TAIL_BYTES = 4096

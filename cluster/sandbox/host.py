@@ -19,16 +19,13 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
-import dataclasses
 import importlib
 import json
 import os
 import select
-import shutil
 import stat
 import subprocess
 import sys
-import tempfile
 import time
 import traceback
 from collections.abc import Callable, Mapping
@@ -37,13 +34,11 @@ from pathlib import Path
 from typing import Any
 
 from cluster.core.limits import Limits
-from cluster.runners._base import Runner, Staged
-from cluster.runners.sandbox import (
+from cluster.sandbox.sandbox import (
     DISK_POLL_S,
     STDERR_FILE,
     STDOUT_FILE,
     Ended,
-    LimitWatch,
     Prepared,
     ProcessResult,
     Sandbox,
@@ -51,10 +46,8 @@ from cluster.runners.sandbox import (
     Unsandboxed,
     _read,
     kill_command,
-    over_limit,
-    owned_suffix,
 )
-from cluster.runners.untrusted_dir import UntrustedDir, kind_of
+from cluster.sandbox.untrusted_dir import UntrustedDir, kind_of
 
 STDOUT_READ_LIMIT = 16 * 1024 * 1024
 BROKEN_CONTEXT_EXIT = 70  # the host's exit status when its CUDA context stopped answering
@@ -171,7 +164,7 @@ def serve(fd_in: int, fd_out: int, cuda: bool) -> None:
 
 
 def main(argv: list[str]) -> None:
-    """``python -m cluster.runners.host serve FD_IN FD_OUT [--cuda]``: the host's loop; or one
+    """``python -m cluster.sandbox.host serve FD_IN FD_OUT [--cuda]``: the host's loop; or one
     candidate as a process of its own (what ncu, compute-sanitizer and the cheat checks run):
     ``... program LIBRARY [ARGS...]`` (a program built as a shared library) or ``... once
     REQUEST.json`` (any loader's request); either exits with the candidate's status."""
@@ -183,7 +176,7 @@ def main(argv: list[str]) -> None:
     elif argv[:1] == ["once"] and len(argv) == 2:
         request = json.loads(Path(argv[1]).read_text())
     else:
-        sys.exit("usage: python -m cluster.runners.host serve FD_IN FD_OUT [--cuda] | program LIBRARY [ARGS...] "
+        sys.exit("usage: python -m cluster.sandbox.host serve FD_IN FD_OUT [--cuda] | program LIBRARY [ARGS...] "
                  "| once REQUEST.json")
     status = _loader(request["loader"])(request)
     sys.stdout.flush()
@@ -235,7 +228,7 @@ class HostProcess:
     def _start(self) -> None:
         to_host, from_client = os.pipe()
         to_client, from_host = os.pipe()
-        argv = host_python("-m", "cluster.runners.host", "serve", str(to_host), str(from_host),
+        argv = host_python("-m", "cluster.sandbox.host", "serve", str(to_host), str(from_host),
                            *(["--cuda"] if self.cuda else []))
         env = self.sandbox.environment(os.environ)
         try:
@@ -314,38 +307,6 @@ class HostProcess:
     def _finish(self, returncode: int | None) -> Ended:
         prepared, self.prepared = self.prepared, None
         return prepared.finish(returncode) if prepared and prepared.finish else Ended(returncode)
-
-
-class HostRunner(Runner):
-    """A runner whose candidates run inside a host process of its own (``HostProcess``): it stages
-    them in a folder of its own, the host's one writable place in the sandbox."""
-
-    def __init__(self, sandbox: Sandbox | None = None, scratch_root: Path | None = None, cuda: bool = True) -> None:
-        super().__init__(sandbox, scratch_root)
-        if scratch_root is not None:
-            scratch_root.mkdir(parents=True, exist_ok=True)
-        self.root = Path(tempfile.mkdtemp(prefix=f"host-{self.name}-", suffix=owned_suffix(), dir=scratch_root))
-        self.scratch_root = self.root  # where stage() makes the candidates' directories
-        self.host = HostProcess(cuda, self.sandbox, self.root)
-
-    def call(self, staged: Staged, request: Mapping[str, Any], timeout: float) -> ProcessResult:
-        """``request`` in the host; the run's result as a process run's. What the worker put in the
-        staged directory since the last call (a poisoned output file, a file of the test) becomes the
-        candidate's first, as a process run's directory does when its sandbox is prepared: the host,
-        already running as the sandbox's uid, writes there."""
-        try:
-            self.sandbox.hand_over(staged.workdir)
-        except OSError as exc:  # the staged directory swapped for a link by a process the last candidate left
-            return ProcessResult(None, "", "", 0.0, refused=str(exc))
-        limits = staged.target.spec.limits.for_run()
-        reply = self.host.call(request, timeout, LimitWatch(staged.files, limits).over)
-        result = read_result(staged.files, reply, limits)
-        limit = result.limit_exceeded or (over_limit(staged.files, limits) if not result.timed_out else "")
-        return dataclasses.replace(result, limit_exceeded=limit) if limit != result.limit_exceeded else result
-
-    def close(self) -> None:
-        self.host.stop()
-        shutil.rmtree(self.root, ignore_errors=True)
 
 
 def read_result(files: UntrustedDir, reply: Reply, limits: Limits | None = None) -> ProcessResult:

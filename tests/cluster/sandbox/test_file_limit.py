@@ -15,10 +15,10 @@ from cluster.core.types import Candidate, Phase, Status
 from cluster.runners._base import ProcessRunner
 from cluster.runners.build import compile_candidate
 from cluster.runners.devices import cpu_device
-from cluster.runners.isolation import start_bubblewrap
 from cluster.runners.measure import measure_candidate
 from cluster.runners.persistent import PersistentRunner
-from cluster.runners.sandbox import SandboxError, Unsandboxed, run_command
+from cluster.sandbox.isolation import start_bubblewrap
+from cluster.sandbox.sandbox import SandboxError, Unsandboxed, run_command
 
 BOMB = textwrap.dedent(r"""
     #include <stdio.h>

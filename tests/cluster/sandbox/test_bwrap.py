@@ -16,10 +16,10 @@ import pytest
 
 from cluster.config import SandboxSpec
 from cluster.core.limits import Limits
-from cluster.runners.bwrap import Bubblewrap
-from cluster.runners.cgroups import Cgroups
-from cluster.runners.isolation import start_bubblewrap
-from cluster.runners.sandbox import SandboxError, Unsandboxed, run_command, scratch_dir
+from cluster.sandbox.bwrap import Bubblewrap
+from cluster.sandbox.cgroups import Cgroups
+from cluster.sandbox.isolation import start_bubblewrap
+from cluster.sandbox.sandbox import SandboxError, Unsandboxed, run_command, scratch_dir
 from tests.conftest import REPO
 
 ATTACKS = REPO / "tests" / "fixtures" / "attacks"
@@ -286,7 +286,7 @@ def test_a_package_folder_on_the_search_path_is_bound_in_and_a_working_folder_is
     by the sandbox's private /tmp, and the runner's host, which imports them, crashed at the
     baseline ("exit status 1"). A search-path folder that holds installed distributions is bound;
     a working folder (no `*.dist-info`) and warpfleet's checkout are not."""
-    from cluster.runners import bwrap as module
+    from cluster.sandbox import bwrap as module
 
     site, work = tmp_path / "site", tmp_path / "work"
     (site / "ray-2.60.dist-info").mkdir(parents=True)
@@ -316,7 +316,7 @@ def test_a_package_folder_on_the_search_path_is_bound_in_and_a_working_folder_is
 def test_the_bubblewrap_unpacked_into_the_environment_is_found_without_path(monkeypatch, tmp_path):
     """After scripts/demo.sh, `warpfleet doctor` from a plain shell said "bwrap not found on PATH":
     the scripts put the bubblewrap they unpack into .venv on PATH for themselves only."""
-    from cluster.runners import bwrap as module
+    from cluster.sandbox import bwrap as module
 
     unpacked = tmp_path / "bubblewrap" / "usr" / "bin" / "bwrap"
     unpacked.parent.mkdir(parents=True)

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from cluster.config import SandboxSpec
-from cluster.runners.isolation import (
+from cluster.sandbox.isolation import (
     ENV_POLICY,
     Policy,
     Refused,
@@ -20,8 +20,8 @@ from cluster.runners.isolation import (
     ray_env_vars,
     secrets_withheld,
 )
-from cluster.runners.sandbox import Unsandboxed, clean_stale_scratch, read_output, run_command, scratch_dir
-from cluster.runners.untrusted_dir import UntrustedDir
+from cluster.sandbox.sandbox import Unsandboxed, clean_stale_scratch, read_output, run_command, scratch_dir
+from cluster.sandbox.untrusted_dir import UntrustedDir
 
 MISSING = SandboxSpec(bwrap="/nonexistent/bwrap")
 

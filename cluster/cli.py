@@ -345,7 +345,7 @@ def validate(config: str, build: bool, arch: str) -> None:
                        err=True)
     _budget_note(plan)
     if build:
-        from cluster.runners.probe import probe_params
+        from cluster.build.probe import probe_params
 
         for target in plan.targets:
             for line in probe_params(target, arch):
@@ -737,8 +737,8 @@ def _record_sandbox(run_dir: Any, policy: Any) -> None:
 @_one_line_errors
 def doctor(config: str | None, gpu: bool | None) -> None:
     """Whether the sandbox works on this node, and why not: exit status 0 if it does, else 1."""
+    from cluster.build.build import HARNESS_INCLUDE
     from cluster.config import SandboxSpec
-    from cluster.runners.build import HARNESS_INCLUDE
     from cluster.sandbox.doctor import diagnose
 
     spec = load_run(config).config.sandbox if config else SandboxSpec()

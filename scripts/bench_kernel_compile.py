@@ -21,11 +21,11 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
+from cluster.build import kernel as kernel_build  # noqa: E402
+from cluster.build.build import compile_candidate  # noqa: E402
+from cluster.build.kernel import nvcc_version, nvrtc_version  # noqa: E402
 from cluster.config import load_target  # noqa: E402
 from cluster.core.types import Candidate, Status  # noqa: E402
-from cluster.runners import kernel_build  # noqa: E402
-from cluster.runners.build import compile_candidate  # noqa: E402
-from cluster.runners.kernel_build import nvcc_version, nvrtc_version  # noqa: E402
 from cluster.sandbox.sandbox import scratch_dir, write_bundle  # noqa: E402
 from scripts.kt_compare.kernel_targets import write_wf_kernel_target  # noqa: E402
 from scripts.kt_compare.spaces import KERNEL_SPACES, write_wf_target  # noqa: E402

@@ -28,11 +28,11 @@ sys.path[:0] = [str(REPO), str(REPO / "scripts")]
 
 from bench_agents import budget, hand_speedups, log, no_profile, table, verdicts  # noqa: E402
 
+from cluster.build.build import compile_candidate  # noqa: E402
 from cluster.config import RunPlan, load_run, load_target  # noqa: E402
 from cluster.core.types import Candidate, DeviceInfo, Phase, Status  # noqa: E402
 from cluster.engine.driver import Sweep  # noqa: E402
 from cluster.outputs.optimize_report import write_report  # noqa: E402
-from cluster.runners.build import compile_candidate  # noqa: E402
 from cluster.runners.measure import Reference, measure_candidate  # noqa: E402
 from cluster.store.rundir import RunDir  # noqa: E402
 

@@ -37,9 +37,9 @@ sys.path.insert(0, str(REPO))
 def built(target, runner_name: str, phase_name: str = "baseline"):
     """The target's baseline configuration built for ``runner_name`` on GPU 0 (on the CPU for a
     cc target), and a runner to run it: (device, arch, candidate, artifact, runner)."""
+    from cluster.build.build import compile_candidate
     from cluster.core.registry import RUNNERS
     from cluster.core.types import Candidate, Phase, Status
-    from cluster.runners.build import compile_candidate
     from cluster.runners.devices import cpu_device, gpu_device
     from cluster.toolchains import get_toolchain
 

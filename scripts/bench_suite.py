@@ -21,12 +21,12 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from cluster.build.build import compile_candidate
 from cluster.config import RunPlan, load_run, load_target
 from cluster.core.occupancy import limits_for, occupancy
 from cluster.core.types import Candidate, Phase, Stats, Status
 from cluster.engine.driver import Sweep
 from cluster.outputs.select import select_best
-from cluster.runners.build import compile_candidate
 from cluster.runners.devices import gpu_device
 from cluster.runners.measure import measure_candidate
 from cluster.runners.profile import PROFILE_SCHEMA

@@ -211,8 +211,8 @@ class AgentStage:
         if spec.llm is None and not spec.steps and not spec.custom:
             return [Steps.of(EXPERTS.load(name)()) for name in spec.experts]
         from agents.llm import Services, build_steps, make_kit
+        from cluster.build.build import build_report
         from cluster.config.agents import choices_of
-        from cluster.runners.build import build_report
 
         if self.kit is None and spec.llm is not None:
             self.kit = make_kit(spec.llm, self.run_dir, replay=spec.replay)

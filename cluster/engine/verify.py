@@ -221,7 +221,7 @@ class LocalVerifier(Verifier):
         self.baseline, self.device, self.reference, self.runs, self.run = baseline, device, reference, runs, run
 
     def verify(self, context: AnalysisContext, plan: Plan, proposal: Proposal) -> Verification:
-        from cluster.runners.build import compile_candidate
+        from cluster.build.build import compile_candidate
         from cluster.runners.measure import measure_candidate
 
         verdicts = static_verdicts(context.target, proposal)

@@ -14,13 +14,13 @@ from pathlib import Path
 
 import ray
 
+from cluster.build.build import compile_candidate
 from cluster.config import ClusterSpec, Target
 from cluster.config.env import scratch_root
 from cluster.core.errors import ConfigError
 from cluster.core.registry import RUNNERS
 from cluster.core.types import BuildArtifact, Candidate, DeviceInfo, Measurement, Status
 from cluster.runners._base import Runner
-from cluster.runners.build import compile_candidate
 from cluster.runners.devices import cpu_device, gpu_device
 from cluster.runners.measure import Reference, measure_candidate
 from cluster.runners.profile import DEFAULT_LAUNCHES, LaunchFilter, Profile, profile_candidate

@@ -37,6 +37,7 @@ from typing import Any
 
 import pandas as pd
 
+from cluster.build.build import compile_candidate
 from cluster.config import Target
 from cluster.core.encodings import (
     FLAG_PREFIX,
@@ -48,7 +49,6 @@ from cluster.core.encodings import (
 )
 from cluster.core.types import Candidate, Phase, Scalar, Stats, Status
 from cluster.outputs.select import load_verified, select_best
-from cluster.runners.build import compile_candidate
 from cluster.store.results import read_results
 from cluster.store.rundir import RunDir
 from cluster.store.variants import stored_variant

@@ -384,7 +384,7 @@ class GuardedVerifier(Verifier):
 
     def verify(self, context: AnalysisContext, plan: Plan, proposal: Proposal) -> Verification:
         from agents.patch import variant_target
-        from cluster.runners.build import compile_candidate
+        from cluster.build.build import compile_candidate
 
         verification = self.base.verify(context, plan, proposal)
         if not verification.passed or not proposal.files:

@@ -28,10 +28,10 @@ from typing import Any
 
 import numpy as np
 
+from cluster.build.kernel import KernelBinary
 from cluster.config.kernel import BenchOptions, LaunchPlan
 from cluster.core.types import RunOutputs
 from cluster.runners._base import BINARY_FILE, HostRunner, Invocation, Staged
-from cluster.runners.kernel_build import KernelBinary
 from cluster.runners.kernel_harness import bench, capped_options, host_values, profile_options, write_output
 from cluster.sandbox.host import STDERR_FILE, STDOUT_FILE, host_python
 from cluster.sandbox.sandbox import ProcessResult, run_command

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 
 import pyarrow as pa
 
+from cluster.build.build import FLUSH_KERNEL
 from cluster.config import Target
 from cluster.core.types import Candidate, Status
 from cluster.runners._base import Invocation, ProcessRunner, Runner
@@ -53,7 +54,6 @@ DEFAULT_METRICS = (
     "l1tex__t_bytes_pipe_lsu_mem_global_op_ld.sum.per_second",
     *(f"{STALL_PREFIX}{reason}_per_issue_active.ratio" for reason in STALL_REASONS),
 )
-FLUSH_KERNEL = "wf_l2_flush"
 BANK_CONFLICT_METRICS = tuple(f"l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_{op}.sum" for op in ("ld", "st"))
 LOCAL_MEMORY_METRICS = tuple(f"l1tex__t_bytes_pipe_lsu_mem_local_op_{op}.sum" for op in ("ld", "st"))
 

@@ -13,7 +13,7 @@ from agents.cuda_source import analyze
 from agents.source_model import HostOpKind, Kernel, SourceModel, read_params, written_params
 
 TARGETS = Path(__file__).resolve().parents[2] / "configs" / "targets"
-HARNESS = Path(__file__).resolve().parents[2] / "cluster" / "runners" / "include" / "warpfleet" / "harness.cuh"
+HARNESS = Path(__file__).resolve().parents[2] / "cluster" / "build" / "include" / "warpfleet" / "harness.cuh"
 # The programs: a kernel target (transpose_kernel) is a bare kernel, with no launch of its own.
 SUITE = sorted(p for p in TARGETS.glob("*/*.cu") if p.parent.name != "transpose_kernel")
 

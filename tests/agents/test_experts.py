@@ -13,9 +13,9 @@ from agents._base import AnalysisContext
 from agents.cuda_source import analyze
 from agents.experts import RegisterExpert, UnrollExpert
 from agents.experts.registers import block_size, evaluate
+from cluster.build.build import compile_candidate
 from cluster.config import Target, load_target
 from cluster.core.types import Candidate, KernelResources, Status
-from cluster.runners.build import compile_candidate
 from tests.conftest import needs
 
 TARGETS = Path(__file__).resolve().parents[2] / "configs" / "targets"

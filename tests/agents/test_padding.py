@@ -14,9 +14,9 @@ from agents._base import AnalysisContext, Proposal
 from agents.cuda_source import analyze
 from agents.experts.padding import BANK_CONFLICTS_METRIC, PaddingExpert, find_padding
 from agents.patch import Patched, variant_bundle
+from cluster.build.build import compile_candidate
 from cluster.config import Target, load_target
 from cluster.core.types import Candidate, Status
-from cluster.runners.build import compile_candidate
 from tests.conftest import needs
 
 TRANSPOSE = Path(__file__).resolve().parents[2] / "configs" / "targets" / "transpose"

@@ -13,10 +13,10 @@ import pytest
 from agents._base import AnalysisContext, Proposal
 from agents.experts.shared_stage import IMC, STALL_PREFIX, SharedStageExpert
 from agents.patch import variant_target
+from cluster.build.build import compile_candidate
 from cluster.config import load_target
 from cluster.core.types import Candidate, KernelResources, Phase
 from cluster.engine.verify import static_verdicts
-from cluster.runners.build import compile_candidate
 from tests.agents.test_padding import kernel_target
 from tests.conftest import REPO, gpu_present, needs
 

@@ -354,8 +354,8 @@ def test_multikernel_gets_the_hand_written_schedule_and_the_verifier_passes_it()
 @needs("nvcc")
 def test_the_streamified_multikernel_builds_for_sm_90() -> None:
     from agents.patch import variant_target
+    from cluster.build.build import compile_candidate
     from cluster.core.types import Candidate, Phase, Status
-    from cluster.runners.build import compile_candidate
 
     target = load_target(MULTIKERNEL / "target.yaml")
     [loop] = [f for f in StreamifyExpert().findings(AnalysisContext(target, ARCH)) if f.applicable]

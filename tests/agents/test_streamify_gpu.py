@@ -12,8 +12,8 @@ import pytest
 
 from agents._base import AnalysisContext
 from agents.experts import StreamifyExpert
+from cluster.build.build import HARNESS_INCLUDE
 from cluster.config import load_target
-from cluster.runners.build import HARNESS_INCLUDE
 from tests.conftest import gpu_present, needs
 
 FILTERS = Path(__file__).resolve().parent / "fixtures" / "filters"

@@ -9,7 +9,7 @@ defines without an ``#ifndef`` guard fails that test, since the source's ``#defi
 ``-D``; the control test shows that such a build is identical to the baseline's once nvcc's
 per-process temporary file names are masked.
 
-Builds go the engine's way (``cluster.runners.build.compile_candidate``), one at a time; each baseline is
+Builds go the engine's way (``cluster.build.build.compile_candidate``), one at a time; each baseline is
 built once per module.
 """
 
@@ -23,10 +23,10 @@ import yaml
 from click.testing import CliRunner
 
 from agents.patch import readonly_regions
+from cluster.build.build import compile_candidate
 from cluster.cli import main
 from cluster.config import Target, load_run, load_target
 from cluster.core.types import BuildArtifact, Candidate, Scalar, Status
-from cluster.runners.build import compile_candidate
 from tests.conftest import needs
 
 REPO = Path(__file__).resolve().parents[2]

@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import pytest
 
+from cluster.build.build import compile_candidate
 from cluster.config import load_run, load_target
 from cluster.core.types import Candidate, Status
-from cluster.runners.build import compile_candidate
 from tests.conftest import REPO, needs
 
 TARGET = REPO / "configs" / "targets" / "stencil" / "target.yaml"

@@ -17,9 +17,9 @@ from pathlib import Path
 
 import pytest
 
+from cluster.build.build import HARNESS_INCLUDE, build_command
 from cluster.config import Target, load_target
 from cluster.core.types import Candidate, KernelResources
-from cluster.runners.build import HARNESS_INCLUDE, build_command
 from cluster.sandbox.sandbox import ProcessResult, run_command, write_bundle
 from cluster.toolchains import get_toolchain
 from tests.conftest import needs

@@ -10,7 +10,7 @@ every baseline builds for sm_90, and every param reaches the binary (a build wit
 differs from the baseline's; tests/configs/test_public_targets.py has the control that shows the
 comparison can fail).
 
-Builds go the engine's way (``cluster.runners.build.compile_candidate``), one at a time; each baseline is
+Builds go the engine's way (``cluster.build.build.compile_candidate``), one at a time; each baseline is
 built once per module.
 """
 
@@ -23,10 +23,10 @@ import pytest
 from click.testing import CliRunner
 
 from agents.patch import readonly_regions
+from cluster.build.build import compile_candidate
 from cluster.cli import main
 from cluster.config import Target, load_run, load_target
 from cluster.core.types import BuildArtifact, Candidate, Scalar, Status
-from cluster.runners.build import compile_candidate
 from tests.conftest import needs
 
 REPO = Path(__file__).resolve().parents[2]

@@ -118,7 +118,7 @@ def test_inputs_are_the_harness_fill_to_the_bit(tmp_path: Path) -> None:
         "int main() { std::vector<float> a(4099), b(77); wf::fill_uniform(a.data(), a.size(), 3);\n"
         "  wf::fill_uniform(b.data(), b.size(), 1u << 20, 0.f, 1.f);\n"
         '  for (float v : a) std::printf("%a\\n", v); for (float v : b) std::printf("%a\\n", v); }\n')
-    include = REPO / "cluster" / "runners" / "include"
+    include = REPO / "cluster" / "build" / "include"
     subprocess.run([compiler, "-std=c++17", f"-I{include}", "-o", str(tmp_path / "fill"), str(tmp_path / "fill.cpp")],
                    check=True)
     printed = subprocess.run([str(tmp_path / "fill")], capture_output=True, text=True, check=True).stdout.split()
@@ -278,7 +278,7 @@ def test_each_warpfleet_run_compiles_cold(tmp_path: Path, monkeypatch: pytest.Mo
     """The kernel targets' compile cache is emptied before each warpfleet run of a lane, as CuPy's memo
     is before each Kernel Tuner run: neither tool's configurations per minute count compiles an
     earlier run made."""
-    from cluster.runners.kernel_build import cache_dir
+    from cluster.build.kernel import cache_dir
 
     monkeypatch.setenv("WARPFLEET_SCRATCH", str(tmp_path / "scratch"))
     cached = cache_dir(tmp_path / "scratch") / "an-entry.json"
@@ -408,8 +408,8 @@ def test_the_independent_timers_cubins_build_for_sm90_and_name_the_kernel(space:
 @needs("nvcc")
 @pytest.mark.parametrize("space", SPACES, ids=lambda s: s.name)
 def test_the_generated_warpfleet_targets_build_for_sm90(space: KernelSpace, tmp_path: Path) -> None:
+    from cluster.build.build import compile_candidate
     from cluster.core.types import Candidate, Status
-    from cluster.runners.build import compile_candidate
 
     target = load_target(write_wf_target(space, tmp_path / space.name, ["--min-time", "0.05"]))
     for config in (space.defaults, _largest(space)):

@@ -8,10 +8,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from cluster.build.build import compile_candidate
+from cluster.build.kernel import nvrtc_version
 from cluster.config import load_target
 from cluster.core.types import Candidate, Status
-from cluster.runners.build import compile_candidate
-from cluster.runners.kernel_build import nvrtc_version
 from cluster.runners.kernel_harness import host_values
 from scripts.kt_compare.kernel_targets import write_wf_kernel_target
 from scripts.kt_compare.spaces import KERNEL_SPACES, KernelSpace

@@ -10,12 +10,12 @@ import pytest
 import yaml
 from click.testing import CliRunner
 
+from cluster.build.build import compile_candidate
+from cluster.build.kernel import KernelBinary, nvrtc_version
 from cluster.cli import main
 from cluster.config import load_target
 from cluster.config.kt_import import KtImportError, kt_import
 from cluster.core.types import Candidate, Status
-from cluster.runners.build import compile_candidate
-from cluster.runners.kernel_build import KernelBinary, nvrtc_version
 from tests.conftest import REPO
 
 EXAMPLES = REPO / "tests" / "fixtures" / "kernel_tuner"

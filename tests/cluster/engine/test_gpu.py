@@ -69,10 +69,10 @@ def test_ncu_profile_sees_bank_conflicts_and_agrees_with_the_occupancy_calculato
     hand-padded variant does not. ncu's theoretical occupancy equals the calculator's."""
     import shutil as sh
 
+    from cluster.build.build import compile_candidate
     from cluster.config import load_target
     from cluster.core.occupancy import limits_for, occupancy
     from cluster.core.types import Candidate, Phase, Status
-    from cluster.runners.build import compile_candidate
     from cluster.runners.devices import gpu_device
     from cluster.runners.profile import DEFAULT_METRICS, profile_candidate
 

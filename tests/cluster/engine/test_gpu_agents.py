@@ -11,9 +11,9 @@ import shutil
 
 import pytest
 
+from cluster.build.build import compile_candidate
 from cluster.config import load_target
 from cluster.core.types import Candidate, Phase
-from cluster.runners.build import compile_candidate
 from cluster.runners.devices import gpu_device
 from cluster.runners.sanitize import sanitize_candidate
 from cluster.store.results import read_results, read_table

@@ -8,11 +8,11 @@ import pytest
 
 from agents._base import AnalysisContext
 from agents.workflow import Steps, run_workflow
+from cluster.build.build import compile_candidate
 from cluster.config import load_target
 from cluster.core.registry import EXPERTS
 from cluster.core.types import Candidate, Phase, Status
 from cluster.engine.verify import LocalVerifier
-from cluster.runners.build import compile_candidate
 from cluster.runners.devices import cpu_device
 from tests.conftest import REPO, needs
 

@@ -11,11 +11,11 @@ from pathlib import Path
 import pytest
 import yaml
 
+from cluster.build.build import compile_candidate
 from cluster.config import load_target
 from cluster.core.types import Candidate, Clock, Phase, Status
 from cluster.outputs.select import select_best
 from cluster.runners._base import ProcessRunner
-from cluster.runners.build import compile_candidate
 from cluster.runners.clock import clock_problem
 from cluster.runners.devices import cpu_device
 from cluster.runners.measure import Reference, measure_candidate

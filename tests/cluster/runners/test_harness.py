@@ -1,4 +1,4 @@
-"""The CUDA timing harness (cluster/runners/include/warpfleet): its pure logic through a g++-built driver,
+"""The CUDA timing harness (cluster/build/include/warpfleet): its pure logic through a g++-built driver,
 its builds through nvcc (compile only), and the example target on a GPU where there is one."""
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from cluster.core.types import Stats
 from cluster.runners.measure import harness_region, parse_samples
 from tests.conftest import REPO, gpu_present, needs
 
-INCLUDE = REPO / "cluster" / "runners" / "include"
+INCLUDE = REPO / "cluster" / "build" / "include"
 EXAMPLE = INCLUDE / "warpfleet" / "example.cu"
 NVCC_FLAGS = ["-std=c++17", f"-I{INCLUDE}", "-Xcompiler", "-Wall,-Wextra", "-Werror", "all-warnings"]
 

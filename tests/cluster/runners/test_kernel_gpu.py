@@ -13,9 +13,9 @@ import shutil
 import numpy as np
 import pytest
 
+from cluster.build.build import compile_candidate
 from cluster.config import load_target
 from cluster.core.types import BuildArtifact, Candidate, Status
-from cluster.runners.build import compile_candidate
 from cluster.runners.kernel import KernelRunner
 from cluster.runners.kernel_harness import host_values
 from cluster.runners.measure import measure_candidate

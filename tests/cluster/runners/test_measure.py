@@ -7,9 +7,9 @@ import dataclasses
 import numpy as np
 import pytest
 
+from cluster.build.build import compile_candidate
 from cluster.config import MetricSpec, VerifySpec, load_target
 from cluster.core.types import Candidate, DeviceInfo, Phase, RunOutputs, Status
-from cluster.runners.build import compile_candidate
 from cluster.runners.measure import Reference, compare, measure_candidate, parse_samples, verify_outputs
 from tests.conftest import needs, write_target
 

@@ -13,10 +13,10 @@ from pathlib import Path
 import pytest
 import yaml
 
+from cluster.build.build import compile_candidate
 from cluster.config import SandboxSpec, load_target
 from cluster.core.types import Candidate, Phase, Status
 from cluster.runners._base import Invocation, ProcessRunner
-from cluster.runners.build import compile_candidate
 from cluster.runners.devices import cpu_device
 from cluster.runners.measure import measure_candidate
 from cluster.runners.persistent import PersistentRunner

@@ -9,11 +9,11 @@ import textwrap
 import pytest
 import yaml
 
+from cluster.build.build import compile_candidate
 from cluster.config import SandboxSpec, load_target
 from cluster.core.limits import Limits
 from cluster.core.types import Candidate, Phase, Status
 from cluster.runners._base import ProcessRunner
-from cluster.runners.build import compile_candidate
 from cluster.runners.devices import cpu_device
 from cluster.runners.measure import measure_candidate
 from cluster.runners.persistent import PersistentRunner

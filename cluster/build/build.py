@@ -13,8 +13,7 @@ from agents.patch import Variant, variant_bundle
 from cluster.config import Target
 from cluster.core.placeholders import expand
 from cluster.core.types import BuildArtifact, Candidate, Status
-from cluster.runners.kernel_build import compile_kernel
-from cluster.runners.profile import FLUSH_KERNEL
+from cluster.build.kernel import compile_kernel
 from cluster.sandbox.isolation import node_sandbox
 from cluster.sandbox.sandbox import Sandbox, read_output, run_command, scratch_dir, write_bundle
 from cluster.sandbox.untrusted_dir import UntrustedDir
@@ -23,6 +22,7 @@ from cluster.toolchains import get_toolchain
 BINARY_NAME = "candidate.bin"
 HARNESS_INCLUDE = Path(__file__).parent / "include"  # warpfleet/harness.cuh, the timing harness
 ENTRY_POINTS = HARNESS_INCLUDE / "warpfleet"  # wf_entry.cpp and wf_entry.c, for shared-library builds
+FLUSH_KERNEL = "wf_l2_flush"  # the harness's L2-flush kernel: not the target's, kept out of reports and profiles
 
 
 def build_command(target: Target, candidate: Candidate, workdir: Path) -> list[str]:
@@ -46,7 +46,7 @@ def compile_candidate(target: Target, candidate: Candidate, scratch_root: Path |
                       sandbox: Sandbox | None = None) -> BuildArtifact:
     """Build one candidate in its own scratch directory, inside ``sandbox`` (default: the node's,
     ``cluster.sandbox.isolation.node_sandbox``): failures come back as a status."""
-    if target.spec.kind == "kernel":  # one kernel to a cubin, with its launch (kernel_build.py)
+    if target.spec.kind == "kernel":  # one kernel to a cubin, with its launch (build/kernel.py)
         return compile_kernel(target, candidate, scratch_root, sandbox)
     start = time.perf_counter()
     with scratch_dir(scratch_root, f"build-{candidate.key}-") as workdir:

@@ -89,7 +89,7 @@ def hand_speedups(folders: list[Path], repeats: int) -> dict[str, dict]:
             log(f"hand-optimized {folder.name}: none (no target_opt.yaml)")
             continue
         if device is None:
-            from cluster.runners.devices import gpu_device
+            from cluster.platform.devices import gpu_device
 
             device = gpu_device(0, "bench")
         base = noise(folder / "target.yaml", repeats, device)

@@ -39,7 +39,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from cluster.config.run import RACE, SEARCH_SAMPLES  # noqa: E402
-from cluster.runners.devices import visible_gpu_count  # noqa: E402
+from cluster.platform.devices import visible_gpu_count  # noqa: E402
 from cluster.sandbox.sandbox import stop_command  # noqa: E402
 from scripts.kt_compare.records import Block, stamp  # noqa: E402
 from scripts.kt_compare.spaces import KERNEL_SPACES  # noqa: E402

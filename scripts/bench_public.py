@@ -32,8 +32,8 @@ from cluster.build.build import compile_candidate  # noqa: E402
 from cluster.config import RunPlan, load_run, load_target  # noqa: E402
 from cluster.core.types import Candidate, DeviceInfo, Phase, Status  # noqa: E402
 from cluster.engine.driver import Sweep  # noqa: E402
+from cluster.measure.measure import Reference, measure_candidate  # noqa: E402
 from cluster.outputs.optimize_report import write_report  # noqa: E402
-from cluster.runners.measure import Reference, measure_candidate  # noqa: E402
 from cluster.store.rundir import RunDir  # noqa: E402
 
 PUBLIC = REPO / "configs" / "public.yaml"
@@ -59,7 +59,7 @@ def _smoke_one(path: Path, device: DeviceInfo, reference: Reference | None) -> t
 
 
 def smoke(out: Path) -> None:
-    from cluster.runners.devices import gpu_device
+    from cluster.platform.devices import gpu_device
 
     device = gpu_device(0, "smoke")
     records = []

@@ -40,7 +40,7 @@ def built(target, runner_name: str, phase_name: str = "baseline"):
     from cluster.build.build import compile_candidate
     from cluster.core.registry import RUNNERS
     from cluster.core.types import Candidate, Phase, Status
-    from cluster.runners.devices import cpu_device, gpu_device
+    from cluster.platform.devices import cpu_device, gpu_device
     from cluster.toolchains import get_toolchain
 
     gpu = target.spec.toolchain != "cc"
@@ -57,8 +57,8 @@ def built(target, runner_name: str, phase_name: str = "baseline"):
 
 
 def runs(target, runner_name: str, repeats: int) -> list[dict]:
+    from cluster.measure.measure import _run_outputs, harness_region, verify_outputs
     from cluster.runners._base import Invocation
-    from cluster.runners.measure import _run_outputs, harness_region, verify_outputs
 
     _, arch, candidate, artifact, runner = built(target, runner_name)
     out, reference = [], None
@@ -92,8 +92,8 @@ def actor_jobs(target, runner_name: str, repeats: int, max_samples: int, source=
     ``source`` (NVML on a GPU) and without, the run's and the verify's times within it, and the
     pieces alone (an NVML reading, the monitor, the staging). Seconds, medians over ``repeats``."""
     from cluster.core.types import Status
-    from cluster.runners.measure import Reference, measure_candidate
-    from cluster.runners.telemetry import Monitor, NvmlSource
+    from cluster.measure.measure import Reference, measure_candidate
+    from cluster.measure.telemetry import Monitor, NvmlSource
 
     device, arch, candidate, artifact, runner = built(target, runner_name, "search")
     source = source if source is not None else NvmlSource(0)

@@ -297,7 +297,7 @@ def main() -> None:
             sys.exit(f"bench_scaling: --report: no count-N.json in {[str(f) for f in [*args.report, args.out]]}")
         write_results(args.out, list(results.values()))
         return
-    from cluster.runners.devices import visible_gpu_count
+    from cluster.platform.devices import visible_gpu_count
 
     counts = [int(c) for c in args.counts.split(",") if c]
     gpus = sum(counts) if args.cpu else visible_gpu_count()

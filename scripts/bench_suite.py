@@ -26,10 +26,10 @@ from cluster.config import RunPlan, load_run, load_target
 from cluster.core.occupancy import limits_for, occupancy
 from cluster.core.types import Candidate, Phase, Stats, Status
 from cluster.engine.driver import Sweep
+from cluster.measure.measure import measure_candidate
+from cluster.measure.profile import PROFILE_SCHEMA
 from cluster.outputs.select import select_best
-from cluster.runners.devices import gpu_device
-from cluster.runners.measure import measure_candidate
-from cluster.runners.profile import PROFILE_SCHEMA
+from cluster.platform.devices import gpu_device
 from cluster.store.results import read_results, read_table
 from cluster.store.rundir import RunDir
 

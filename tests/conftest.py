@@ -63,7 +63,7 @@ def init_local_ray() -> None:
     measuring workers leave none of the cluster's 2 CPUs")."""
     import ray
 
-    from cluster.runners.devices import visible_gpu_count
+    from cluster.platform.devices import visible_gpu_count
 
     if not ray.is_initialized():
         ray.init(address="local", num_cpus=2 + visible_gpu_count(), include_dashboard=False, log_to_driver=False,

@@ -76,7 +76,7 @@ class ProfileSpec(_Model):
     # best: the baseline and each study's winner; baseline: the baseline alone (with the agents on, the
     # analysts' profile: no winner is profiled after the finals); all: every candidate measured ok.
     candidates: Literal["none", "baseline", "best", "all"] = "best"
-    metrics: list[str] | None = None  # default: cluster.runners.profile.DEFAULT_METRICS
+    metrics: list[str] | None = None  # default: cluster.measure.profile.DEFAULT_METRICS
     timeout_s: float = Field(600, gt=0, le=86400)
     # Launches profiled per launch configuration (kernel, grid, block, shared memory): ncu replays
     # each one many times, so a program of hundreds of launches would time out; null: every launch.

@@ -36,7 +36,7 @@ _AGENT_PARAMS = ((re.compile(r"WF_UNROLL_N"), "unrolled by {value}"),
                  (re.compile(r"WF_LB_WARPS_(?P<kernel>\w+)"), "{kernel}'s __launch_bounds__ for {value} warps per SM"))
 
 # A candidate this many times better than its baseline is run again on fresh seeds before it is
-# believed, and flagged for review (runners/guardrails.py runs the check).
+# believed, and flagged for review (measure/guardrails.py runs the check).
 SUSPECT_SPEEDUP = 10.0
 
 

@@ -233,7 +233,7 @@ class RunOutputs:
 @dataclass(frozen=True)
 class Clock:
     """A candidate's runs by its own word and by warpfleet's clock, medians over its runs: the
-    seconds its samples add up to in a run, and the seconds a run took (``cluster.runners.clock``);
+    seconds its samples add up to in a run, and the seconds a run took (``cluster.measure.clock``);
     and how far its runs' times spread: twice their median absolute deviation (one slow first run,
     a persistent host's imports, does not count)."""
 

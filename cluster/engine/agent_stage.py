@@ -34,7 +34,7 @@ from cluster.core.types import Status
 from cluster.engine.checks import Trust, expensive_state
 from cluster.engine.studies import StudyState, storage_retry
 from cluster.engine.verify import QueueVerifier, SearchClosed
-from cluster.runners.profile import DEFAULT_METRICS, PROFILE_SCHEMA, Profile, profile_records
+from cluster.measure.profile import DEFAULT_METRICS, PROFILE_SCHEMA, Profile, profile_records
 from cluster.store.results import ResultWriter, read_table
 from cluster.store.rundir import RunDir
 from cluster.store.variants import (

@@ -27,7 +27,7 @@ from agents.workflow.steps import Verdict, VerdictStatus
 from cluster.config import Target
 from cluster.engine.jobs import JobResult
 from cluster.engine.verify import SANITIZER_FACTOR, SANITIZER_FLOOR_S, sanitizer_verdicts
-from cluster.runners.sanitize import SanitizerResult
+from cluster.measure.sanitize import SanitizerResult
 from cluster.store.variants import AcceptedVariant
 
 if TYPE_CHECKING:

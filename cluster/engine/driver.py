@@ -32,7 +32,7 @@ from cluster.engine.progress import SweepProgress
 from cluster.engine.scheduler import Scheduler
 from cluster.engine.studies import StudyState, open_storage
 from cluster.engine.workers import KeptFleet, start_fleet, stop_fleet
-from cluster.runners.profile import PROFILE_SCHEMA
+from cluster.measure.profile import PROFILE_SCHEMA
 from cluster.sandbox.isolation import protect_ray_token, ray_env_vars, secrets_withheld  # sandbox
 from cluster.store.journal import BatchedJournalStorage
 from cluster.store.results import ResultWriter, read_results, read_table, results_schema

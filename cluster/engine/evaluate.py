@@ -34,8 +34,8 @@ from cluster.engine.flow import Flow, Stage
 from cluster.engine.jobs import Build, Job, JobKind, JobResult
 from cluster.engine.scheduler import Scheduler
 from cluster.engine.workers import start_fleet, stop_fleet
+from cluster.measure.measure import Reference
 from cluster.outputs.select import select_best
-from cluster.runners.measure import Reference
 from cluster.store.results import ResultWriter, make_row, read_results, results_schema
 from cluster.store.rundir import RunDir
 from cluster.store.variants import stored_variant

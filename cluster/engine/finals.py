@@ -22,7 +22,7 @@ from cluster.core.types import Candidate, Measurement, Phase, Status
 from cluster.engine.checks import Trust
 from cluster.engine.jobs import JobKind
 from cluster.engine.studies import save_reference
-from cluster.runners.measure import Reference
+from cluster.measure.measure import Reference
 
 if TYPE_CHECKING:
     from cluster.engine.flow import StudyFlow

@@ -42,9 +42,9 @@ from cluster.engine.jobs import URGENT, Job, JobKind, JobResult
 from cluster.engine.scheduler import Scheduler
 from cluster.engine.studies import Evaluated, StudyState, save_reference
 from cluster.engine.study_jobs import StudyJobs
-from cluster.runners.measure import Reference
-from cluster.runners.profile import DEFAULT_METRICS, Profile, profile_records
-from cluster.runners.profile import PROFILE_SCHEMA as _PROFILE_SCHEMA
+from cluster.measure.measure import Reference
+from cluster.measure.profile import DEFAULT_METRICS, Profile, profile_records
+from cluster.measure.profile import PROFILE_SCHEMA as _PROFILE_SCHEMA
 from cluster.store.results import ResultWriter, make_row
 from cluster.store.rundir import RunDir
 from cluster.store.tables import REVIEW_SCHEMA, Tables
@@ -622,7 +622,7 @@ class StudyFlow(Flow):
             self.fail(f"its baseline failed ({status.value}" + (f": {lines[-1][:200]})" if lines else ")"))
             return
         self.kernels = artifact.kernels
-        reference = Reference(measurement.outputs, measurement.clock)  # the clock: runners.clock
+        reference = Reference(measurement.outputs, measurement.clock)  # the clock: measure.clock
         save_reference(self.ctx.run_dir, measurement.candidate_key, reference)
         state.reference, self.finals.reference = ray.put(reference), reference
         state.baseline_median = stats.median

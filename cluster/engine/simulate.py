@@ -19,9 +19,9 @@ import ray
 
 from cluster.config import ClusterSpec, Target
 from cluster.core.types import BuildArtifact, Candidate, DeviceInfo, Measurement, RunOutputs, Status, Telemetry
-from cluster.runners.measure import Reference
-from cluster.runners.profile import Profile
-from cluster.runners.sanitize import SanitizerResult
+from cluster.measure.measure import Reference
+from cluster.measure.profile import Profile
+from cluster.measure.sanitize import SanitizerResult
 
 SIMULATED_GPU = "Simulated GPU"
 

@@ -37,7 +37,7 @@ from cluster.core.encodings import (
 from cluster.core.errors import ConfigError
 from cluster.core.registry import SAMPLERS
 from cluster.core.types import Candidate, Clock, DeviceInfo, Phase, RunOutputs, Scalar, Status, study_name
-from cluster.runners.measure import Reference
+from cluster.measure.measure import Reference
 from cluster.store.journal import BatchedJournalStorage
 from cluster.store.rundir import RunDir, break_stale_lock
 
@@ -467,7 +467,7 @@ def save_reference(run_dir: Path, key: str, reference: Reference) -> None:
             (folder / str(index) / f"{n}.out").write_bytes(content)
             names.append(path)
         manifest.append({"files": names, "stdout_values": list(run.stdout_values)})
-    if reference.clock is not None:  # the baseline's claimed and wall time a run (runners.clock), for a resume
+    if reference.clock is not None:  # the baseline's claimed and wall time a run (measure.clock), for a resume
         clock = reference.clock
         (folder / "clock.json").write_text(json.dumps([clock.claimed_s, clock.wall_s, clock.wall_spread_s]))
     tmp = folder / "manifest.json.tmp"

@@ -27,7 +27,7 @@ from agents.workflow.steps import Plan, Verdict, Verification, Verifier
 from agents.workflow.steps import VerdictStatus as V
 from cluster.config import Target
 from cluster.core.types import BuildArtifact, Candidate, Measurement, Phase, Status
-from cluster.runners.sanitize import SanitizerResult
+from cluster.measure.sanitize import SanitizerResult
 
 if TYPE_CHECKING:
     from cluster.engine.study_jobs import StudyJobs
@@ -222,7 +222,7 @@ class LocalVerifier(Verifier):
 
     def verify(self, context: AnalysisContext, plan: Plan, proposal: Proposal) -> Verification:
         from cluster.build.build import compile_candidate
-        from cluster.runners.measure import measure_candidate
+        from cluster.measure.measure import measure_candidate
 
         verdicts = static_verdicts(context.target, proposal)
         if any(v.failed for v in verdicts) or not proposal.files:

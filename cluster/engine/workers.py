@@ -20,12 +20,12 @@ from cluster.config.env import scratch_root
 from cluster.core.errors import ConfigError
 from cluster.core.registry import RUNNERS
 from cluster.core.types import BuildArtifact, Candidate, DeviceInfo, Measurement, Status
+from cluster.measure.measure import Reference, measure_candidate
+from cluster.measure.profile import DEFAULT_LAUNCHES, LaunchFilter, Profile, profile_candidate
+from cluster.measure.sanitize import SanitizerResult, sanitize_candidate
+from cluster.measure.telemetry import Monitor, NvmlSource
+from cluster.platform.devices import cpu_device, gpu_device
 from cluster.runners._base import Runner
-from cluster.runners.devices import cpu_device, gpu_device
-from cluster.runners.measure import Reference, measure_candidate
-from cluster.runners.profile import DEFAULT_LAUNCHES, LaunchFilter, Profile, profile_candidate
-from cluster.runners.sanitize import SanitizerResult, sanitize_candidate
-from cluster.runners.telemetry import Monitor, NvmlSource
 from cluster.sandbox.isolation import node_sandbox  # sandbox
 from cluster.sandbox.sandbox import clean_stale_scratch  # sandbox
 
@@ -95,9 +95,9 @@ class MeasureWorker:
 
     def guard(self, target: Target, baseline_binary: bytes | None, binary: bytes | None,
               files: dict[str, str]) -> tuple:
-        """The cheat checks (cluster.runners.guardrails) of a variant that passed its verification."""
+        """The cheat checks (cluster.measure.guardrails) of a variant that passed its verification."""
         from agents.workflow.steps import Verdict, VerdictStatus
-        from cluster.runners.guardrails import cheat_checks
+        from cluster.measure.guardrails import cheat_checks
 
         if not baseline_binary or not binary:
             return (Verdict("cheat_checks", VerdictStatus.SKIPPED, "no binary"),)
@@ -105,9 +105,9 @@ class MeasureWorker:
                             BuildArtifact("candidate", Status.OK, binary), files, self.runner(target.runner))
 
     def reverify(self, target: Target, variant: Target, baseline_binary: bytes | None, binary: bytes | None):
-        """A suspiciously fast candidate against the baseline on fresh seeds (cluster.runners.guardrails)."""
+        """A suspiciously fast candidate against the baseline on fresh seeds (cluster.measure.guardrails)."""
         from agents.workflow.steps import Verdict, VerdictStatus
-        from cluster.runners.guardrails import reverify_fresh_seeds
+        from cluster.measure.guardrails import reverify_fresh_seeds
 
         if not baseline_binary or not binary:
             return Verdict("fresh_seeds", VerdictStatus.SKIPPED, "no binary")

@@ -71,7 +71,7 @@ def show(path: Path, console: Console | None = None) -> list[BestConfig]:
 
 def _show_profiles(console: Console, run: Path, rows: Any, best: dict[tuple[str, str], Any]) -> None:
     """What Nsight Compute saw for each study's baseline and winner: the metrics behind a speedup."""
-    from cluster.runners.profile import (
+    from cluster.measure.profile import (
         BANK_CONFLICT_METRICS,
         LOCAL_MEMORY_METRICS,
         PROFILE_SCHEMA,

@@ -1,4 +1,5 @@
-"""Running one candidate: build it (the Builder half), then stage, run and check it through a
-``Runner`` (the Runner half: a subprocess per run, or a persistent process per device), inside the
-sandbox; its measurement, telemetry, Nsight Compute profile, compute-sanitizer verdicts and cheat
-checks; and the timing harness that targets include (include/warpfleet)."""
+"""Running a built candidate (the Runner half): stage it and start it through a ``Runner``, the one
+seam the search never sees behind: a fresh process per run (``_base.ProcessRunner``), or a host
+process per device that loads each candidate in-process (``_base.HostRunner``): a program built as a
+shared library (``persistent``), or one kernel's cubin with its harness (``kernel``,
+``kernel_harness``)."""

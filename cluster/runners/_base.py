@@ -99,7 +99,7 @@ class Runner(ABC):
 
     name: str = ""
     # Whether a run's samples are warpfleet's own measurements (the kernel runner's CUDA events), not
-    # the program's words: then there is no claim to check against the wall clock (runners.clock).
+    # the program's words: then there is no claim to check against the wall clock (measure.clock).
     samples_are_warpfleets: bool = False
 
     def __init__(self, sandbox: Sandbox | None = None, scratch_root: Path | None = None) -> None:

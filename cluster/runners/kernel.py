@@ -304,7 +304,7 @@ class _Kept(OrderedDict):
 def _matches(dev: _Device, check: Mapping[str, Any], arg: Any, out: np.ndarray, workdir: Path) -> bool:
     """Whether an output matches the baseline's by the worker's own rule (measure.compare), in
     the host: no file written and read back. False also where the host lacks the reference."""
-    from cluster.runners.measure import compare
+    from cluster.measure.measure import compare
 
     want = dev.reference(check, workdir)
     if want is None:

@@ -103,7 +103,7 @@ def _user_namespaces(program: Program | None) -> Check:
 # What the runners' hosts and launchers need inside: this Python, this warpfleet (not another one
 # its search path might find) and its packages, and the harness headers that builds include by the
 # worker's path, all as the command's uid.
-_WARPFLEET = ("import sys, pathlib, cluster, cluster.sandbox.host, cluster.runners.profile; "
+_WARPFLEET = ("import sys, pathlib, cluster, cluster.sandbox.host, cluster.measure.profile; "
               "sys.exit(0 if cluster.__file__ == sys.argv[1] and pathlib.Path(sys.argv[2]).is_file() else 3)")
 
 

@@ -220,8 +220,8 @@ def measured_baseline(target: Target):
     reference a variant's must match (what the verifier holds before it checks a variant)."""
     from cluster.build.build import compile_candidate
     from cluster.core.types import Candidate, Phase, Status
-    from cluster.runners.devices import gpu_device
-    from cluster.runners.measure import Reference, measure_candidate
+    from cluster.measure.measure import Reference, measure_candidate
+    from cluster.platform.devices import gpu_device
 
     device = gpu_device(0, "gpu-0")
     baseline = Candidate(target.name, "nvcc", device.name, device.arch, target.bundle.hash,
@@ -240,7 +240,7 @@ def test_on_a_gpu_the_variant_gives_the_baselines_outputs_and_a_planted_short_co
     from cluster.build.build import compile_candidate
     from cluster.core.types import Phase
     from cluster.engine.verify import run_verdicts
-    from cluster.runners.measure import measure_candidate
+    from cluster.measure.measure import measure_candidate
 
     target = load_target(REGPRESSURE)
     device, baseline, artifact, reference = measured_baseline(target)

@@ -169,7 +169,7 @@ def test_the_unroll_targets_variant_builds_and_passes_the_static_checks(tmp_path
 @pytest.mark.skipif(not gpu_present(), reason="no GPU")
 def test_on_the_gpu_the_staged_taps_give_the_baselines_outputs_and_a_short_copy_does_not():
     from cluster.engine.verify import run_verdicts
-    from cluster.runners.measure import measure_candidate
+    from cluster.measure.measure import measure_candidate
     from tests.agents.test_constant import measured_baseline
 
     target = load_target(UNROLL)
@@ -192,7 +192,7 @@ def test_on_the_gpu_the_staged_taps_give_the_baselines_outputs_and_a_short_copy_
 
 
 def test_the_profile_collects_the_stall_the_expert_reads():
-    from cluster.runners.profile import DEFAULT_METRICS
+    from cluster.measure.profile import DEFAULT_METRICS
 
     assert IMC in DEFAULT_METRICS
 

@@ -165,7 +165,7 @@ def test_a_finding_on_a_kernel_the_profile_never_saw_launched_does_not_apply(tmp
     other variants, a kernel chosen at run time) is a not_applicable row, with the kernels that ran;
     a profile naming none of the findings' kernels (another naming) decides nothing."""
     from agents.experts.restrict import RestrictExpert
-    from cluster.runners.profile import kernel_name
+    from cluster.measure.profile import kernel_name
     from tests.agents.test_restrict import target
 
     class PassAll(Verifier):

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from cluster.config import load_target
-from cluster.runners.telemetry import FakeNvmlSource
+from cluster.measure.telemetry import FakeNvmlSource
 from tests.conftest import needs, write_target
 
 

@@ -253,7 +253,7 @@ def test_time_budget_and_an_rdb_storage(tmp_path):
 
 def test_show_prints_the_profiles_of_baseline_and_winner(tmp_path):
     """A GPU run's profiles table (written here by hand: no ncu on the CPU) appears in show."""
-    from cluster.runners.profile import PROFILE_SCHEMA
+    from cluster.measure.profile import PROFILE_SCHEMA
     from cluster.store.results import ResultWriter
 
     run_dir, _ = sweep(FIXTURES / "demo_cpu.yaml", tmp_path, trials=3)

@@ -18,7 +18,7 @@ pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not gpu_present(), reason="no 
 
 
 def test_gpu_device_is_described_by_nvml():
-    from cluster.runners.devices import gpu_device
+    from cluster.platform.devices import gpu_device
 
     device = gpu_device(0, "gpu-0")
     assert device.kind == "gpu" and "NVIDIA" in device.name
@@ -54,7 +54,7 @@ def test_cuda_sweep_on_the_gpu(tmp_path, ray_local):
 def test_nvml_monitor_reads_energy_and_clocks():
     import time
 
-    from cluster.runners.telemetry import Monitor, NvmlSource
+    from cluster.measure.telemetry import Monitor, NvmlSource
 
     with Monitor(NvmlSource(0), interval_s=0.01) as monitor:
         time.sleep(0.3)
@@ -73,8 +73,8 @@ def test_ncu_profile_sees_bank_conflicts_and_agrees_with_the_occupancy_calculato
     from cluster.config import load_target
     from cluster.core.occupancy import limits_for, occupancy
     from cluster.core.types import Candidate, Phase, Status
-    from cluster.runners.devices import gpu_device
-    from cluster.runners.profile import DEFAULT_METRICS, profile_candidate
+    from cluster.measure.profile import DEFAULT_METRICS, profile_candidate
+    from cluster.platform.devices import gpu_device
 
     if sh.which("ncu") is None:
         pytest.skip("ncu not on PATH")

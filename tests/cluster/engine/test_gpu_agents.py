@@ -14,8 +14,8 @@ import pytest
 from cluster.build.build import compile_candidate
 from cluster.config import load_target
 from cluster.core.types import Candidate, Phase
-from cluster.runners.devices import gpu_device
-from cluster.runners.sanitize import sanitize_candidate
+from cluster.measure.sanitize import sanitize_candidate
+from cluster.platform.devices import gpu_device
 from cluster.store.results import read_results, read_table
 from cluster.store.variants import VARIANT_SCHEMA
 from tests.conftest import REPO, gpu_present, write_target

@@ -20,7 +20,7 @@ from cluster.engine.verify import (
     sanitizer_verdicts,
     static_verdicts,
 )
-from cluster.runners.sanitize import ERROR_EXIT, SanitizerResult, interpret, sanitizer_command
+from cluster.measure.sanitize import ERROR_EXIT, SanitizerResult, interpret, sanitizer_command
 from tests.agents.test_streamify import JOIN, kernel_target, program
 from tests.conftest import write_target
 

@@ -13,7 +13,7 @@ from cluster.config import load_target
 from cluster.core.registry import EXPERTS
 from cluster.core.types import Candidate, Phase, Status
 from cluster.engine.verify import LocalVerifier
-from cluster.runners.devices import cpu_device
+from cluster.platform.devices import cpu_device
 from tests.conftest import REPO, needs
 
 pytestmark = [pytest.mark.nvcc, needs("nvcc")]

@@ -16,9 +16,9 @@ import pytest
 from cluster.build.build import compile_candidate
 from cluster.config import load_target
 from cluster.core.types import BuildArtifact, Candidate, Status
+from cluster.measure.measure import measure_candidate
 from cluster.runners.kernel import KernelRunner
 from cluster.runners.kernel_harness import host_values
-from cluster.runners.measure import measure_candidate
 from tests.cluster.kernel_targets import N, vadd_kernel, write_kernel_target
 from tests.conftest import gpu_present, write_config
 
@@ -27,7 +27,7 @@ pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not gpu_present(), reason="no 
 
 @pytest.fixture(scope="module")
 def device():
-    from cluster.runners.devices import gpu_device
+    from cluster.platform.devices import gpu_device
 
     return gpu_device(0, "gpu-0")
 
@@ -61,7 +61,7 @@ def test_the_kernel_runner_measures_and_its_outputs_are_right(tmp_path, device, 
         assert np.array_equal(got, values["a"] + values["b"])
     assert runner.host.starts == 1
     candidate, other = _build(target, device, tmp_path, block_size_x=512, ITEMS=4)
-    from cluster.runners.measure import Reference
+    from cluster.measure.measure import Reference
 
     result = measure_candidate(target, candidate, other, device, Reference(measured.outputs), 2, runner)
     assert result.status is Status.OK, result.error_tail
@@ -71,7 +71,7 @@ def test_the_kernel_runner_measures_and_its_outputs_are_right(tmp_path, device, 
 def test_a_clear_loser_stops_sampling_on_the_gpu(tmp_path, device, runner):
     """Racing through the host: a bound under every sample stops the candidate at min_samples (its
     outputs still verified); a bound over them leaves the stopping rule to decide."""
-    from cluster.runners.measure import Reference
+    from cluster.measure.measure import Reference
 
     target = load_target(write_kernel_target(tmp_path / "vadd"))
     baseline, built = _build(target, device, tmp_path)
@@ -84,7 +84,7 @@ def test_a_clear_loser_stops_sampling_on_the_gpu(tmp_path, device, runner):
 
 
 def test_a_wrong_kernel_fails_verification(tmp_path, device, runner):
-    from cluster.runners.measure import Reference
+    from cluster.measure.measure import Reference
 
     target = load_target(write_kernel_target(tmp_path / "vadd"))
     baseline, built = _build(target, device, tmp_path)
@@ -119,7 +119,7 @@ def test_a_crashing_kernel_is_a_crashed_row_and_the_next_candidate_runs(tmp_path
 
 
 def test_the_sanitizer_catches_an_out_of_bounds_write_through_the_kernel_runner(tmp_path, device, runner):
-    from cluster.runners.sanitize import sanitize_candidate
+    from cluster.measure.sanitize import sanitize_candidate
 
     if shutil.which("compute-sanitizer") is None:
         pytest.skip("compute-sanitizer not on PATH")
@@ -134,7 +134,7 @@ def test_the_sanitizer_catches_an_out_of_bounds_write_through_the_kernel_runner(
 
 def test_the_cheat_checks_run_through_the_kernel_runner(tmp_path, device, runner):
     from agents.workflow.steps import VerdictStatus
-    from cluster.runners.guardrails import check_cached_results, check_poisoned_outputs, reverify_fresh_seeds
+    from cluster.measure.guardrails import check_cached_results, check_poisoned_outputs, reverify_fresh_seeds
 
     target = load_target(write_kernel_target(tmp_path / "vadd"))
     _, baseline = _build(target, device, tmp_path)
@@ -154,7 +154,7 @@ def test_the_cheat_checks_run_through_the_kernel_runner(tmp_path, device, runner
 
 
 def test_ncu_profiles_the_kernel_not_the_flush(tmp_path, device, runner):
-    from cluster.runners.profile import profile_candidate
+    from cluster.measure.profile import profile_candidate
 
     if shutil.which("ncu") is None:
         pytest.skip("ncu not on PATH")
@@ -201,8 +201,8 @@ def test_links_left_in_the_kernel_runners_directory_are_never_gone_through(tmp_p
     directory holding links to a file outside where the runner keeps its capture files, its request,
     its verdict and the references it hands over. Nothing outside is written, the run is refused, and
     the host measures the next candidate as before."""
+    from cluster.measure.measure import Reference
     from cluster.runners._base import Invocation
-    from cluster.runners.measure import Reference
     from tests.cluster.runners.test_kernel_runner import _plant_links
 
     victim = tmp_path / "victim.json"

@@ -8,6 +8,7 @@ import pytest
 
 from cluster.config import MetricSpec
 from cluster.config.kernel import BenchOptions, LaunchPlan, ResolvedArgument
+from cluster.measure.measure import harness_region, metric_problem, parse_samples
 from cluster.runners.kernel_harness import (
     MAX_BATCH,
     Sampling,
@@ -18,7 +19,6 @@ from cluster.runners.kernel_harness import (
     spread,
     write_output,
 )
-from cluster.runners.measure import harness_region, metric_problem, parse_samples
 from scripts.kt_compare.spaces import fill_uniform as numpy_reference
 
 

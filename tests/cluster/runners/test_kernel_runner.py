@@ -119,9 +119,9 @@ def test_call_kernel_times_writes_outputs_and_keeps_its_buffers(target, tmp_path
     import numpy as np
 
     from cluster.config import MetricSpec
+    from cluster.measure.measure import harness_region, parse_samples
     from cluster.runners.kernel import call_kernel
     from cluster.runners.kernel_harness import host_values
-    from cluster.runners.measure import harness_region, parse_samples
 
     assert call_kernel(_request(target, tmp_path)) == 0
     stdout = capsys.readouterr().out
@@ -153,8 +153,8 @@ def test_call_kernel_races_a_loser_and_batches_its_samples(target, tmp_path, fak
     import itertools
 
     from cluster.config import MetricSpec
+    from cluster.measure.measure import RACED, parse_samples
     from cluster.runners.kernel import call_kernel
-    from cluster.runners.measure import RACED, parse_samples
 
     times = itertools.cycle([0.02, 0.024])  # 20 us launches, never quiet enough to converge
     fake.elapsed_ms = lambda: next(times)
@@ -177,8 +177,8 @@ def test_call_kernel_caps_a_search_candidates_samples(target, tmp_path, fake, ca
     import itertools
 
     from cluster.config import MetricSpec
+    from cluster.measure.measure import parse_samples
     from cluster.runners.kernel import call_kernel
-    from cluster.runners.measure import parse_samples
 
     times = itertools.cycle([0.02, 0.03])  # never quiet enough to converge: the full rule takes 1000
     fake.elapsed_ms = lambda: next(times)
@@ -211,8 +211,8 @@ def test_outputs_are_checked_in_the_host_and_each_reference_handed_over_once(tar
 
     from cluster.build.kernel import KernelBinary
     from cluster.core.types import BuildArtifact, Candidate, DeviceInfo, Phase, Status
+    from cluster.measure.measure import Reference, measure_candidate
     from cluster.runners.kernel import VERIFIED_FILE, KernelRunner, call_kernel
-    from cluster.runners.measure import Reference, measure_candidate
     from cluster.sandbox import host
     from cluster.sandbox.sandbox import Unsandboxed
 

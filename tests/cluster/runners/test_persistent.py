@@ -15,9 +15,9 @@ import yaml
 from cluster.build.build import compile_candidate
 from cluster.config import load_target
 from cluster.core.types import Candidate, Phase, Status
+from cluster.measure.measure import Reference, measure_candidate
+from cluster.platform.devices import cpu_device
 from cluster.runners._base import Invocation, ProcessRunner
-from cluster.runners.devices import cpu_device
-from cluster.runners.measure import Reference, measure_candidate
 from cluster.runners.persistent import PersistentRunner
 from tests.conftest import REPO, gpu_present, needs
 
@@ -187,7 +187,7 @@ CUDA_PROGRAM = textwrap.dedent(r"""
 @pytest.mark.skipif(not gpu_present(), reason="needs an NVIDIA GPU")
 @needs("nvcc")
 def test_the_host_survives_a_candidate_that_corrupts_the_cuda_context(tmp_path):
-    from cluster.runners.devices import gpu_device
+    from cluster.platform.devices import gpu_device
     from cluster.toolchains import get_toolchain
 
     (tmp_path / "fill.cu").write_text(CUDA_PROGRAM)

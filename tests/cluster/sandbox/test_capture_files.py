@@ -16,9 +16,9 @@ import yaml
 from cluster.build.build import compile_candidate
 from cluster.config import SandboxSpec, load_target
 from cluster.core.types import Candidate, Phase, Status
+from cluster.measure.measure import measure_candidate
+from cluster.platform.devices import cpu_device
 from cluster.runners._base import Invocation, ProcessRunner
-from cluster.runners.devices import cpu_device
-from cluster.runners.measure import measure_candidate
 from cluster.runners.persistent import PersistentRunner
 from cluster.sandbox.isolation import start_bubblewrap
 from cluster.sandbox.sandbox import SandboxError, Unsandboxed

@@ -17,7 +17,7 @@ from agents.workflow.steps import Finding, Level, Plan, Verdict, VerdictStatus, 
 from cluster.build.build import compile_candidate
 from cluster.config import Target, load_target
 from cluster.core.types import BuildArtifact, Candidate, DeviceInfo, Status
-from cluster.runners.guardrails import (
+from cluster.measure.guardrails import (
     FRESH_SEEDS,
     GuardedVerifier,
     cheat_checks,
@@ -29,7 +29,7 @@ from cluster.runners.guardrails import (
     sample_lines_problem,
     suspect_speedup,
 )
-from cluster.runners.measure import Reference, measure_candidate
+from cluster.measure.measure import Reference, measure_candidate
 from tests.conftest import REPO, needs
 
 FIXTURES = REPO / "tests" / "fixtures" / "targets"
@@ -260,7 +260,7 @@ def test_the_baselines_runs_serve_the_next_variants_output_checks(guarded: Targe
     """Three of a variant's eleven runs were the baseline's on the fresh seeds, the same for every
     variant of a target: the second variant's checks take them from the first's. A change to what
     the baseline's run depends on (here its run command) runs it again."""
-    from cluster.runners import guardrails
+    from cluster.measure import guardrails
 
     guardrails._baseline_runs.clear()
     seeded: list[tuple[int, bool]] = []  # the baseline's runs on fresh seeds: the output checks'

@@ -14,11 +14,11 @@ import yaml
 from cluster.build.build import compile_candidate
 from cluster.config import load_target
 from cluster.core.types import Candidate, Clock, Phase, Status
+from cluster.measure.clock import clock_problem
+from cluster.measure.measure import Reference, measure_candidate
 from cluster.outputs.select import select_best
+from cluster.platform.devices import cpu_device
 from cluster.runners._base import ProcessRunner
-from cluster.runners.clock import clock_problem
-from cluster.runners.devices import cpu_device
-from cluster.runners.measure import Reference, measure_candidate
 from cluster.runners.persistent import PersistentRunner
 from cluster.store.results import read_results
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from cluster.runners.devices import cpu_device, visible_gpu_count
+from cluster.platform.devices import cpu_device, visible_gpu_count
 
 
 def test_visible_gpus_follow_cuda_visible_devices(monkeypatch):

@@ -17,7 +17,7 @@ import pytest
 
 from cluster.config import MetricSpec
 from cluster.core.types import Stats
-from cluster.runners.measure import harness_region, parse_samples
+from cluster.measure.measure import harness_region, parse_samples
 from tests.conftest import REPO, gpu_present, needs
 
 INCLUDE = REPO / "cluster" / "build" / "include"

@@ -2,7 +2,7 @@
 
 Order of checks: exit status (crash, timeout), metric samples in stdout, then every output file
 and optionally stdout numbers against the baseline's, then the user's test command; and once every
-run passed, the time the samples claim against warpfleet's own clock (``cluster.runners.clock``).
+run passed, the time the samples claim against warpfleet's own clock (``cluster.measure.clock``).
 """
 
 from __future__ import annotations
@@ -20,9 +20,9 @@ import numpy as np
 from cluster.config import MetricSpec, OutputSpec, Target, VerifySpec
 from cluster.core.placeholders import names_in
 from cluster.core.types import BuildArtifact, Candidate, Clock, DeviceInfo, Measurement, RunOutputs, Status
+from cluster.measure.clock import CONFIRM_RUNS, clock_problem, seconds_per_unit
+from cluster.measure.telemetry import Monitor
 from cluster.runners._base import Invocation, ProcessRunner, Runner
-from cluster.runners.clock import CONFIRM_RUNS, clock_problem, seconds_per_unit
-from cluster.runners.telemetry import Monitor
 from cluster.sandbox.sandbox import read_output
 from cluster.sandbox.untrusted_dir import UntrustedDir
 

@@ -12,8 +12,8 @@ from agents.workflow import VerdictStatus
 from cluster.core.types import Status
 from cluster.engine.jobs import JobResult
 from cluster.engine.verify import SANITIZER_FLOOR_S, QueueVerifier, sanitizer_verdicts
+from cluster.measure.sanitize import SanitizerResult, sanitize_candidate
 from cluster.runners._base import ProcessRunner
-from cluster.runners.sanitize import SanitizerResult, sanitize_candidate
 from cluster.sandbox.sandbox import Unsandboxed
 from tests.cluster.runners.test_persistent import built, target_with
 

@@ -44,8 +44,8 @@ from cluster.config import Target
 from cluster.core.encodings import SUSPECT_SPEEDUP, suspect_speedup  # noqa: F401  (re-exported: the 10x rule)
 from cluster.core.placeholders import names_in
 from cluster.core.types import BuildArtifact, Candidate, Phase, RunOutputs, Status
+from cluster.measure.measure import PROTOCOL_PREFIX, parse_samples, verify_outputs
 from cluster.runners._base import Invocation, ProcessRunner, Runner, Staged
-from cluster.runners.measure import PROTOCOL_PREFIX, parse_samples, verify_outputs
 from cluster.sandbox.sandbox import read_output, scratch_dir, write_bundle
 
 POISON_ENV = "WARPFLEET_POISON"

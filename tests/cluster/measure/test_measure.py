@@ -10,7 +10,7 @@ import pytest
 from cluster.build.build import compile_candidate
 from cluster.config import MetricSpec, VerifySpec, load_target
 from cluster.core.types import Candidate, DeviceInfo, Phase, RunOutputs, Status
-from cluster.runners.measure import Reference, compare, measure_candidate, parse_samples, verify_outputs
+from cluster.measure.measure import Reference, compare, measure_candidate, parse_samples, verify_outputs
 from tests.conftest import needs, write_target
 
 
@@ -41,7 +41,7 @@ def test_compare_is_isclose_in_float64_chunk_by_chunk(monkeypatch, chunk):
     """The chunked comparison decides as np.isclose on float64 copies does, across chunk boundaries,
     dtypes, scales, tolerance edges and non-finite baseline values (none of which a finite value
     matches), and counts the same differing values."""
-    from cluster.runners import measure
+    from cluster.measure import measure
 
     monkeypatch.setattr(measure, "_CHUNK", chunk)
     rng = np.random.default_rng(0)

@@ -5,7 +5,7 @@ import time
 
 import pytest
 
-from cluster.runners.telemetry import FakeNvmlSource, Monitor, Reading
+from cluster.measure.telemetry import FakeNvmlSource, Monitor, Reading
 
 
 class Scripted:

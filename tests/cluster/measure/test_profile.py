@@ -2,8 +2,7 @@
 
 from cluster.config import ProfileSpec, load_target
 from cluster.core.types import Candidate, Status
-from cluster.runners._base import Invocation, ProcessRunner, Staged
-from cluster.runners.profile import (
+from cluster.measure.profile import (
     DEFAULT_METRICS,
     LaunchFilter,
     Profile,
@@ -12,6 +11,7 @@ from cluster.runners.profile import (
     profile_candidate,
     top_stalls,
 )
+from cluster.runners._base import Invocation, ProcessRunner, Staged
 from cluster.sandbox.sandbox import ProcessResult
 from tests.conftest import write_target
 

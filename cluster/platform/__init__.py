@@ -1,0 +1,1 @@
+"""The machine a worker runs on: its devices (``devices``)."""

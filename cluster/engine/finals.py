@@ -104,23 +104,23 @@ class Finals:
             candidate = self.pool.pop(0)
             unchecked = (candidate.source_hash in self.flow.state.variants
                          and self.flow.checks.trust(candidate.source_hash) is Trust.NOT_RUN)
-            if unchecked and not self.flow.beats_baseline(candidate):
+            if unchecked and not self.flow.gate.beats_baseline(candidate):
                 continue  # a variant no better than the baseline: not worth its expensive checks
-            if unchecked and len(self.flow.checks.pending()) >= self.flow.check_slots:
+            if unchecked and len(self.flow.checks.pending()) >= self.flow.gate.check_slots:
                 continue  # with a time budget, one variant's checks at a time: the best one's
-            trust = self.flow.trust(candidate)
+            trust = self.flow.gate.trust(candidate)
             if trust is Trust.PASSED:
                 self._submit(candidate)
             elif trust is not Trust.FAILED:
                 self.holding.add(candidate.key)
-                self.flow.promote_checks()
+                self.flow.gate.promote()
 
     def _settle_holds(self) -> None:
         flow = self.flow
         plan = flow.ctx.plan
         for key in sorted(self.holding):
             candidate = flow.state.candidates[key]
-            trust = flow.trust(candidate, ask=False)
+            trust = flow.gate.trust(candidate, ask=False)
             if trust is Trust.PASSED:
                 self.holding.discard(key)
                 self._submit(candidate)

@@ -32,12 +32,12 @@ import ray
 
 from agents.workflow.steps import Verdict
 from cluster.config import RunConfig, Target
-from cluster.core.encodings import beats, speedup, suspect_speedup
 from cluster.core.placeholders import expand
 from cluster.core.types import BuildArtifact, Candidate, Measurement, Phase, Stats, Status
 from cluster.engine.budget import SAFETY, TimePlan
 from cluster.engine.checks import DeepChecks, Trust
 from cluster.engine.finals import Finals
+from cluster.engine.gate import Gate
 from cluster.engine.jobs import URGENT, Job, JobKind, JobResult
 from cluster.engine.scheduler import Scheduler
 from cluster.engine.studies import Evaluated, StudyState, save_reference
@@ -52,15 +52,12 @@ from cluster.store.variants import VARIANT_SCHEMA, AcceptedVariant
 
 SEARCH_ONLY = frozenset({JobKind.SEARCH})
 AGENTS_ONLY = frozenset({JobKind.VERIFY, JobKind.PROFILE})  # the agents' jobs (a study's own profiles come later)
-CHECK_KINDS = frozenset({JobKind.SANITIZE, JobKind.GUARD, JobKind.REVIEW})
 
 
 class Stage(StrEnum):
     BASELINE = "baseline"
-    AGENTS = "agents"  # runs in runs written before 2026-11-27: the agents now run beside the search
     SEARCH = "search"
     FINAL = "final"
-    REVIEW = "review"  # likewise: reviews now come before the finals, as checks
     PROFILE = "profile"
     DONE = "done"
     FAILED = "failed"  # its baseline did not run: nothing else can be measured against it
@@ -158,17 +155,15 @@ class StudyFlow(Flow):
         self.admitted: queue.SimpleQueue[tuple[AcceptedVariant, Future[tuple[Verdict, ...]]]] = queue.SimpleQueue()
         self.closed = False
         self.kernels: tuple = ()
-        self.review_trust: dict[str, Trust] = {k: Trust(v) for k, v in ctx.reviewed.items()}
-        self.reviews: list[str] = []  # one word per review, for the summary line
         self.run_estimate: float | None = None  # worker-seconds a run of the baseline takes (the plan's unit)
         self.job_overhead = 0.0  # worker-seconds of a job besides its runs (staging, the sandbox's start)
-        self.check_s: float | None = None  # this study's expensive checks, worker-seconds a job (a running mean)
         self.profile_s: float | None = None  # Nsight Compute on this study's program, worker-seconds a job
         agents = ctx.config.agents
         gpu = state.device.kind == "gpu"
         self.checks = DeepChecks(self.jobs, tuple(agents.sanitizer) if gpu else (), agents.sanitizer_timeout_s,
                                  agents.guardrails, self._write_variant, ctx.log, self._record_of, self._retire)
         self.finals = Finals(self)
+        self.gate = Gate(self, {k: Trust(v) for k, v in ctx.reviewed.items()})
 
     # -- the stages ------------------------------------------------------------------------------
     @property
@@ -198,9 +193,10 @@ class StudyFlow(Flow):
             self._advance(Stage.DONE)
 
     def _advance(self, stage: Stage) -> None:
-        if stage is Stage.PROFILE and self.reviews:
-            counts = {word: self.reviews.count(word) for word in dict.fromkeys(self.reviews)}
-            self.ctx.log(f"{self.name}: {len(self.reviews)} candidates over 10x the baseline, re-verified on fresh "
+        if stage is Stage.PROFILE and self.gate.reviews:
+            reviews = self.gate.reviews
+            counts = {word: reviews.count(word) for word in dict.fromkeys(reviews)}
+            self.ctx.log(f"{self.name}: {len(reviews)} candidates over 10x the baseline, re-verified on fresh "
                          f"seeds: " + ", ".join(f"{n} {word}" for word, n in counts.items()))
         self.stage, self.entered = stage, False
         self.awaited.clear()
@@ -292,7 +288,7 @@ class StudyFlow(Flow):
             self.checks.add(variant, variant.record)
             verified = self.jobs.variant_candidate(variant.target).key
             if verified in self.stats:
-                self._maybe_check(self.state.candidates.get(verified), self.stats[verified], ticket)
+                self.gate.consider(self.state.candidates.get(verified), self.stats[verified], ticket)
             if not ticket.done() and self.checks.trust(variant.source_hash) is Trust.NOT_RUN:
                 ticket.set_result(())  # no faster than the baseline: no expensive checks now
 
@@ -350,9 +346,6 @@ class StudyFlow(Flow):
             self.ctx.log(f"{self.name}: the search is over; the agents' proposals from now on are not verified")
         self.jobs.urgent = True  # the checks the finalists wait for go first
         self.finals.enter()
-
-    def _enter_review(self) -> None:  # a stage of older runs; nothing to do now
-        return None
 
     def _enter_profile(self) -> None:
         spec = self.ctx.config.profile
@@ -459,88 +452,7 @@ class StudyFlow(Flow):
         run = self.run_estimate
         if run is None:
             run = self.ctx.plan.typical_run(self.device_type) if self.ctx.plan is not None else 1.0
-        return self.finals.work_left(run, self.job_overhead), self._checks_left(run)
-
-    def _checks_left(self, run: float) -> float:
-        """The expensive checks that the finals may wait for: those running for the best few (a
-        variant's compute-sanitizer and cheat checks, two jobs; a review, one)."""
-        wanted = max(1, self.ctx.config.measure.final_top_k)
-        variants = min(len(self.checks.pending()), wanted)
-        reviews = min(sum(t is Trust.PENDING for t in self.review_trust.values()), wanted)
-        per_job = self.check_s if self.check_s is not None else CHECK_RUNS * run + CHECK_OVERHEAD_S
-        return min(self.ctx.config.agents.sanitizer_timeout_s, per_job) * (2 * variants + reviews)
-
-    # -- trust -----------------------------------------------------------------------------------
-    def trust(self, candidate: Candidate, ask: bool = True) -> Trust:
-        """Whether a candidate may be a final: its variant's expensive checks passed (a candidate of
-        the target's own sources has none), and, far faster than the baseline, its fresh-seed review
-        too. ``ask``: start what has not run."""
-        if candidate.source_hash in self.state.retired:
-            return Trust.FAILED
-        trusts = []
-        if candidate.source_hash in self.state.variants:
-            trust = self.checks.trust(candidate.source_hash)
-            if trust is Trust.NOT_RUN and ask:
-                trust = self.checks.request(candidate.source_hash, "a finalist")
-            trusts.append(trust)
-        result = self.state.results.get(candidate.key)
-        if result is not None and suspect_speedup(speedup(result.median, self.state.baseline_median, self.state.goal)):
-            trust = self.review_trust.get(candidate.key, Trust.NOT_RUN)
-            if trust is Trust.NOT_RUN and ask:
-                trust = self._review(candidate)
-            trusts.append(trust)
-        for worst in (Trust.FAILED, Trust.NOT_RUN, Trust.PENDING):
-            if worst in trusts:
-                return worst
-        return Trust.PASSED
-
-    def promote_checks(self) -> None:
-        self.ctx.scheduler.promote(self.name, CHECK_KINDS)
-
-    def _maybe_check(self, candidate: Candidate | None, stats: Stats,
-                     ticket: Future[tuple[Verdict, ...]] | None = None) -> None:
-        """A measurement in: a variant faster than the baseline beyond the noise, and among the best
-        few (those the finals would take now), gets its expensive checks (``ticket``: its admission
-        waits for them); such a candidate over 10x, its fresh-seed review."""
-        state = self.state
-        base = self.stats.get(state.baseline_candidate().key)
-        if candidate is None or base is None or candidate.key not in self.contenders():
-            return
-        faster = beats(stats.median, stats.iqr, base.median, base.iqr, state.goal)
-        if candidate.source_hash in state.variants and faster and len(self.checks.pending()) < self.check_slots:
-            ratio = speedup(stats.median, base.median, state.goal) or 0.0
-            self.checks.request(candidate.source_hash, f"measured {ratio:.2f}x the baseline", ticket)
-        if suspect_speedup(speedup(stats.median, base.median, state.goal)):
-            self._review(candidate)
-
-    def beats_baseline(self, candidate: Candidate) -> bool:
-        """Whether its measurement is better than the baseline's beyond their noise."""
-        stats, base = self.stats.get(candidate.key), self.stats.get(self.state.baseline_candidate().key)
-        return stats is not None and base is not None and beats(stats.median, stats.iqr, base.median, base.iqr,
-                                                                  self.state.goal)
-
-    @property
-    def check_slots(self) -> int:
-        """Variants whose expensive checks may run at once: with a time budget one (a study has one
-        winner; another's checks come when that one's are in, or its finals ask), else the best few."""
-        return 1 if self.ctx.plan is not None else max(1, self.ctx.config.measure.final_top_k)
-
-    def contenders(self) -> set[str]:
-        """The candidates the finals would take now: the best few, a failed variant's left out."""
-        wanted = max(1, self.ctx.config.measure.final_top_k)
-        best = [c.key for c in self.state.ranked() if c.source_hash not in self.state.retired
-                and c.key != self.state.baseline_candidate().key]
-        return set(best[:wanted])
-
-    def _review(self, candidate: Candidate) -> Trust:
-        if self.review_trust.get(candidate.key, Trust.NOT_RUN) is not Trust.NOT_RUN:
-            return self.review_trust[candidate.key]
-        self.review_trust[candidate.key] = Trust.PENDING
-        future = self.jobs.review(candidate, label="over 10x the baseline, on fresh seeds")
-        if self.stage is Stage.FINAL:
-            self.promote_checks()
-        future.add_done_callback(lambda f: self._reviewed(f.result()))
-        return Trust.PENDING
+        return self.finals.work_left(run, self.job_overhead), self.gate.checks_left(run)
 
     # -- results ---------------------------------------------------------------------------------
     def on_result(self, result: JobResult) -> None:
@@ -554,8 +466,7 @@ class StudyFlow(Flow):
         elif job.kind is JobKind.REFERENCE:
             self._referenced(result)
         elif job.kind in (JobKind.SANITIZE, JobKind.GUARD, JobKind.REVIEW):
-            if job.service_s > 0:  # their futures' callbacks (the checks, the review) read them; the plan their time
-                self.check_s = job.service_s if self.check_s is None else 0.7 * self.check_s + 0.3 * job.service_s
+            self.gate.timed(job)  # their futures' callbacks (the checks, the review) read them
         else:
             self._measured(result)
         self.awaited.discard(job.seq)
@@ -593,7 +504,7 @@ class StudyFlow(Flow):
         if stats is not None and job.kind in (JobKind.BASELINE, JobKind.SEARCH, JobKind.VERIFY):
             self.stats[job.candidate.key] = stats
             if job.kind is not JobKind.BASELINE:
-                self._maybe_check(state.candidates.get(job.candidate.key), stats)
+                self.gate.consider(state.candidates.get(job.candidate.key), stats)
         if job.kind is JobKind.BASELINE and state.reference is not None:
             self._after_baseline()
 
@@ -657,30 +568,6 @@ class StudyFlow(Flow):
             return
         self.finals.referenced(measurement)
 
-    def _reviewed(self, result: JobResult) -> None:
-        from agents.workflow.steps import Verdict, VerdictStatus
-
-        job, state = result.job, self.state
-        if result.failure is not None:  # it took its worker down on fresh seeds, or every worker was lost
-            verdict = Verdict("fresh_seeds", VerdictStatus.FAILED, f"the re-verification did not complete: "
-                                                                   f"{result.failure.value}: {result.error}"[:300])
-        elif isinstance(result.value, Verdict):
-            verdict = result.value
-        else:  # its build failed
-            verdict = Verdict("fresh_seeds", VerdictStatus.SKIPPED,
-                              f"not run: {result.error or result.artifact.error_tail}"[:300])
-        key = job.candidate.key
-        ratio = speedup(state.results[key].median, state.baseline_median, state.goal) if key in state.results else None
-        self.reviews.append(verdict.status.value)
-        self.review_trust[key] = Trust.FAILED if verdict.failed else Trust.PASSED
-        self.ctx.append(RunDir.REVIEWS, REVIEW_SCHEMA, {
-            "run_id": self.ctx.run_id, "study": self.name, "candidate_key": key, "speedup": ratio,
-            "status": verdict.status.value, "detail": verdict.detail})
-        if verdict.failed:
-            failed = Measurement(key, Status.VERIFY_FAILED, state.device,
-                                 error_tail=f"fresh-seed re-verification: {verdict.detail}")
-            self.record_row(job.target, job.candidate.with_phase(Phase.FINAL), result.artifact, failed)
-
     def _profiled(self, result: JobResult) -> None:
         if result.job.seq not in self.awaited:
             return  # the agents' baseline profile: their stage writes it
@@ -691,8 +578,6 @@ class StudyFlow(Flow):
 
 
 PROFILE_GUESS_S = 60.0  # Nsight Compute on a program, until one of this study's profiles has been timed
-CHECK_RUNS = 12  # a variant's expensive checks, in runs of its program: the cheat checks' runs, the sanitizer's
-CHECK_OVERHEAD_S = 5.0  # and the tools' own start
 
 
 def run_signature(target: Target, candidate: Candidate) -> str:

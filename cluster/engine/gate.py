@@ -1,0 +1,153 @@
+"""What may be a final: the expensive tier as a study's flow sees it (issue 25).
+
+    a measurement in ─► ``consider``: among the best few, and faster than the baseline beyond the
+        noise? ─► a variant's expensive checks (``DeepChecks``), a 10x candidate's fresh-seed review
+    the finals ─► ``trust``: passed, pending (asked for now where it never ran, and ``promote``d),
+        or failed
+
+A candidate of the target's own sources has no expensive checks; one far faster than the baseline
+has its review; a candidate of a retired variant (one that failed its checks) never passes.
+"""
+
+from __future__ import annotations
+
+from concurrent.futures import Future
+from typing import TYPE_CHECKING
+
+from agents.workflow.steps import Verdict, VerdictStatus
+from cluster.core.encodings import beats, speedup, suspect_speedup
+from cluster.core.types import Candidate, Measurement, Phase, Stats, Status
+from cluster.engine.checks import Trust
+from cluster.engine.jobs import Job, JobKind, JobResult
+from cluster.store.rundir import RunDir
+from cluster.store.tables import REVIEW_SCHEMA
+
+if TYPE_CHECKING:
+    from cluster.engine.flow import StudyFlow
+
+CHECK_KINDS = frozenset({JobKind.SANITIZE, JobKind.GUARD, JobKind.REVIEW})
+CHECK_RUNS = 12  # a variant's expensive checks, in runs of its program: the cheat checks' runs, the sanitizer's
+CHECK_OVERHEAD_S = 5.0  # and the tools' own start
+
+
+class Gate:
+    def __init__(self, flow: StudyFlow, reviewed: dict[str, Trust]) -> None:
+        self.flow = flow
+        self.review_trust = dict(reviewed)  # candidate key -> its fresh-seed review (an earlier invocation's too)
+        self.reviews: list[str] = []  # one word per review, for the summary line
+        self.check_s: float | None = None  # this study's expensive checks, worker-seconds a job (a running mean)
+
+    # -- which, and when ---------------------------------------------------------------------------
+    @property
+    def check_slots(self) -> int:
+        """Variants whose expensive checks may run at once: with a time budget one (a study has one
+        winner; another's checks come when that one's are in, or its finals ask), else the best few."""
+        ctx = self.flow.ctx
+        return 1 if ctx.plan is not None else max(1, ctx.config.measure.final_top_k)
+
+    def contenders(self) -> set[str]:
+        """The candidates the finals would take now: the best few, a failed variant's left out."""
+        state = self.flow.state
+        wanted = max(1, self.flow.ctx.config.measure.final_top_k)
+        best = [c.key for c in state.ranked() if c.source_hash not in state.retired
+                and c.key != state.baseline_candidate().key]
+        return set(best[:wanted])
+
+    def beats_baseline(self, candidate: Candidate) -> bool:
+        """Whether its measurement is better than the baseline's beyond their noise."""
+        stats = self.flow.stats
+        mine, base = stats.get(candidate.key), stats.get(self.flow.state.baseline_candidate().key)
+        return mine is not None and base is not None and beats(mine.median, mine.iqr, base.median, base.iqr,
+                                                                 self.flow.state.goal)
+
+    def consider(self, candidate: Candidate | None, stats: Stats,
+                 ticket: Future[tuple[Verdict, ...]] | None = None) -> None:
+        """A measurement in: a variant faster than the baseline beyond the noise, and among the best
+        few (those the finals would take now), gets its expensive checks (``ticket``: its admission
+        waits for them); such a candidate over 10x, its fresh-seed review."""
+        flow, state = self.flow, self.flow.state
+        base = flow.stats.get(state.baseline_candidate().key)
+        if candidate is None or base is None or candidate.key not in self.contenders():
+            return
+        faster = beats(stats.median, stats.iqr, base.median, base.iqr, state.goal)
+        if candidate.source_hash in state.variants and faster and len(flow.checks.pending()) < self.check_slots:
+            ratio = speedup(stats.median, base.median, state.goal) or 0.0
+            flow.checks.request(candidate.source_hash, f"measured {ratio:.2f}x the baseline", ticket)
+        if suspect_speedup(speedup(stats.median, base.median, state.goal)):
+            self.review(candidate)
+
+    def trust(self, candidate: Candidate, ask: bool = True) -> Trust:
+        """Whether a candidate may be a final; ``ask``: start what has not run."""
+        flow, state = self.flow, self.flow.state
+        if candidate.source_hash in state.retired:
+            return Trust.FAILED
+        trusts = []
+        if candidate.source_hash in state.variants:
+            trust = flow.checks.trust(candidate.source_hash)
+            if trust is Trust.NOT_RUN and ask:
+                trust = flow.checks.request(candidate.source_hash, "a finalist")
+            trusts.append(trust)
+        result = state.results.get(candidate.key)
+        if result is not None and suspect_speedup(speedup(result.median, state.baseline_median, state.goal)):
+            trust = self.review_trust.get(candidate.key, Trust.NOT_RUN)
+            if trust is Trust.NOT_RUN and ask:
+                trust = self.review(candidate)
+            trusts.append(trust)
+        for worst in (Trust.FAILED, Trust.NOT_RUN, Trust.PENDING):
+            if worst in trusts:
+                return worst
+        return Trust.PASSED
+
+    def promote(self) -> None:
+        """The study waits for its checks (its finals): they go first in their lane."""
+        self.flow.ctx.scheduler.promote(self.flow.name, CHECK_KINDS)
+
+    # -- the plan's estimates ----------------------------------------------------------------------
+    def timed(self, job: Job) -> None:
+        """A check's time on its worker, for the estimate of the checks still to come."""
+        if job.service_s > 0:
+            self.check_s = job.service_s if self.check_s is None else 0.7 * self.check_s + 0.3 * job.service_s
+
+    def checks_left(self, run: float) -> float:
+        """Worker-seconds of the expensive checks the finals may wait for: those running for the best
+        few (a variant's compute-sanitizer and cheat checks, two jobs; a review, one)."""
+        config = self.flow.ctx.config
+        wanted = max(1, config.measure.final_top_k)
+        variants = min(len(self.flow.checks.pending()), wanted)
+        reviews = min(sum(t is Trust.PENDING for t in self.review_trust.values()), wanted)
+        per_job = self.check_s if self.check_s is not None else CHECK_RUNS * run + CHECK_OVERHEAD_S
+        return min(config.agents.sanitizer_timeout_s, per_job) * (2 * variants + reviews)
+
+    # -- the fresh-seed review ---------------------------------------------------------------------
+    def review(self, candidate: Candidate) -> Trust:
+        """A candidate far faster than its baseline, run again against it on fresh seeds, once."""
+        if self.review_trust.get(candidate.key, Trust.NOT_RUN) is not Trust.NOT_RUN:
+            return self.review_trust[candidate.key]
+        self.review_trust[candidate.key] = Trust.PENDING
+        future = self.flow.jobs.review(candidate, label="over 10x the baseline, on fresh seeds")
+        if self.flow.jobs.urgent:
+            self.promote()
+        future.add_done_callback(lambda f: self.reviewed(f.result()))
+        return Trust.PENDING
+
+    def reviewed(self, result: JobResult) -> None:
+        flow, job, state = self.flow, result.job, self.flow.state
+        if result.failure is not None:  # it took its worker down on fresh seeds, or every worker was lost
+            verdict = Verdict("fresh_seeds", VerdictStatus.FAILED, f"the re-verification did not complete: "
+                                                                   f"{result.failure.value}: {result.error}"[:300])
+        elif isinstance(result.value, Verdict):
+            verdict = result.value
+        else:  # its build failed
+            verdict = Verdict("fresh_seeds", VerdictStatus.SKIPPED,
+                              f"not run: {result.error or result.artifact.error_tail}"[:300])
+        key = job.candidate.key
+        ratio = speedup(state.results[key].median, state.baseline_median, state.goal) if key in state.results else None
+        self.reviews.append(verdict.status.value)
+        self.review_trust[key] = Trust.FAILED if verdict.failed else Trust.PASSED
+        flow.ctx.append(RunDir.REVIEWS, REVIEW_SCHEMA, {
+            "run_id": flow.ctx.run_id, "study": flow.name, "candidate_key": key, "speedup": ratio,
+            "status": verdict.status.value, "detail": verdict.detail})
+        if verdict.failed:
+            failed = Measurement(key, Status.VERIFY_FAILED, state.device,
+                                 error_tail=f"fresh-seed re-verification: {verdict.detail}")
+            flow.record_row(job.target, job.candidate.with_phase(Phase.FINAL), result.artifact, failed)

@@ -1,4 +1,4 @@
-"""The output compare's cost per run: ``cluster.measure.measure.compare`` against ``np.isclose`` on
+"""The output compare's cost per run: ``cluster.core.compare.compare`` against ``np.isclose`` on
 whole float64 copies (what it did before 2026-11-26), on one float32 output of ``--values`` values,
 bitwise equal to the baseline's and only close to it. Medians of ``--repeat`` calls, after one warm-up.
 
@@ -17,7 +17,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from cluster.measure.measure import compare
+from cluster.core.compare import compare
 
 
 def isclose_whole(got: np.ndarray, want: np.ndarray, rtol: float, atol: float) -> bool:

@@ -30,6 +30,7 @@ import numpy as np
 
 from cluster.build.kernel import KernelBinary
 from cluster.config.kernel import BenchOptions, LaunchPlan
+from cluster.core.compare import compare
 from cluster.core.types import RunOutputs
 from cluster.runners._base import BINARY_FILE, HostRunner, Invocation, Staged
 from cluster.runners.kernel_harness import bench, capped_options, host_values, profile_options, write_output
@@ -302,10 +303,8 @@ class _Kept(OrderedDict):
 
 
 def _matches(dev: _Device, check: Mapping[str, Any], arg: Any, out: np.ndarray, workdir: Path) -> bool:
-    """Whether an output matches the baseline's by the worker's own rule (measure.compare), in
+    """Whether an output matches the baseline's by the worker's own rule (core.compare), in
     the host: no file written and read back. False also where the host lacks the reference."""
-    from cluster.measure.measure import compare
-
     want = dev.reference(check, workdir)
     if want is None:
         return False

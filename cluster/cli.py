@@ -520,9 +520,9 @@ def export(run: str, fmt: str, output: str | None, target: str | None, device: s
         NothingToExport,
         render,
     )
-    from cluster.outputs.select import load_verified, select_best
     from cluster.store.results import read_results
     from cluster.store.rundir import RunDir
+    from cluster.store.select import load_verified, select_best
 
     run_dir = RunDir.open(run)
     rows = read_results(run_dir.path)

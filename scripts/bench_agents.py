@@ -36,9 +36,9 @@ from cluster.config import RunPlan, load_run  # noqa: E402
 from cluster.core.types import BestConfig  # noqa: E402
 from cluster.engine.driver import Sweep  # noqa: E402
 from cluster.outputs.optimize_report import optimization_results, write_report  # noqa: E402
-from cluster.outputs.select import select_best  # noqa: E402
 from cluster.store.results import read_results, read_table  # noqa: E402
 from cluster.store.rundir import RunDir  # noqa: E402
+from cluster.store.select import select_best  # noqa: E402
 from cluster.store.variants import VARIANT_SCHEMA, latest_outcomes  # noqa: E402
 
 SUITE = REPO / "configs" / "suite.yaml"

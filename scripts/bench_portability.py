@@ -41,9 +41,9 @@ from cluster.engine.driver import Sweep
 from cluster.engine.evaluate import Evaluation, create_run_dir, plan_for
 from cluster.outputs.compare import add_resources, build_matrices, load_run_dir, load_targets
 from cluster.outputs.compare_text import to_json, to_markdown
-from cluster.outputs.select import select_best
 from cluster.store.results import read_results
 from cluster.store.rundir import RunDir
+from cluster.store.select import select_best
 
 REPO = Path(__file__).resolve().parent.parent
 

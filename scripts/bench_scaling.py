@@ -119,8 +119,8 @@ def figures(run_dir: Path, count: int, started: float, wall: float, compile_slot
     """Every figure of one count, from its run directory's rows (also for a count that was killed)."""
     import pandas as pd
 
-    from cluster.outputs.select import select_best
     from cluster.store.results import read_results
+    from cluster.store.select import select_best
 
     rows = read_results(run_dir)
     stamp = {c: pd.to_datetime(rows[c], utc=True).map(lambda t: t.timestamp() if not pd.isna(t) else None)

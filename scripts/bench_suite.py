@@ -28,10 +28,10 @@ from cluster.core.types import Candidate, Phase, Stats, Status
 from cluster.engine.driver import Sweep
 from cluster.measure.measure import measure_candidate
 from cluster.measure.profile import PROFILE_SCHEMA
-from cluster.outputs.select import select_best
 from cluster.platform.devices import gpu_device
 from cluster.store.results import read_results, read_table
 from cluster.store.rundir import RunDir
+from cluster.store.select import select_best
 
 REPO = Path(__file__).resolve().parent.parent
 

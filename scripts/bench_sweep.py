@@ -17,9 +17,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from cluster.config import RunPlan, load_run
 from cluster.engine.driver import Sweep
-from cluster.outputs.select import select_best
 from cluster.store.results import read_results
 from cluster.store.rundir import RunDir
+from cluster.store.select import select_best
 
 
 def main() -> None:

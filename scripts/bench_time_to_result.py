@@ -38,9 +38,9 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from cluster.core.encodings import speedup  # noqa: E402
-from cluster.outputs.select import Verified, load_verified, select_best  # noqa: E402
 from cluster.store.results import read_results, read_table  # noqa: E402
 from cluster.store.rundir import RunDir  # noqa: E402
+from cluster.store.select import Verified, load_verified, select_best  # noqa: E402
 from cluster.store.tables import JOBS_SCHEMA  # noqa: E402
 
 

@@ -35,9 +35,9 @@ from cluster.engine.jobs import Build, Job, JobKind, JobResult
 from cluster.engine.scheduler import Scheduler
 from cluster.engine.workers import start_fleet, stop_fleet
 from cluster.measure.measure import Reference
-from cluster.outputs.select import select_best
 from cluster.store.results import ResultWriter, make_row, read_results, results_schema
 from cluster.store.rundir import RunDir
+from cluster.store.select import select_best
 from cluster.store.variants import stored_variant
 from cluster.toolchains import get_toolchain
 

@@ -356,7 +356,7 @@ class StudyFlow(Flow):
         if spec.candidates == "best" and self.rows:
             import pandas as pd
 
-            from cluster.outputs.select import select_best
+            from cluster.store.select import select_best
 
             winners = [b.candidate_key for b in select_best(pd.DataFrame(self.rows))]
         profiled_ahead = self.ctx.agents is not None and self.ctx.agents.profiled_baseline(state.name)

@@ -48,9 +48,9 @@ from cluster.core.encodings import (
     settings,
 )
 from cluster.core.types import Candidate, Phase, Scalar, Stats, Status
-from cluster.outputs.select import load_verified, select_best
 from cluster.store.results import read_results
 from cluster.store.rundir import RunDir
+from cluster.store.select import load_verified, select_best
 from cluster.store.variants import stored_variant
 from cluster.toolchains import get_toolchain
 

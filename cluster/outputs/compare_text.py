@@ -8,7 +8,7 @@ from itertools import combinations
 from typing import Any
 
 from cluster.outputs.compare import Cell, Matrix, Resources, differences
-from cluster.outputs.select import NOISY_ADVICE, NOT_REMEASURED
+from cluster.store.select import NOISY_ADVICE, NOT_REMEASURED
 
 NOISY_MARK = "*"
 

@@ -16,9 +16,9 @@ import pandas as pd
 from cluster.core.encodings import readable_configuration
 from cluster.core.types import BestConfig, Phase, Status
 from cluster.measure.profile import BANK_CONFLICT_METRICS, LOCAL_MEMORY_METRICS, PROFILE_SCHEMA
-from cluster.outputs.select import select_best
 from cluster.store.results import read_results, read_table
 from cluster.store.rundir import RunDir, is_current_study, read_generations
+from cluster.store.select import select_best
 from cluster.store.variants import VARIANT_SCHEMA, latest_outcomes
 
 OCCUPANCY = "sm__warps_active.avg.pct_of_peak_sustained_active"

@@ -22,7 +22,7 @@ from matplotlib.colors import TwoSlopeNorm
 
 from cluster.core.types import BestConfig
 from cluster.outputs.compare import Matrix
-from cluster.outputs.select import pareto_front
+from cluster.store.select import pareto_front
 
 DPI = 110
 plt.rcParams.update({"font.size": 10, "axes.titlesize": 11, "axes.grid": True, "grid.alpha": 0.3})

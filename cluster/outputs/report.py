@@ -29,10 +29,10 @@ from cluster.outputs import plots
 from cluster.outputs.compare import Matrix, Run, add_resources, build_matrices, differences, load_run_dir
 from cluster.outputs.compare_text import resources_text, share_text
 from cluster.outputs.exports.bundle import slug
-from cluster.outputs.select import NOT_REMEASURED, load_verified, select_best
 from cluster.store.check import bad_journal
 from cluster.store.journal import journal_problem
 from cluster.store.rundir import RunDir, is_current_study, read_generations
+from cluster.store.select import NOT_REMEASURED, load_verified, select_best
 
 MIN_TRIALS = 5  # fewer completed trials than this: no parameter importance for the study
 

@@ -14,9 +14,9 @@ from rich.table import Table
 
 from cluster.core.encodings import readable_configuration
 from cluster.core.types import BestConfig, Status
-from cluster.outputs.select import NOISY_ADVICE, NOT_REMEASURED, load_verified, pareto_front, select_best
 from cluster.store.results import read_results, read_table
 from cluster.store.rundir import RunDir
+from cluster.store.select import NOISY_ADVICE, NOT_REMEASURED, load_verified, pareto_front, select_best
 
 NOISY_MARK = "*"
 NOT_REMEASURED_MARK = "(not re-measured)"

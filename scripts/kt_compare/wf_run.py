@@ -73,7 +73,7 @@ def _number(value: Any) -> float | None:
 def trace(space: KernelSpace, rows: pd.DataFrame, t0: float, wall: float, gpus: int) -> RunResult:
     """The baseline and search rows in the order their results came in (``finished_at``; a row
     whose build failed has none and goes last), and warpfleet's own selection as the winner."""
-    from cluster.outputs.select import select_best
+    from cluster.store.select import select_best
 
     if rows.empty:
         return RunResult(wall_s=wall, workers_requested=gpus, error="no rows")

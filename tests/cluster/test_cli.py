@@ -19,9 +19,9 @@ from click.testing import CliRunner
 from cluster.cli import main
 from cluster.config import load_run, load_target
 from cluster.core.types import Phase, Status
-from cluster.outputs.select import select_best
 from cluster.store.results import read_results
 from cluster.store.rundir import RunDir
+from cluster.store.select import select_best
 from tests.cluster.outputs.fake_runs import Row, gpu, write_run
 from tests.conftest import REPO, TINY_C, gpu_present, repo_pythonpath, write_config, write_target
 

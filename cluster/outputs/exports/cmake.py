@@ -8,7 +8,7 @@ import re
 from cluster.core.types import BestConfig
 from cluster.outputs.exports._base import ExportError, ExportRequest
 from cluster.outputs.exports.text import _macro, _number, _plain, _sorted
-from cluster.outputs.select import NOISY_ADVICE
+from cluster.store.select import NOISY_ADVICE
 
 
 def _cmake_string(value: str) -> str:

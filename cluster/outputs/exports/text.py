@@ -34,7 +34,7 @@ import yaml
 
 from cluster.core.types import BestConfig
 from cluster.outputs.exports._base import ExportError, ExportRequest
-from cluster.outputs.select import NOISY_ADVICE
+from cluster.store.select import NOISY_ADVICE
 
 
 def _plain(value: Any) -> Any:

@@ -12,9 +12,9 @@ from agents.patch import ReplaceText, apply, source_files
 from agents.workflow import Analyst, Finding, Level, Plan, Planner, Transformer
 from cluster.config import load_run
 from cluster.engine.driver import Sweep
-from cluster.outputs.select import select_best
 from cluster.store.results import read_results, read_table
 from cluster.store.rundir import RunDir
+from cluster.store.select import select_best
 from cluster.store.variants import VARIANT_SCHEMA, latest_outcomes
 from tests.conftest import REPO
 

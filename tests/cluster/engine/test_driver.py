@@ -11,9 +11,9 @@ from click.testing import CliRunner
 from cluster.cli import main
 from cluster.config import load_run
 from cluster.engine.driver import Sweep
-from cluster.outputs.select import select_best
 from cluster.store.results import read_results
 from cluster.store.rundir import RunDir
+from cluster.store.select import select_best
 from tests.conftest import REPO
 
 pytestmark = pytest.mark.usefixtures("ray_local")

@@ -9,9 +9,9 @@ import pytest
 
 from cluster.config import load_run
 from cluster.engine.driver import Sweep
-from cluster.outputs.select import select_best
 from cluster.store.results import read_results
 from cluster.store.rundir import RunDir
+from cluster.store.select import select_best
 from tests.conftest import REPO, gpu_present
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not gpu_present(), reason="no NVIDIA GPU and nvcc")]

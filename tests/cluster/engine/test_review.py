@@ -8,9 +8,9 @@ import yaml
 
 from cluster.config import load_run
 from cluster.engine.driver import REVIEW_SCHEMA, Sweep
-from cluster.outputs.select import select_best
 from cluster.store.results import read_results, read_table
 from cluster.store.rundir import RunDir
+from cluster.store.select import select_best
 from tests.conftest import REPO
 
 pytestmark = pytest.mark.usefixtures("ray_local")

@@ -17,9 +17,9 @@ from cluster.config import RunPlan, load_run
 from cluster.engine.budget import grace_s
 from cluster.engine.driver import Sweep
 from cluster.engine.simulate import Model, simulated_fleet
-from cluster.outputs.select import select_best
 from cluster.store.results import read_results, read_table
 from cluster.store.rundir import RunDir
+from cluster.store.select import select_best
 from cluster.store.tables import JOBS_SCHEMA
 from cluster.store.variants import VARIANT_SCHEMA, latest_outcomes
 from tests.conftest import REPO

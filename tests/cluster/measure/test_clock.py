@@ -16,11 +16,11 @@ from cluster.config import load_target
 from cluster.core.types import Candidate, Clock, Phase, Status
 from cluster.measure.clock import clock_problem
 from cluster.measure.measure import Reference, measure_candidate
-from cluster.outputs.select import select_best
 from cluster.platform.devices import cpu_device
 from cluster.runners._base import ProcessRunner
 from cluster.runners.persistent import PersistentRunner
 from cluster.store.results import read_results
+from cluster.store.select import select_best
 
 # The work is sleeping, so that a busy test machine stretches no side: MODE 0 (the baseline) and
 # MODE 2 (the liar) sleep 40 ms a sample, MODE 1 (honest, faster) 10 ms; SETUP ms before the timed

@@ -14,8 +14,8 @@ from click.testing import CliRunner
 
 from cluster.cli import main
 from cluster.core.types import Stats
-from cluster.outputs.select import select_best
 from cluster.store.results import read_results
+from cluster.store.select import select_best
 from tests.cluster.outputs.portability_runs import cli
 from tests.conftest import REPO
 

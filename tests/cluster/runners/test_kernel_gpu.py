@@ -169,9 +169,9 @@ def test_a_kernel_target_sweep_end_to_end(tmp_path, ray_local):
     from cluster.config import load_run
     from cluster.engine.driver import Sweep
     from cluster.outputs.exports import ExportRequest, render
-    from cluster.outputs.select import select_best
     from cluster.store.results import read_results
     from cluster.store.rundir import RunDir
+    from cluster.store.select import select_best
 
     target = write_kernel_target(tmp_path / "vadd", space="fast.yaml")
     (target.parent / "fast.yaml").write_text("name: fast\ntoolchain: nvcc\nflags:\n"

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 
-from cluster.outputs.select import select_best
+from cluster.store.select import select_best
 
 
 def _row(key, phase, samples, flags, params, status="ok", target="t"):
@@ -63,7 +63,7 @@ def test_maximize_goal_and_no_correct_candidate():
 
 
 def test_energy_objective_and_pareto_front():
-    from cluster.outputs.select import pareto_front
+    from cluster.store.select import pareto_front
 
     rows = pd.DataFrame([
         _row("base", "baseline", [2.0] * 5, *BASE),
@@ -95,7 +95,7 @@ def test_differences_under_one_percent_are_not_trusted():
     rows.loc[0, "phase"] = "final"
     rows = pd.concat([rows, pd.DataFrame([_row("base", "baseline", [0.6968], *BASE)])], ignore_index=True)
     assert select_best(rows)[0].candidate_key == "base"
-    from cluster.outputs.select import select_study
+    from cluster.store.select import select_study
 
     assert select_study(rows, min_difference=0.0).candidate_key == "flags"
 
@@ -103,7 +103,7 @@ def test_differences_under_one_percent_are_not_trusted():
 def test_only_a_candidate_reverified_on_fresh_seeds_is_selected():
     """Search rows ran on seed 0 only: a candidate 2x faster there is not selected until a row of
     phase final (or evaluate) says it passed on other seeds; failing one keeps it out."""
-    from cluster.outputs.select import NOT_REVERIFIED
+    from cluster.store.select import NOT_REVERIFIED
 
     search = [_row("base", "baseline", [2.0] * 5, *BASE),
               _row("fast", "search", [1.0] * 5, {"fast_math": "x"}, {"BLOCK": 64})]
@@ -177,7 +177,7 @@ def test_the_simpler_wins_when_neither_is_beyond_the_others_noise_whichever_is_n
 def test_the_u_tests_p_value_is_exact_for_small_samples_and_ties_are_shared():
     from itertools import combinations
 
-    from cluster.outputs.select import mann_whitney_p
+    from cluster.store.select import mann_whitney_p
 
     assert mann_whitney_p([1, 2, 3], [4, 5, 6]) == pytest.approx(1 / 20)  # one arrangement of C(6, 3)
     assert mann_whitney_p([4, 5, 6], [1, 2, 3]) == pytest.approx(1.0)

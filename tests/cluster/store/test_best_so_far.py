@@ -12,8 +12,8 @@ from click.testing import CliRunner
 from cluster.cli import main
 from cluster.config import load_target
 from cluster.core.types import Phase
-from cluster.outputs.select import NOT_REMEASURED, Verified, best_so_far, load_verified, select_best
 from cluster.store.results import read_results
+from cluster.store.select import NOT_REMEASURED, Verified, best_so_far, load_verified, select_best
 from tests.cluster.outputs.fake_runs import Row, gpu, write_run
 from tests.conftest import REPO
 

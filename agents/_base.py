@@ -8,7 +8,9 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 
 from cluster.config import Target
-from cluster.core.types import KernelResources
+from cluster.core.types import KernelResources, Proposal
+
+__all__ = ["Agent", "AnalysisContext", "Proposal"]  # Proposal: a value of the sweep's (cluster.core.types)
 
 
 @dataclass(frozen=True)
@@ -23,16 +25,6 @@ class AnalysisContext:
     # The kernels the baseline's profile saw launched (their names: no return type, template
     # arguments or parameters); empty when not profiled.
     launched: frozenset[str] = frozenset()
-
-
-@dataclass(frozen=True)
-class Proposal:
-    """A source variant: replaced files (paths as in the target), and why."""
-
-    agent: str
-    description: str
-    files: tuple[tuple[str, str], ...]
-    search_params: dict[str, tuple[int | float | str, ...]] = field(default_factory=dict)
 
 
 class Agent(ABC):

@@ -14,7 +14,6 @@ timing and verification code: no edit may touch them or their markers.
 from __future__ import annotations
 
 import bisect
-import dataclasses
 import difflib
 import hashlib
 import json
@@ -25,14 +24,13 @@ from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import PurePosixPath
 
-from agents._base import Proposal
 from cluster.config import Target
-from cluster.core.types import SourceBundle
+from cluster.config.target import variant_bundle, variant_target  # a target's variants: the config's
 
 __all__ = [
     "Delete", "Edit", "InsertAfter", "InsertAtAnchor", "InsertBefore", "MarkerError", "Patched", "Refused",
     "Replace", "ReplaceText", "Rule", "Variant", "apply", "readonly_regions", "source_files", "unified_diff",
-    "variant_bundle",
+    "variant_bundle", "variant_target",
 ]
 
 
@@ -435,27 +433,3 @@ def source_files(target: Target) -> dict[str, str]:
     """The target's declared sources as text: the ``files`` that ``apply`` edits."""
     contents = dict(target.bundle.files)
     return {path: contents[path].decode("utf-8", "surrogateescape") for path in target.spec.sources}
-
-
-def variant_bundle(target: Target, patched: Patched | Variant) -> SourceBundle:
-    """The target's bundle with the changed sources substituted, other files kept, order kept."""
-    changed = dict(patched.files)
-    unknown = sorted(set(changed) - set(target.spec.sources))
-    if unknown:
-        raise ValueError(f"{unknown[0]} is not a declared source of target {target.name}")
-    return SourceBundle(tuple((path, changed[path].encode("utf-8", "surrogateescape") if path in changed else content)
-                              for path, content in target.bundle.files))
-
-
-def variant_target(target: Target, proposal: Proposal) -> Target:
-    """The target with the proposal's files, and its searched params added (first value: default)."""
-    bundle = variant_bundle(target, proposal) if proposal.files else target.bundle
-    params = dict(target.spec.params)
-    defaults = dict(target.spec.defaults)
-    for name, values in proposal.search_params.items():
-        if name == "maxrregcount":
-            continue  # a flag of the space, not a define
-        params[name] = list(values)
-        defaults.setdefault(name, values[0])
-    spec = target.spec.model_copy(update={"params": params, "defaults": defaults})
-    return dataclasses.replace(target, spec=spec, bundle=bundle)

@@ -46,7 +46,7 @@ class RehearsalVerifier(Verifier):
     def verify(self, context: AnalysisContext, plan: Plan, proposal: Proposal) -> Verification:
         verdicts = static_verdicts(context.target, proposal)
         if self.build and proposal.files and not any(v.failed for v in verdicts):
-            from cluster.build.build import build_report
+            from cluster.engine.agent_stage import build_report
 
             report = build_report(context, dict(proposal.files))
             status = VerdictStatus.PASSED if report.startswith("build ok") else VerdictStatus.FAILED

@@ -15,11 +15,15 @@ from __future__ import annotations
 
 import json
 from abc import ABC, abstractmethod
-from dataclasses import asdict, dataclass, field
-from enum import StrEnum
+from dataclasses import dataclass, field
 
-from agents._base import AnalysisContext, Proposal
+from agents._base import AnalysisContext
 from cluster.config.agents import Level
+from cluster.core.types import Proposal, Verdict, VerdictStatus, Verification
+
+# The verdict types are the sweep's as much as the workflow's (cluster.core.types): named here too.
+__all__ = ["Analyst", "Finding", "Plan", "Planner", "Steps", "Transformer", "Verdict", "VerdictStatus",
+           "Verification", "Verifier"]
 
 
 @dataclass(frozen=True)
@@ -54,43 +58,6 @@ class Plan:
                            "location": self.finding.location, "evidence": list(self.finding.evidence),
                            "reason": self.finding.reason, "changes": list(self.changes),
                            "search": {k: list(v) for k, v in self.search}}, sort_keys=True)
-
-
-class VerdictStatus(StrEnum):
-    PASSED = "passed"
-    FAILED = "failed"
-    SKIPPED = "skipped"  # does not apply here (no GPU for the sanitizer, no launch for the graph)
-
-
-@dataclass(frozen=True)
-class Verdict:
-    """One check of step 4: build, outputs, tests, memcheck, racecheck, depgraph, guards."""
-
-    check: str
-    status: VerdictStatus
-    detail: str = ""
-    seconds: float = 0.0  # the check's own time, where it ran something (a build, a run, a tool); else 0
-
-    @property
-    def failed(self) -> bool:
-        return self.status is VerdictStatus.FAILED
-
-
-@dataclass(frozen=True)
-class Verification:
-    verdicts: tuple[Verdict, ...]
-
-    @property
-    def passed(self) -> bool:
-        return not any(v.failed for v in self.verdicts)
-
-    @property
-    def reason(self) -> str:
-        """The failures in one line, for the record and as feedback to the transformer."""
-        return "; ".join(f"{v.check}: {v.detail}" for v in self.verdicts if v.failed)
-
-    def to_json(self) -> str:
-        return json.dumps([asdict(v) for v in self.verdicts], sort_keys=True)
 
 
 class Analyst(ABC):

@@ -8,8 +8,6 @@ import time
 from collections.abc import Mapping
 from pathlib import Path
 
-from agents._base import AnalysisContext
-from agents.patch import Variant, variant_bundle
 from cluster.config import Target
 from cluster.core.placeholders import expand
 from cluster.core.types import BuildArtifact, Candidate, Status
@@ -68,24 +66,3 @@ def compile_candidate(target: Target, candidate: Candidate, scratch_root: Path |
         kernels = tuple(k for k in kernels if FLUSH_KERNEL not in k.kernel)
         return BuildArtifact(candidate.key, Status.OK, content, seconds, kernels=kernels,
                              binary_hash=BuildArtifact.hash_binary(content))
-
-
-_TOOL_TEMP = re.compile(r"\S*/(?:build|run)-[0-9a-f]{16}-[^/\s]+/")
-
-
-def build_report(context: AnalysisContext, files: Mapping[str, str]) -> str:
-    """The LLM agents' build tool (``agents.llm.tools.Services.build``): compile the working copy
-    here (the target's build command and timeout) and say how it went: the ptxas report on success,
-    the compiler's tail on failure."""
-
-    target = context.target
-    changed = tuple((p, t) for p, t in files.items() if t != dict(target.bundle.files)[p].decode("utf-8", "replace"))
-    variant = dataclasses.replace(target, bundle=variant_bundle(target, Variant(changed, "", "", target.bundle.hash)))
-    candidate = Candidate(target.name, target.spec.toolchain, "local", context.arch, variant.bundle.hash, (),
-                          tuple(target.baseline_params.items()))
-    artifact = compile_candidate(variant, candidate)
-    if artifact.status is not Status.OK:
-        return f"build failed ({artifact.status}):\n{_TOOL_TEMP.sub('', artifact.error_tail)[-3000:]}"
-    kernels = "\n".join(f"{k.kernel}: {k.registers} registers, {k.spill_stores} B spill stores, "
-                        f"{k.shared_bytes} B shared" for k in artifact.kernels)
-    return "build ok" + (f"\n{kernels}" if kernels else "")

@@ -6,19 +6,20 @@ reads and checks the YAML.
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import math
 import re
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal, NamedTuple
+from typing import Any, Literal, NamedTuple, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from cluster.config.kernel import KernelSpec
 from cluster.core.limits import Limits
-from cluster.core.types import Scalar, SourceBundle
+from cluster.core.types import Proposal, Scalar, SourceBundle
 from cluster.toolchains import get_toolchain
 from search_spaces import FlagSpace, compile_constraint
 
@@ -304,3 +305,36 @@ def shared_build_problem(spec: TargetSpec) -> str | None:
     template = " ".join(spec.build or toolchain.default_build)
     missing = [name for name in ("{flags}", "{sources}") if name not in template]
     return f"the build command lacks {' and '.join(missing)}" if missing else None
+
+
+# A target's variants: its files replaced (an agent's proposal, a patch), the rest kept.
+
+class ChangedFiles(Protocol):
+    """Replaced sources, paths as in the target: a ``Proposal``'s, a patch's (``agents.patch``)."""
+
+    @property
+    def files(self) -> tuple[tuple[str, str], ...]: ...
+
+
+def variant_bundle(target: Target, patched: ChangedFiles) -> SourceBundle:
+    """The target's bundle with the changed sources substituted, other files kept, order kept."""
+    changed = dict(patched.files)
+    unknown = sorted(set(changed) - set(target.spec.sources))
+    if unknown:
+        raise ValueError(f"{unknown[0]} is not a declared source of target {target.name}")
+    return SourceBundle(tuple((path, changed[path].encode("utf-8", "surrogateescape") if path in changed else content)
+                              for path, content in target.bundle.files))
+
+
+def variant_target(target: Target, proposal: Proposal) -> Target:
+    """The target with the proposal's files, and its searched params added (first value: default)."""
+    bundle = variant_bundle(target, proposal) if proposal.files else target.bundle
+    params = dict(target.spec.params)
+    defaults = dict(target.spec.defaults)
+    for name, values in proposal.search_params.items():
+        if name == "maxrregcount":
+            continue  # a flag of the space, not a define
+        params[name] = list(values)
+        defaults.setdefault(name, values[0])
+    spec = target.spec.model_copy(update={"params": params, "defaults": defaults})
+    return dataclasses.replace(target, spec=spec, bundle=bundle)

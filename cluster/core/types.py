@@ -1,6 +1,7 @@
 """The values that cross every stage boundary of a sweep.
 
     Target ─► Candidate ─► compile ─► BuildArtifact ─► measure ─► Measurement ─► ResultRow
+    an agent's Proposal ─► checks ─► Verdict ─► Verification ─► an accepted variant (or not)
 
 Everything here is frozen and picklable: Ray ships these between the driver, the compile
 tasks and the measuring actors. Failures travel as a ``Status`` inside the value, never as an
@@ -16,7 +17,7 @@ import json
 import secrets
 import shlex
 import statistics
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from enum import StrEnum
 
 
@@ -304,3 +305,50 @@ class BestConfig:
     @property
     def defines(self) -> list[str]:
         return [f"-D{name}={value}" for name, value in self.params.items()]
+
+
+@dataclass(frozen=True)
+class Proposal:
+    """A source variant: replaced files (paths as in the target), and why."""
+
+    agent: str
+    description: str
+    files: tuple[tuple[str, str], ...]
+    search_params: dict[str, tuple[int | float | str, ...]] = field(default_factory=dict)
+
+
+class VerdictStatus(StrEnum):
+    PASSED = "passed"
+    FAILED = "failed"
+    SKIPPED = "skipped"  # does not apply here (no GPU for the sanitizer, no launch for the graph)
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """One check of step 4: build, outputs, tests, memcheck, racecheck, depgraph, guards."""
+
+    check: str
+    status: VerdictStatus
+    detail: str = ""
+    seconds: float = 0.0  # the check's own time, where it ran something (a build, a run, a tool); else 0
+
+    @property
+    def failed(self) -> bool:
+        return self.status is VerdictStatus.FAILED
+
+
+@dataclass(frozen=True)
+class Verification:
+    verdicts: tuple[Verdict, ...]
+
+    @property
+    def passed(self) -> bool:
+        return not any(v.failed for v in self.verdicts)
+
+    @property
+    def reason(self) -> str:
+        """The failures in one line, for the record and as feedback to the transformer."""
+        return "; ".join(f"{v.check}: {v.detail}" for v in self.verdicts if v.failed)
+
+    def to_json(self) -> str:
+        return json.dumps([asdict(v) for v in self.verdicts], sort_keys=True)

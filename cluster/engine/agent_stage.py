@@ -15,22 +15,27 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+import json
+import re
 import threading
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from agents._base import AnalysisContext, Proposal
-from agents.patch import source_files, variant_target
+from agents.llm.accounting import usage_record
+from agents.patch import Variant, source_files, unified_diff
 from agents.workflow import Outcome, Plan, Steps, Verifier, run_workflow
 from agents.workflow.stack import OPTIMIZATION as STACK
 from agents.workflow.stack import Part, stack, stack_plan
-from agents.workflow.steps import Verdict
+from cluster.build.build import compile_candidate
 from cluster.config import AgentsSpec, ProfileSpec, Target
+from cluster.config.target import variant_bundle, variant_target
 from cluster.core.encodings import optuna_point, speedup
 from cluster.core.registry import EXPERTS
-from cluster.core.types import Status
+from cluster.core.types import Candidate, Status, Verdict
 from cluster.engine.checks import Trust, expensive_state
 from cluster.engine.studies import StudyState, storage_retry
 from cluster.engine.verify import QueueVerifier, SearchClosed
@@ -43,7 +48,6 @@ from cluster.store.variants import (
     check_states,
     load_admitted,
     mark_done,
-    outcome_record,
     save_accepted,
 )
 
@@ -211,7 +215,6 @@ class AgentStage:
         if spec.llm is None and not spec.steps and not spec.custom:
             return [Steps.of(EXPERTS.load(name)()) for name in spec.experts]
         from agents.llm import Services, build_steps, make_kit
-        from cluster.build.build import build_report
         from cluster.config.agents import choices_of
 
         if self.kit is None and spec.llm is not None:
@@ -296,7 +299,7 @@ class AgentStage:
             return {}, frozenset()
         profile: Profile = done.value if isinstance(done.value, Profile) else Profile(
             study.baseline_candidate().key, done.failure or Status.CRASHED, error_tail=done.error)
-        for record in profile_records(self.run_id, study, profile):
+        for record in profile_records(self.run_id, study.target.name, study.device.device_type, profile):
             self.append(RunDir.PROFILES, PROFILE_SCHEMA, record)
         self._profiled.add(study.name)
         if profile.status is not Status.OK:
@@ -370,3 +373,54 @@ def _add_register_options(study: StudyState, values: tuple, enqueue: bool, limit
         params = optuna_point(flags, study.target.baseline_params, study.target.spec.params,
                               "" if study.variants else None)
         storage_retry(lambda params=params: study.study.enqueue_trial(params, skip_if_exists=True))
+
+
+# -- what the workflow's outcomes and tools are in a sweep --------------------------------------
+
+def outcome_record(run_id: str, study: str, target: Target, outcome: Outcome) -> dict[str, object]:
+    proposal = outcome.proposal
+    source_hash = ""
+    if proposal is not None and proposal.files:
+        try:
+            source_hash = variant_target(target, proposal).bundle.hash
+        except ValueError:
+            source_hash = ""  # a file outside the target's sources: the guards rejected it
+    diff = _diff(target, proposal.files) if proposal is not None and proposal.files else ""
+    return {
+        "run_id": run_id, "target": target.name, "study": study, "source_hash": source_hash,
+        "optimization": outcome.finding.optimization, "level": outcome.finding.level.value,
+        "location": outcome.finding.location, "stage": outcome.stage,
+        "analyst": outcome.analyst, "planner": outcome.planner, "transformer": outcome.transformer,
+        "attempt": outcome.attempt, "evidence": "\n".join(outcome.finding.evidence), "reason": outcome.reason,
+        "plan": outcome.plan.to_json() if outcome.plan else "",
+        "description": proposal.description if proposal else "", "diff": diff,
+        "search": json.dumps({k: list(v) for k, v in (proposal.search_params if proposal else {}).items()}),
+        "verdicts": outcome.verification.to_json() if outcome.verification else "", "created_at": time.time(),
+        **usage_record(proposal if proposal is not None else Proposal("", "", ())), "checks": "",
+    }
+
+
+def _diff(target: Target, files: tuple[tuple[str, str], ...]) -> str:
+    original = source_files(target)
+    return "".join(unified_diff(path, original.get(path, ""), text) for path, text in files)
+
+
+_TOOL_TEMP = re.compile(r"\S*/(?:build|run)-[0-9a-f]{16}-[^/\s]+/")
+
+
+def build_report(context: AnalysisContext, files: Mapping[str, str]) -> str:
+    """The LLM agents' build tool (``agents.llm.tools.Services.build``): compile the working copy
+    here (the target's build command and timeout) and say how it went: the ptxas report on success,
+    the compiler's tail on failure."""
+
+    target = context.target
+    changed = tuple((p, t) for p, t in files.items() if t != dict(target.bundle.files)[p].decode("utf-8", "replace"))
+    variant = dataclasses.replace(target, bundle=variant_bundle(target, Variant(changed, "", "", target.bundle.hash)))
+    candidate = Candidate(target.name, target.spec.toolchain, "local", context.arch, variant.bundle.hash, (),
+                          tuple(target.baseline_params.items()))
+    artifact = compile_candidate(variant, candidate)
+    if artifact.status is not Status.OK:
+        return f"build failed ({artifact.status}):\n{_TOOL_TEMP.sub('', artifact.error_tail)[-3000:]}"
+    kernels = "\n".join(f"{k.kernel}: {k.registers} registers, {k.spill_stores} B spill stores, "
+                        f"{k.shared_bytes} B shared" for k in artifact.kernels)
+    return "build ok" + (f"\n{kernels}" if kernels else "")

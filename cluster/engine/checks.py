@@ -23,8 +23,8 @@ from enum import StrEnum
 from typing import TYPE_CHECKING, Any
 
 from agents.patch import source_files
-from agents.workflow.steps import Verdict, VerdictStatus
 from cluster.config import Target
+from cluster.core.types import Verdict, VerdictStatus
 from cluster.engine.jobs import JobResult
 from cluster.engine.verify import SANITIZER_FACTOR, SANITIZER_FLOOR_S, sanitizer_verdicts
 from cluster.measure.sanitize import SanitizerResult

@@ -30,10 +30,9 @@ from typing import Any
 import pyarrow as pa
 import ray
 
-from agents.workflow.steps import Verdict
 from cluster.config import RunConfig, Target
 from cluster.core.placeholders import expand
-from cluster.core.types import BuildArtifact, Candidate, Measurement, Phase, Stats, Status
+from cluster.core.types import BuildArtifact, Candidate, Measurement, Phase, Stats, Status, Verdict
 from cluster.engine.budget import SAFETY, TimePlan
 from cluster.engine.checks import DeepChecks, Trust
 from cluster.engine.finals import Finals
@@ -573,7 +572,7 @@ class StudyFlow(Flow):
             return  # the agents' baseline profile: their stage writes it
         profile = result.value if isinstance(result.value, Profile) else Profile(
             result.job.candidate.key, result.failure or Status.CRASHED, error_tail=result.error)
-        for record in profile_records(self.ctx.run_id, self.state, profile):
+        for record in profile_records(self.ctx.run_id, self.state.target.name, self.state.device.device_type, profile):
             self.ctx.append(RunDir.PROFILES, _PROFILE_SCHEMA, record)
 
 

@@ -14,9 +14,8 @@ from __future__ import annotations
 from concurrent.futures import Future
 from typing import TYPE_CHECKING
 
-from agents.workflow.steps import Verdict, VerdictStatus
 from cluster.core.encodings import beats, speedup, suspect_speedup
-from cluster.core.types import Candidate, Measurement, Phase, Stats, Status
+from cluster.core.types import Candidate, Measurement, Phase, Stats, Status, Verdict, VerdictStatus
 from cluster.engine.checks import Trust
 from cluster.engine.jobs import Job, JobKind, JobResult
 from cluster.store.rundir import RunDir

@@ -18,7 +18,17 @@ from dataclasses import dataclass
 import ray
 
 from cluster.config import ClusterSpec, Target
-from cluster.core.types import BuildArtifact, Candidate, DeviceInfo, Measurement, RunOutputs, Status, Telemetry
+from cluster.core.types import (
+    BuildArtifact,
+    Candidate,
+    DeviceInfo,
+    Measurement,
+    RunOutputs,
+    Status,
+    Telemetry,
+    Verdict,
+    VerdictStatus,
+)
 from cluster.measure.measure import Reference
 from cluster.measure.profile import Profile
 from cluster.measure.sanitize import SanitizerResult
@@ -88,14 +98,10 @@ class SimulatedWorker:
         return tuple(SanitizerResult(tool, outcome, "simulated", self.check_s / max(1, len(tools))) for tool in tools)
 
     def guard(self, target: Target, baseline_binary: bytes | None, binary: bytes | None, files: dict[str, str]):
-        from agents.workflow.steps import Verdict, VerdictStatus
-
         time.sleep(self.check_s)
         return (Verdict("poisoned_outputs", VerdictStatus.PASSED, "simulated", self.check_s),)
 
     def reverify(self, target: Target, variant: Target, baseline_binary: bytes | None, binary: bytes | None):
-        from agents.workflow.steps import Verdict, VerdictStatus
-
         time.sleep(self.check_s)
         return Verdict("fresh_seeds", VerdictStatus.PASSED, "simulated", self.check_s)
 

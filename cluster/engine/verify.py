@@ -15,18 +15,22 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable, Mapping
 from concurrent.futures import Future
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from agents._base import AnalysisContext, Proposal
 from agents.contracts import CUDA_SOURCES, violations
 from agents.cuda_source import analyze
 from agents.depgraph import check, extract
-from agents.patch import MarkerError, readonly_regions, source_files, variant_target
+from agents.patch import MarkerError, readonly_regions, source_files
 from agents.source_model import HostOpKind
-from agents.workflow.steps import Plan, Verdict, Verification, Verifier
-from agents.workflow.steps import VerdictStatus as V
+from agents.workflow.steps import Plan, Verifier
+from cluster.build.build import compile_candidate
 from cluster.config import Target
-from cluster.core.types import BuildArtifact, Candidate, Measurement, Phase, Status
+from cluster.config.target import variant_target
+from cluster.core.types import BuildArtifact, Candidate, Measurement, Phase, Status, Verdict, Verification
+from cluster.core.types import VerdictStatus as V
+from cluster.measure.guardrails import cheat_checks
 from cluster.measure.sanitize import SanitizerResult
 
 if TYPE_CHECKING:
@@ -239,3 +243,30 @@ class LocalVerifier(Verifier):
             return Verification(tuple(verdicts))
         measurement = measure_candidate(variant, candidate, artifact, self.device, self.reference, self.runs)
         return Verification(tuple(verdicts + run_verdicts(artifact, measurement, bool(variant.spec.verify.test))))
+
+
+class GuardedVerifier(Verifier):
+    """``base``'s verification and then, for a variant that passed it with changed files, every
+    cheat check, built and run on this machine (a CPU target anywhere, a CUDA one on a GPU node).
+    On a cluster the same checks belong on the measuring worker: ``cheat_checks`` with the binaries
+    the verifier already has."""
+
+    def __init__(self, base: Verifier, baseline: Candidate, scratch_root: Path | None = None) -> None:
+        self.base, self.baseline, self.scratch_root = base, baseline, scratch_root
+        self._baseline_artifacts: dict[str, BuildArtifact] = {}
+
+    def verify(self, context: AnalysisContext, plan: Plan, proposal: Proposal) -> Verification:
+        verification = self.base.verify(context, plan, proposal)
+        if not verification.passed or not proposal.files:
+            return verification
+        target = context.target
+        if target.bundle.hash not in self._baseline_artifacts:
+            self._baseline_artifacts[target.bundle.hash] = compile_candidate(target, self.baseline, self.scratch_root)
+        baseline = self._baseline_artifacts[target.bundle.hash]
+        variant = variant_target(target, proposal)
+        candidate = dataclasses.replace(self.baseline, source_hash=variant.bundle.hash, phase=Phase.VERIFY)
+        artifact = compile_candidate(variant, candidate, self.scratch_root)
+        if baseline.status is not Status.OK or artifact.status is not Status.OK:
+            skipped = Verdict("cheat_checks", V.SKIPPED, "a build for the checks failed")
+            return Verification((*verification.verdicts, skipped))
+        return Verification((*verification.verdicts, *cheat_checks(target, baseline, artifact, dict(proposal.files))))

@@ -19,7 +19,8 @@ from cluster.config import ClusterSpec, Target
 from cluster.config.env import scratch_root
 from cluster.core.errors import ConfigError
 from cluster.core.registry import RUNNERS
-from cluster.core.types import BuildArtifact, Candidate, DeviceInfo, Measurement, Status
+from cluster.core.types import BuildArtifact, Candidate, DeviceInfo, Measurement, Status, Verdict, VerdictStatus
+from cluster.measure.guardrails import cheat_checks, reverify_fresh_seeds
 from cluster.measure.measure import Reference, measure_candidate
 from cluster.measure.profile import DEFAULT_LAUNCHES, LaunchFilter, Profile, profile_candidate
 from cluster.measure.sanitize import SanitizerResult, sanitize_candidate
@@ -96,9 +97,6 @@ class MeasureWorker:
     def guard(self, target: Target, baseline_binary: bytes | None, binary: bytes | None,
               files: dict[str, str]) -> tuple:
         """The cheat checks (cluster.measure.guardrails) of a variant that passed its verification."""
-        from agents.workflow.steps import Verdict, VerdictStatus
-        from cluster.measure.guardrails import cheat_checks
-
         if not baseline_binary or not binary:
             return (Verdict("cheat_checks", VerdictStatus.SKIPPED, "no binary"),)
         return cheat_checks(target, BuildArtifact("baseline", Status.OK, baseline_binary),
@@ -106,9 +104,6 @@ class MeasureWorker:
 
     def reverify(self, target: Target, variant: Target, baseline_binary: bytes | None, binary: bytes | None):
         """A suspiciously fast candidate against the baseline on fresh seeds (cluster.measure.guardrails)."""
-        from agents.workflow.steps import Verdict, VerdictStatus
-        from cluster.measure.guardrails import reverify_fresh_seeds
-
         if not baseline_binary or not binary:
             return Verdict("fresh_seeds", VerdictStatus.SKIPPED, "no binary")
         return reverify_fresh_seeds(variant, BuildArtifact("baseline", Status.OK, baseline_binary),

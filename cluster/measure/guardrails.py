@@ -20,7 +20,7 @@ variant's checks (``_baseline_run``: the same binary, seed and staged files give
 
 ``suspect_speedup`` and ``reverify_fresh_seeds`` are the 10x rule: a candidate that much faster is
 run again on inputs that no run has seen before it is believed, and flagged for review.
-``GuardedVerifier`` adds the checks to any verifier's, on this machine.
+``cluster.engine.verify.GuardedVerifier`` adds the checks to any verifier's, on this machine.
 """
 
 from __future__ import annotations
@@ -36,14 +36,11 @@ from collections import OrderedDict
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
-from pathlib import Path
 
-from agents._base import AnalysisContext, Proposal
-from agents.workflow.steps import Plan, Verdict, VerdictStatus, Verification, Verifier
 from cluster.config import Target
 from cluster.core.encodings import SUSPECT_SPEEDUP, suspect_speedup  # noqa: F401  (re-exported: the 10x rule)
 from cluster.core.placeholders import names_in
-from cluster.core.types import BuildArtifact, Candidate, Phase, RunOutputs, Status
+from cluster.core.types import BuildArtifact, RunOutputs, Verdict, VerdictStatus
 from cluster.measure.measure import PROTOCOL_PREFIX, parse_samples, verify_outputs
 from cluster.runners._base import Invocation, ProcessRunner, Runner, Staged
 from cluster.sandbox.sandbox import read_output, scratch_dir, write_bundle
@@ -370,33 +367,3 @@ def cheat_checks(target: Target, baseline: BuildArtifact, candidate: BuildArtifa
         verdict = check()
         verdicts.append(dataclasses.replace(verdict, seconds=time.monotonic() - start))
     return tuple(verdicts)
-
-
-class GuardedVerifier(Verifier):
-    """``base``'s verification and then, for a variant that passed it with changed files, every
-    cheat check, built and run on this machine (a CPU target anywhere, a CUDA one on a GPU node).
-    On a cluster the same checks belong on the measuring worker: ``cheat_checks`` with the binaries
-    the verifier already has."""
-
-    def __init__(self, base: Verifier, baseline: Candidate, scratch_root: Path | None = None) -> None:
-        self.base, self.baseline, self.scratch_root = base, baseline, scratch_root
-        self._baseline_artifacts: dict[str, BuildArtifact] = {}
-
-    def verify(self, context: AnalysisContext, plan: Plan, proposal: Proposal) -> Verification:
-        from agents.patch import variant_target
-        from cluster.build.build import compile_candidate
-
-        verification = self.base.verify(context, plan, proposal)
-        if not verification.passed or not proposal.files:
-            return verification
-        target = context.target
-        if target.bundle.hash not in self._baseline_artifacts:
-            self._baseline_artifacts[target.bundle.hash] = compile_candidate(target, self.baseline, self.scratch_root)
-        baseline = self._baseline_artifacts[target.bundle.hash]
-        variant = variant_target(target, proposal)
-        candidate = dataclasses.replace(self.baseline, source_hash=variant.bundle.hash, phase=Phase.VERIFY)
-        artifact = compile_candidate(variant, candidate, self.scratch_root)
-        if baseline.status is not Status.OK or artifact.status is not Status.OK:
-            skipped = Verdict("cheat_checks", VerdictStatus.SKIPPED, "a build for the checks failed")
-            return Verification((*verification.verdicts, skipped))
-        return Verification((*verification.verdicts, *cheat_checks(target, baseline, artifact, dict(proposal.files))))

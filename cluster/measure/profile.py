@@ -13,7 +13,6 @@ from __future__ import annotations
 import csv
 import io
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 import pyarrow as pa
 
@@ -21,9 +20,6 @@ from cluster.build.build import FLUSH_KERNEL
 from cluster.config import Target
 from cluster.core.types import Candidate, Status
 from cluster.runners._base import Invocation, ProcessRunner, Runner
-
-if TYPE_CHECKING:
-    from cluster.engine.studies import StudyState
 
 # Bank conflicts, occupancy, registers, local-memory (spill) traffic, throughput, duration, and
 # the warp stall reasons (per issued instruction) from which the top few are reported.
@@ -177,9 +173,10 @@ def top_stalls(profile: Profile, n: int = 3) -> list[tuple[str, float]]:
     return sorted(totals.items(), key=lambda kv: -kv[1])[:n]
 
 
-def profile_records(run_id: str, study: StudyState, profile: Profile) -> list[dict[str, object]]:
-    """Rows of the ``profiles`` table; a failed profile is one row with its status."""
-    base = {"run_id": run_id, "target": study.target.name, "device_type": study.device.device_type,
+def profile_records(run_id: str, target: str, device_type: str, profile: Profile) -> list[dict[str, object]]:
+    """Rows of the ``profiles`` table (a study's: its target, its device type); a failed profile is
+    one row with its status."""
+    base = {"run_id": run_id, "target": target, "device_type": device_type,
             "candidate_key": profile.candidate_key, "status": profile.status.value,
             "error_tail": profile.error_tail}
     if not profile.values:

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import json
 import os
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -21,11 +20,9 @@ from typing import Any
 import pandas as pd
 import pyarrow as pa
 
-from agents._base import Proposal
-from agents.llm.accounting import usage_record
-from agents.patch import variant_target
-from agents.workflow.engine import Outcome
 from cluster.config import Target
+from cluster.config.target import variant_target
+from cluster.core.types import Proposal
 from cluster.store.rundir import RunDir
 
 VARIANTS_DIR = RunDir.VARIANTS
@@ -63,29 +60,6 @@ class AcceptedVariant:
         return self.target.bundle.hash
 
 
-def outcome_record(run_id: str, study: str, target: Target, outcome: Outcome) -> dict[str, object]:
-    proposal = outcome.proposal
-    source_hash = ""
-    if proposal is not None and proposal.files:
-        try:
-            source_hash = variant_target(target, proposal).bundle.hash
-        except ValueError:
-            source_hash = ""  # a file outside the target's sources: the guards rejected it
-    diff = _diff(target, proposal.files) if proposal is not None and proposal.files else ""
-    return {
-        "run_id": run_id, "target": target.name, "study": study, "source_hash": source_hash,
-        "optimization": outcome.finding.optimization, "level": outcome.finding.level.value,
-        "location": outcome.finding.location, "stage": outcome.stage,
-        "analyst": outcome.analyst, "planner": outcome.planner, "transformer": outcome.transformer,
-        "attempt": outcome.attempt, "evidence": "\n".join(outcome.finding.evidence), "reason": outcome.reason,
-        "plan": outcome.plan.to_json() if outcome.plan else "",
-        "description": proposal.description if proposal else "", "diff": diff,
-        "search": json.dumps({k: list(v) for k, v in (proposal.search_params if proposal else {}).items()}),
-        "verdicts": outcome.verification.to_json() if outcome.verification else "", "created_at": time.time(),
-        **usage_record(proposal if proposal is not None else Proposal("", "", ())), "checks": "",
-    }
-
-
 OUTCOME_KEY = ["study", "source_hash", "optimization", "location", "attempt"]
 
 
@@ -109,13 +83,6 @@ def check_states(variants: pd.DataFrame, study: str) -> dict[str, tuple[str, dic
         if previous is None or checks:  # a checked record tells more than an admission of the same sources
             out[record["source_hash"]] = (checks, record)
     return out
-
-
-def _diff(target: Target, files: tuple[tuple[str, str], ...]) -> str:
-    from agents.patch import source_files, unified_diff
-
-    original = source_files(target)
-    return "".join(unified_diff(path, original.get(path, ""), text) for path, text in files)
 
 
 def _files_dir(run_dir: Path) -> Path:

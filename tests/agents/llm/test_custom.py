@@ -8,7 +8,7 @@ from pathlib import Path
 from agents._base import AnalysisContext
 from agents.llm import AgentsConfig, Services, steps_from_config
 from agents.workflow import run_workflow
-from cluster.build.build import build_report as local_build
+from cluster.engine.agent_stage import build_report as local_build
 from tests.agents.llm.conftest import ANALYSIS, PLANNING, SKIPPING_COMPUTE, LocalVerifier, spec_for, transforming
 
 HOIST = {"name": "hoist-transcendentals",

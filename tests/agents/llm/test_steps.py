@@ -15,7 +15,7 @@ from agents.llm.testing import Attempts, Conversation, Fail, Reply, Stall, ToolC
 from agents.patch import readonly_regions
 from agents.workflow import run_workflow
 from agents.workflow.steps import Finding, Level, Plan
-from cluster.build.build import build_report as local_build
+from cluster.engine.agent_stage import build_report as local_build
 from tests.agents.llm.conftest import (
     ANALYSIS,
     HONEST_COMPUTE,

@@ -79,7 +79,7 @@ def test_a_stored_sweep_replays_with_the_server_stopped(serve, context: Analysis
 
 
 def test_a_replay_survives_a_tool_whose_output_changed(serve, context: AnalysisContext, tmp_path: Path) -> None:
-    from cluster.build.build import build_report as local_build
+    from cluster.engine.agent_stage import build_report as local_build
 
     server = serve([ANALYSIS, PLANNING, transforming()])
     spec = spec_for(server)

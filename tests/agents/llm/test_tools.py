@@ -11,8 +11,8 @@ from agents.llm.steps import FinishArgs, _accept_finish
 from agents.llm.tools import EDIT_TOOLS, READ_TOOLS, Services, Session, Toolbox, final_tool
 from agents.patch import source_files
 from agents.workflow.steps import Finding, Level, Plan, Verdict, VerdictStatus, Verification
-from cluster.build.build import build_report as local_build
 from cluster.core.types import KernelResources
+from cluster.engine.agent_stage import build_report as local_build
 from tests.agents.llm.conftest import HONEST_COMPUTE, edit_compute
 
 BOX = Toolbox([*READ_TOOLS, *EDIT_TOOLS, final_tool("finish", "done", FinishArgs, _accept_finish)])

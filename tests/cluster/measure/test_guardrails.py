@@ -17,9 +17,9 @@ from agents.workflow.steps import Finding, Level, Plan, Verdict, VerdictStatus, 
 from cluster.build.build import compile_candidate
 from cluster.config import Target, load_target
 from cluster.core.types import BuildArtifact, Candidate, DeviceInfo, Status
+from cluster.engine.verify import GuardedVerifier
 from cluster.measure.guardrails import (
     FRESH_SEEDS,
-    GuardedVerifier,
     cheat_checks,
     check_cached_results,
     check_poisoned_outputs,

@@ -1,5 +1,6 @@
 """The layout's rules, read from the sources: no import cycles among warpfleet's modules (imports
-inside functions and under TYPE_CHECKING count), and each floor imports only the floors below it."""
+inside functions and under TYPE_CHECKING count), and each floor imports only the floors below it
+(the layers contract: ``FLOORS``), every module of ours on a floor."""
 
 from __future__ import annotations
 
@@ -9,14 +10,19 @@ from pathlib import Path
 from tests.conftest import REPO
 
 PACKAGES = ("cluster", "agents", "search_spaces")
+
+# The floors of a sweep's run time, bottom first: each may import those before it. Building, running
+# and measuring a candidate, and storing what came of it, know nothing of the agents.
+RUNTIME = ("cluster.core", "cluster.platform", "cluster.toolchains", "search_spaces", "cluster.config",
+           "cluster.sandbox", "cluster.build", "cluster.runners", "cluster.measure", "cluster.store")
 # Each floor may import itself and the floors listed; nothing above.
-FLOORS = {
-    "cluster.core": set(),
-    "cluster.toolchains": {"cluster.core"},
-    "search_spaces": {"cluster.core"},
-    "cluster.config": {"cluster.core", "cluster.toolchains", "search_spaces"},
-    "agents": {"cluster.core", "cluster.config", "cluster.toolchains", "search_spaces"},
-}
+FLOORS: dict[str, set[str]] = {floor: set(RUNTIME[:i]) for i, floor in enumerate(RUNTIME)}
+# The agents propose variants from the config and the sources alone, beside the run time, not on it.
+FLOORS["agents"] = {"cluster.core", "cluster.toolchains", "search_spaces", "cluster.config"}
+FLOORS["cluster.engine"] = {*RUNTIME, "agents"}  # where the agents and the run time meet: the sweep
+FLOORS["cluster.outputs"] = {*RUNTIME}  # what a run's tables say: reports, exports, compare
+FLOORS["cluster.api"] = {*RUNTIME, "agents", "cluster.engine", "cluster.outputs"}  # the scripts' face
+FLOORS["cluster.cli"] = {*RUNTIME, "agents", "cluster.engine", "cluster.outputs", "cluster.api"}
 
 
 def modules() -> dict[str, Path]:
@@ -105,9 +111,10 @@ def test_the_cycle_finder_finds_a_planted_cycle():
     assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
 
 
-def test_each_floor_imports_only_the_floors_below_it():
+def upward(edges: dict[str, set[str]]) -> list[str]:
+    """Every import of ``edges`` from a floor to one it may not import."""
     wrong = []
-    for name, targets in graph().items():
+    for name, targets in edges.items():
         floor = floor_of(name)
         if floor is None:
             continue
@@ -117,4 +124,18 @@ def test_each_floor_imports_only_the_floors_below_it():
                 continue  # a top package's own __init__ (empty), run on the way to a floor
             if other != floor and other not in FLOORS[floor]:
                 wrong.append(f"{name} -> {target}")
-    assert wrong == []
+    return sorted(wrong)
+
+
+def test_each_floor_imports_only_the_floors_below_it():
+    assert upward(graph()) == []
+
+
+def test_every_module_is_on_a_floor():
+    assert [name for name in graph() if floor_of(name) is None and name not in PACKAGES] == []
+
+
+def test_the_floor_check_finds_a_planted_upward_import():
+    """The contract's own check: a module of a lower floor importing a higher one is named."""
+    assert upward({"cluster.store.results": {"cluster.engine.flow"}, "cluster.engine.flow": {"cluster.store"}}) == \
+        ["cluster.store.results -> cluster.engine.flow"]

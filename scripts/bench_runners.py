@@ -93,7 +93,8 @@ def actor_jobs(target, runner_name: str, repeats: int, max_samples: int, source=
     pieces alone (an NVML reading, the monitor, the staging). Seconds, medians over ``repeats``."""
     from cluster.core.types import Status
     from cluster.measure.measure import Reference, measure_candidate
-    from cluster.measure.telemetry import Monitor, NvmlSource
+    from cluster.measure.telemetry import Monitor
+    from cluster.platform.nvidia import NvmlSource
 
     device, arch, candidate, artifact, runner = built(target, runner_name, "search")
     source = source if source is not None else NvmlSource(0)

@@ -80,3 +80,9 @@ RUNNERS = Registry("runner", {
     "persistent": "cluster.runners.persistent:PersistentRunner",
     "kernel": "cluster.runners.kernel:KernelRunner",  # kind: kernel targets (cluster/runners/kernel.py)
 })
+
+# The GPU platforms (cluster/platform/): a vendor's device discovery, telemetry, sandbox device nodes,
+# profiler and sanitizer. cluster.platform.node_platform picks the one whose devices a node has.
+PLATFORMS = Registry("platform", {
+    "nvidia": "cluster.platform.nvidia:Nvidia",
+})

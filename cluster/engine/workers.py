@@ -24,7 +24,8 @@ from cluster.measure.guardrails import cheat_checks, reverify_fresh_seeds
 from cluster.measure.measure import Reference, measure_candidate
 from cluster.measure.profile import DEFAULT_LAUNCHES, LaunchFilter, Profile, profile_candidate
 from cluster.measure.sanitize import SanitizerResult, sanitize_candidate
-from cluster.measure.telemetry import Monitor, NvmlSource
+from cluster.measure.telemetry import Monitor
+from cluster.platform import node_platform
 from cluster.platform.devices import cpu_device, gpu_device
 from cluster.runners._base import Runner
 from cluster.sandbox.isolation import node_sandbox  # sandbox
@@ -53,7 +54,7 @@ class MeasureWorker:
         gpu_ids = ray.get_gpu_ids()
         self.device: DeviceInfo = (gpu_device(int(gpu_ids[0]), worker_id) if gpu_ids
                                    else cpu_device(worker_id))
-        self.nvml = NvmlSource(int(gpu_ids[0])) if gpu_ids else None
+        self.nvml = node_platform().telemetry(int(gpu_ids[0])) if gpu_ids else None  # NVML on NVIDIA's
         clean_stale_scratch(_scratch_root())  # sandbox: what workers killed mid-command left behind
         self.sandbox = node_sandbox(gpu=bool(gpu_ids))  # sandbox
         self.runners: dict[str, Runner] = {}  # by name, made on first use: a persistent host starts once
@@ -114,8 +115,9 @@ class MeasureWorker:
         """``launches``: per launch configuration (ProfileSpec.launches; None: every launch)."""
         if binary is None:
             return Profile(candidate.key, Status.COMPILE_ERROR, error_tail="no binary to profile")
-        if shutil.which("ncu") is None:
-            return Profile(candidate.key, Status.CRASHED, error_tail=f"ncu not found on {self.device.hostname}")
+        profiler = node_platform().profiler
+        if shutil.which(profiler) is None:
+            return Profile(candidate.key, Status.CRASHED, error_tail=f"{profiler} not found on {self.device.hostname}")
         return profile_candidate(target, candidate, binary, metrics, timeout, self.runner(candidate.runner),
                                  LaunchFilter(launches))
 

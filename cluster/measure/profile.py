@@ -19,6 +19,7 @@ import pyarrow as pa
 from cluster.build.build import FLUSH_KERNEL
 from cluster.config import Target
 from cluster.core.types import Candidate, Status
+from cluster.platform import node_platform
 from cluster.runners._base import Invocation, ProcessRunner, Runner
 
 # Bank conflicts, occupancy, registers, local-memory (spill) traffic, throughput, duration, and
@@ -114,9 +115,8 @@ DEFAULT_LAUNCHES = LaunchFilter()
 
 
 def ncu_prefix(metrics: tuple[str, ...] | list[str], launches: LaunchFilter = DEFAULT_LAUNCHES) -> list[str]:
-    # --print-units base: bytes and nanoseconds, not "Kbyte" and "usecond" chosen per value.
-    return ["ncu", "--csv", "--clock-control", "none", "--print-units", "base", "--target-processes", "all",
-            *launches.options(), "--metrics", ",".join(metrics)]
+    """The platform's profiler in front of a run (``Platform.profiler_prefix``: ncu on NVIDIA's)."""
+    return node_platform().profiler_prefix(metrics, launches.options())
 
 
 def ncu_command(run_argv: list[str], metrics: tuple[str, ...] | list[str],

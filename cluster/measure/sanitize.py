@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 from cluster.config import Target
 from cluster.core.types import Candidate
+from cluster.platform import node_platform
 from cluster.runners._base import Invocation, ProcessRunner, Runner
 
 ERROR_EXIT = 86
@@ -29,8 +30,8 @@ class SanitizerResult:
 
 
 def sanitizer_prefix(tool: str) -> list[str]:
-    return ["compute-sanitizer", "--tool", tool, "--error-exitcode", str(ERROR_EXIT), "--print-limit", "10",
-            "--target-processes", "all"]
+    """The platform's sanitizer in front of a run (``Platform.sanitizer_prefix``: compute-sanitizer on NVIDIA's)."""
+    return node_platform().sanitizer_prefix(tool, ERROR_EXIT)
 
 
 def sanitizer_command(tool: str, run_argv: list[str]) -> list[str]:
@@ -59,8 +60,9 @@ def sanitize_candidate(target: Target, candidate: Candidate, binary: bytes, tool
                        timeouts: dict[str, float] | None = None) -> tuple[SanitizerResult, ...]:
     """Each tool once, on ``verify.sanitize_run`` (default: ``run``), each in a fresh directory;
     ``timeouts`` per tool override ``timeout``."""
-    if shutil.which("compute-sanitizer") is None:
-        return tuple(SanitizerResult(t, "inconclusive", "compute-sanitizer not found") for t in tools)
+    sanitizer = node_platform().sanitizer
+    if shutil.which(sanitizer) is None:
+        return tuple(SanitizerResult(t, "inconclusive", f"{sanitizer} not found") for t in tools)
     runner = runner or ProcessRunner()
     results = []
     for tool in tools:

@@ -1,8 +1,9 @@
-"""Device telemetry while a candidate runs: NVML readings sampled on a thread, summarised per
-measurement (energy over the timed region, power, clocks, temperature, clock event reasons).
+"""Device telemetry while a candidate runs: the platform's readings (``Platform.telemetry``: NVML on
+NVIDIA's) sampled on a thread, summarised per measurement (energy over the timed region, power,
+clocks, temperature, clock event reasons).
 
-Clocks, power limits and modes are only ever read. A ``FakeNvmlSource`` ships here for machines
-without a GPU (CI); the real ``NvmlSource`` is exercised by the GPU tests.
+Clocks, power limits and modes are only ever read. A ``FakeNvmlSource`` (cluster.platform.nvidia)
+stands in for machines without a GPU (CI); the real ``NvmlSource`` is exercised by the GPU tests.
 """
 
 from __future__ import annotations
@@ -10,73 +11,10 @@ from __future__ import annotations
 import bisect
 import statistics
 import threading
-import time
-from dataclasses import dataclass
 from types import TracebackType
-from typing import Protocol
 
 from cluster.core.types import Telemetry
-
-# NVML's clock event ("throttle") reason bits, by name; read from nvml.h.
-CLOCK_EVENT_REASONS = {
-    0x1: "gpu_idle", 0x2: "applications_clocks_setting", 0x4: "sw_power_cap", 0x8: "hw_slowdown",
-    0x10: "sync_boost", 0x20: "sw_thermal_slowdown", 0x40: "hw_thermal_slowdown",
-    0x80: "hw_power_brake_slowdown", 0x100: "display_clock_setting",
-}
-
-
-@dataclass(frozen=True)
-class Reading:
-    t: float  # unix seconds
-    energy_mj: float | None  # the device's energy counter since the driver loaded
-    power_mw: float | None
-    sm_clock_mhz: float | None
-    mem_clock_mhz: float | None
-    temperature_c: float | None
-    reasons: int = 0
-
-
-class ReadingSource(Protocol):
-    def read(self) -> Reading: ...
-
-
-class NvmlSource:
-    """Reads one GPU through NVML. ``index`` is NVML's (physical) index."""
-
-    def __init__(self, index: int) -> None:
-        import pynvml
-
-        self._nvml = pynvml
-        pynvml.nvmlInit()
-        self._handle = pynvml.nvmlDeviceGetHandleByIndex(index)
-
-    def _try(self, fn, *args) -> float | None:
-        try:
-            return float(fn(self._handle, *args))
-        except self._nvml.NVMLError:
-            return None  # not supported on this device: a missing value, not a failure
-
-    def read(self) -> Reading:
-        n = self._nvml
-        reasons = self._try(n.nvmlDeviceGetCurrentClocksEventReasons) if hasattr(
-            n, "nvmlDeviceGetCurrentClocksEventReasons") else self._try(n.nvmlDeviceGetCurrentClocksThrottleReasons)
-        return Reading(time.time(), self._try(n.nvmlDeviceGetTotalEnergyConsumption),
-                       self._try(n.nvmlDeviceGetPowerUsage), self._try(n.nvmlDeviceGetClockInfo, n.NVML_CLOCK_SM),
-                       self._try(n.nvmlDeviceGetClockInfo, n.NVML_CLOCK_MEM),
-                       self._try(n.nvmlDeviceGetTemperature, n.NVML_TEMPERATURE_GPU), int(reasons or 0))
-
-
-class FakeNvmlSource:
-    """A stand-in for NVML where there is no GPU: a device drawing ``power_w`` watts steadily."""
-
-    def __init__(self, power_w: float = 300.0, sm_clock_mhz: float = 1980.0, reasons: int = 0) -> None:
-        self.power_w, self.sm_clock_mhz, self.reasons = power_w, sm_clock_mhz, reasons
-        self._t0 = time.time()
-
-    def read(self) -> Reading:
-        now = time.time()
-        return Reading(now, (now - self._t0) * self.power_w * 1000, self.power_w * 1000, self.sm_clock_mhz, 2619.0,
-                       40.0, self.reasons)
+from cluster.platform._base import CLOCK_EVENT_REASONS, Reading, ReadingSource
 
 
 class Monitor:

@@ -1,13 +1,15 @@
-"""What a measuring worker runs on: NVML for GPUs (read only, never a clock set), /proc for CPUs."""
+"""What a measuring worker runs on: its GPU through the platform (NVML: read only, never a clock set),
+its CPU from /proc; and where: its Ray node and host."""
 
 from __future__ import annotations
 
-import os
+import dataclasses
 import platform
 import socket
 from pathlib import Path
 
 from cluster.core.types import DeviceInfo
+from cluster.platform import node_platform
 
 
 def _node() -> tuple[str, str]:
@@ -46,49 +48,14 @@ def cpu_device(worker_id: str = "") -> DeviceInfo:
 
 
 def visible_gpu_count() -> int:
-    """The GPUs this process may use: those CUDA_VISIBLE_DEVICES lists where it is set, else NVML's
-    count; 0 without a driver."""
-    listed = os.environ.get("CUDA_VISIBLE_DEVICES")
-    if listed is not None:
-        return len([d for d in listed.split(",") if d.strip()])
-    try:
-        import pynvml
-
-        pynvml.nvmlInit()
-        try:
-            return pynvml.nvmlDeviceGetCount()
-        finally:
-            pynvml.nvmlShutdown()
-    except Exception:  # no NVML library, or no driver: no GPU
-        return 0
+    """The GPUs this process may use: those the platform's variable (CUDA_VISIBLE_DEVICES) lists
+    where it is set, else the driver's count; 0 without a driver."""
+    return node_platform().visible_gpu_count()
 
 
 def gpu_device(physical_index: int, worker_id: str = "") -> DeviceInfo:
-    """Describe one GPU through NVML. ``physical_index`` is NVML's index (Ray's GPU id)."""
-    import pynvml
-
-    pynvml.nvmlInit()
-    try:
-        handle = pynvml.nvmlDeviceGetHandleByIndex(physical_index)
-        major, minor = pynvml.nvmlDeviceGetCudaComputeCapability(handle)
-        cuda = pynvml.nvmlSystemGetCudaDriverVersion_v2()
-        node_id, host = _node()
-        return DeviceInfo(
-            kind="gpu",
-            name=_text(pynvml.nvmlDeviceGetName(handle)),
-            arch=f"sm_{major}{minor}",
-            uuid=_text(pynvml.nvmlDeviceGetUUID(handle)),
-            compute_capability=f"{major}.{minor}",
-            accelerator_type=accelerator_type(node_id) if node_id else "",
-            driver_version=_text(pynvml.nvmlSystemGetDriverVersion()),
-            cuda_version=f"{cuda // 1000}.{cuda % 1000 // 10}",
-            node_id=node_id,
-            hostname=host,
-            worker_id=worker_id,
-        )
-    finally:
-        pynvml.nvmlShutdown()
-
-
-def _text(value: str | bytes) -> str:
-    return value.decode() if isinstance(value, bytes) else value
+    """Describe one GPU through the platform (NVML). ``physical_index`` is the driver's index (Ray's GPU id)."""
+    node_id, host = _node()
+    return dataclasses.replace(node_platform().describe(physical_index),
+                               accelerator_type=accelerator_type(node_id) if node_id else "",
+                               node_id=node_id, hostname=host, worker_id=worker_id)

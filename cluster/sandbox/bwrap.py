@@ -5,7 +5,7 @@ What a command started through ``Bubblewrap.prepare`` gets (flags in ``_mounts``
 - the node's root file system read-only; its scratch directory (and ``writable``) the only
   places it may write to; a private ``/tmp``, and the scratch root behind a private tmpfs, so that
   it sees no other command's directory; credentials in the worker's home hidden;
-- bubblewrap's minimal ``/dev``, and on GPU workers the NVIDIA device nodes, nothing else;
+- bubblewrap's minimal ``/dev``, and on GPU workers the platform's device nodes (NVIDIA's), nothing else;
 - a PID namespace whose init (``INIT``) is the command's parent (``--die-with-parent``): when the
   command's main process exits, or the worker kills bubblewrap, every process it started is gone;
   ``/proc`` shows those processes only;
@@ -40,6 +40,7 @@ from pathlib import Path
 
 from cluster.config import SandboxSpec
 from cluster.core.limits import MB, Limits
+from cluster.platform import node_platform
 from cluster.sandbox.cgroups import Cgroups, Leaf, node_memory_bytes
 from cluster.sandbox.sandbox import Ended, Prepared, Sandbox, SandboxError
 from cluster.sandbox.untrusted_dir import UntrustedDir
@@ -52,7 +53,6 @@ BOOKKEEPING_PIDS = 2  # bubblewrap and INIT, in the command's process count
 # bubblewrap's own init, which bubblewrap leaves behind as an orphan: a zombie against the uid's
 # RLIMIT_NPROC where pid 1 does not reap.
 INIT = ("/bin/sh", "-c", '"$@"; exit $?', "sh")
-GPU_NODES = ("nvidia[0-9]*", "nvidiactl", "nvidia-uvm", "nvidia-uvm-tools", "nvidia-caps")
 # Credentials under the worker's home, hidden even where the command could read them (not root).
 HIDDEN = (".ray", ".ssh", ".aws", ".azure", ".kube", ".docker", ".gnupg", ".config/gcloud", ".config/gh",
           ".netrc", ".git-credentials", ".pypirc", ".cache/huggingface/token")
@@ -92,7 +92,7 @@ class Bubblewrap(Sandbox):
 
     def __init__(self, program: Program, spec: SandboxSpec, gpu: bool = False, cgroups: Cgroups | None = None,
                  uid: int | None = None, home: Path | None = None, hidden: Sequence[Path] = ()) -> None:
-        """``gpu``: bind the NVIDIA device nodes into every command; ``uid``: run commands as this
+        """``gpu``: bind the GPU platform's device nodes into every command; ``uid``: run commands as this
         uid (the worker is root); ``hidden``: more files to hide (a Ray token file elsewhere)."""
         self.program, self.spec, self.gpu, self.cgroups, self.uid = program, spec, gpu, cgroups, uid
         self.passed = tuple(spec.env)
@@ -106,8 +106,8 @@ class Bubblewrap(Sandbox):
         self.readable = tuple(p for p in _python_homes()
                               if p.is_relative_to("/tmp") or (uid is not None and not _passable(p)))
         if gpu:
-            _make_uvm_node()
-        self.gpu_nodes = tuple(sorted(str(p) for pattern in GPU_NODES for p in Path("/dev").glob(pattern)))
+            node_platform().prepare_nodes()
+        self.gpu_nodes = node_platform().device_paths()
         self.modern = program.version >= (0, 8)  # --size and --disable-userns
         self.by_fd = program.version >= (0, 5)  # --bind-fd
         self.setpriv = ""
@@ -267,14 +267,6 @@ def _as_signal(returncode: int | None) -> int | None:
     if returncode is not None and 128 < returncode <= 128 + 64:
         return 128 - returncode
     return returncode
-
-
-def _make_uvm_node() -> None:
-    """/dev/nvidia-uvm appears on a node's first CUDA use, made by the setuid nvidia-modprobe, which
-    cannot run in the sandbox (no new privileges): make it now, for the sandbox to bind it."""
-    if not Path("/dev/nvidia-uvm").exists() and shutil.which("nvidia-modprobe"):
-        with contextlib.suppress(OSError, subprocess.SubprocessError):
-            subprocess.run(["nvidia-modprobe", "-u", "-c=0"], capture_output=True, timeout=30)
 
 
 PACKAGES = ("cluster", "agents", "search_spaces")  # warpfleet's top-level packages (pyproject.toml)

@@ -15,7 +15,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from cluster.config import SandboxSpec
-from cluster.sandbox.bwrap import GPU_NODES, Bubblewrap, Program, sandbox_uid
+from cluster.platform import node_platform
+from cluster.sandbox.bwrap import Bubblewrap, Program, sandbox_uid
 from cluster.sandbox.cgroups import Cgroups
 from cluster.sandbox.host import host_python
 from cluster.sandbox.isolation import ENV_BWRAP, trial
@@ -60,7 +61,7 @@ def diagnose(spec: SandboxSpec, header: Path, gpu: bool | None = None) -> list[C
     else:
         checks.append(Check("uid", True, f"commands run as uid {uid} (this worker's own), through setpriv; "
                             "as root, bubblewrap needs no user namespace"))
-    gpu = any(Path("/dev").glob("nvidia[0-9]*")) if gpu is None else gpu
+    gpu = node_platform().present() if gpu is None else gpu
     try:
         sandbox = Bubblewrap(program, spec, gpu, Cgroups.detect(), uid)
     except SandboxError as exc:
@@ -131,15 +132,14 @@ def _toolchains(sandbox: Bubblewrap) -> list[Check]:
 
 
 def _gpu(sandbox: Bubblewrap) -> list[Check]:
-    nodes = [str(p) for pattern in GPU_NODES for p in Path("/dev").glob(pattern)]
-    out = [Check("GPU nodes", bool(nodes), ", ".join(nodes) or "no /dev/nvidia*")]
-    if shutil.which("nvidia-smi"):
-        result = trial(sandbox, ["nvidia-smi", "-L"], gpu=True)
+    platform = node_platform()
+    nodes = platform.device_paths()
+    out = [Check("GPU nodes", bool(nodes), ", ".join(nodes) or f"no /dev/{platform.name}*")]
+    if shutil.which(platform.query[0]):
+        result = trial(sandbox, list(platform.query), gpu=True)
         out.append(Check("GPU in the sandbox", result.ok, result.stdout.strip().splitlines()[0] if result.ok
                          else result.tail()))
-    params = Path("/proc/driver/nvidia/params")
-    if params.exists() and "RmProfilingAdminOnly: 1" in params.read_text():
-        out.append(Check("ncu", None, "the driver lets only root read performance counters "
-                         "(RmProfilingAdminOnly: 1); Nsight Compute profiles fail in the sandbox until the "
-                         "nvidia module gets NVreg_RestrictProfilingToAdminUsers=0"))
+    note = platform.counters_note()
+    if note:
+        out.append(Check(platform.profiler, None, note))
     return out

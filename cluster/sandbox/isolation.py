@@ -23,6 +23,7 @@ from typing import Literal
 
 from cluster.config import SandboxSpec
 from cluster.core.limits import Limits
+from cluster.platform import node_platform
 from cluster.sandbox.bwrap import Bubblewrap, Program, sandbox_uid
 from cluster.sandbox.cgroups import Cgroups
 from cluster.sandbox.sandbox import (
@@ -83,10 +84,10 @@ class Refused(Sandbox):
 
 
 def node_sandbox(gpu: bool | None = None) -> Sandbox:
-    """The sandbox of this process's commands. ``gpu``: bind the NVIDIA device nodes (None: where
-    the node has them). Made once per process and policy."""
+    """The sandbox of this process's commands. ``gpu``: bind the GPU platform's device nodes (None:
+    where the node has them). Made once per process and policy."""
     if gpu is None:
-        gpu = any(Path("/dev").glob("nvidia[0-9]*"))
+        gpu = node_platform().present()
     return _sandbox_for(os.environ.get(ENV_POLICY, ""), os.environ.get(ENV_BWRAP), gpu)
 
 

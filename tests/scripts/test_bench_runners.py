@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from cluster.config import load_target
-from cluster.measure.telemetry import FakeNvmlSource
+from cluster.platform.nvidia import FakeNvmlSource
 from tests.conftest import needs, write_target
 
 

@@ -54,7 +54,8 @@ def test_cuda_sweep_on_the_gpu(tmp_path, ray_local):
 def test_nvml_monitor_reads_energy_and_clocks():
     import time
 
-    from cluster.measure.telemetry import Monitor, NvmlSource
+    from cluster.measure.telemetry import Monitor
+    from cluster.platform.nvidia import NvmlSource
 
     with Monitor(NvmlSource(0), interval_s=0.01) as monitor:
         time.sleep(0.3)

@@ -5,7 +5,9 @@ import time
 
 import pytest
 
-from cluster.measure.telemetry import FakeNvmlSource, Monitor, Reading
+from cluster.measure.telemetry import Monitor
+from cluster.platform._base import Reading
+from cluster.platform.nvidia import FakeNvmlSource
 
 
 class Scripted:

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import Field, field_validator
+from pydantic import Field, field_validator, model_validator
 
 from cluster.config.agents import AgentsSpec
 from cluster.config.target import SAFE_NAME, Target, _Model
@@ -23,11 +23,22 @@ class SearchSpec(_Model):
     trials: int | None = Field(40, gt=0, le=MAX_TRIALS)  # evaluated candidates per study (strict: not `true`)
     time_budget_s: float | None = Field(None, gt=0, allow_inf_nan=False)
     storage: str | None = None  # an RDB URL; default: a journal file in the run directory
+    # The sampler's own settings: keyword arguments of its Optuna class (tpe: n_startup_trials, ...).
+    sampler_options: dict[str, Any] = Field(default_factory=dict)
 
     @field_validator("sampler")
     @classmethod
     def _registered(cls, value: str) -> str:
         return SAMPLERS.check(value)
+
+    @model_validator(mode="after")
+    def _sampler_takes_its_options(self) -> SearchSpec:
+        if self.sampler_options:
+            try:
+                SAMPLERS.load(self.sampler)(self)
+            except (TypeError, ValueError) as exc:
+                raise ValueError(f"sampler_options: {self.sampler} does not take them: {exc}") from None
+        return self
 
 
 class ClusterSpec(_Model):

@@ -19,6 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from cluster.config.kernel import KernelSpec
 from cluster.core.limits import Limits
+from cluster.core.registry import RUNNERS
 from cluster.core.types import Proposal, Scalar, SourceBundle
 from cluster.toolchains import get_toolchain
 from search_spaces import FlagSpace, compile_constraint
@@ -128,6 +129,7 @@ class LimitsSpec(_Model):
         return Limits(memory_mb=self.memory_mb, file_mb=self.file_mb, disk_mb=self.disk_mb, files=self.files)
 
 
+KERNEL_RUNNER = "kernel"  # the runner of kind: kernel targets (cluster.core.registry.RUNNERS), theirs alone
 KERNEL_RUN = ["{binary}", "--seed", "{seed}"]  # a kernel target's run: the kernel runner's, on the run's seed
 
 
@@ -152,7 +154,7 @@ class TargetSpec(_Model):
     baseline_flags: dict[str, str] = {}
     # How candidates run (cluster.core.registry.RUNNERS): a process each, or inside a persistent host
     # process per device (a shared-library build); auto: persistent for programs that use the harness.
-    runner: Literal["auto", "process", "persistent"] = "auto"
+    runner: str = "auto"
     constraints: list[str] = []
     # A program (the default), or one kernel measured in-process by the kernel runner (cluster/config/kernel.py).
     kind: Literal["program", "kernel"] = "program"
@@ -189,9 +191,16 @@ class TargetSpec(_Model):
                 raise ValueError(f"{name} lists a value twice")
         return value
 
+    @field_validator("runner")
+    @classmethod
+    def _registered_runner(cls, value: str) -> str:
+        return value if value == "auto" else RUNNERS.check(value)
+
     @model_validator(mode="after")
     def _kind(self) -> TargetSpec:
         if self.kind == "program":
+            if self.runner == KERNEL_RUNNER:
+                raise ValueError("runner: the kernel runner is a kernel target's (kind: kernel)")
             if self.kernel is not None:
                 raise ValueError("kernel: only a target of kind: kernel has one")
             if self.run is None:
@@ -247,7 +256,7 @@ class Target:
         the toolchain can build a shared library, the build takes ``{flags}`` and ``{sources}``,
         and the program includes the timing harness (whose programs are written to be re-entered)."""
         if self.spec.kind == "kernel":
-            return "kernel"  # one kernel, loaded as a cubin in the device's host process
+            return KERNEL_RUNNER  # one kernel, loaded as a cubin in the device's host process
         if self.spec.runner != "auto":
             return self.spec.runner
         uses_harness = any(b"warpfleet/harness.cuh" in content for _, content in self.bundle.files)

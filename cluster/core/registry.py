@@ -2,7 +2,8 @@
 
 A registry names ``"module:attribute"`` rather than holding the class, so that the config (which
 sits below the agents and the engine) can validate names without importing the plug-ins: adding
-an expert, an export format or a sampler is one new module and one line here.
+a toolchain, an expert, an export format, a sampler, a runner or a GPU platform is one new module
+and one line here. ``Registry.register`` adds one at run time (a class of a user's own).
 """
 
 from __future__ import annotations
@@ -12,14 +13,15 @@ from collections.abc import Iterator, Mapping
 from typing import Any
 
 
-class Registry(Mapping[str, str]):
-    """Names of one plug-in family, resolved to their objects on first use."""
+class Registry(Mapping[str, Any]):
+    """Names of one plug-in family, resolved to their objects on first use: each entry a
+    ``"module:attribute"`` string, or (registered at run time) the object itself."""
 
-    def __init__(self, kind: str, entries: Mapping[str, str]) -> None:
+    def __init__(self, kind: str, entries: Mapping[str, Any]) -> None:
         self.kind = kind
         self._entries = dict(entries)
 
-    def __getitem__(self, name: str) -> str:
+    def __getitem__(self, name: str) -> Any:
         return self._entries[name]
 
     def __iter__(self) -> Iterator[str]:
@@ -36,8 +38,30 @@ class Registry(Mapping[str, str]):
 
     def load(self, name: str) -> Any:
         """The registered object (a class, usually) of ``name``."""
-        module, _, attribute = self[self.check(name)].partition(":")
-        return getattr(importlib.import_module(module), attribute)
+        return _resolve(self[self.check(name)])
+
+    def register(self, name: str, entry: Any) -> None:
+        """Add ``entry`` (a ``"module:attribute"`` string or the object) as ``name``. The same object
+        again is a no-op; another under a taken name is a ValueError."""
+        taken = self._entries.get(name)
+        if taken is not None and _resolve(taken) is not _resolve(entry):
+            owner = _resolve(taken)
+            raise ValueError(f"{self.kind} name {name!r} is already taken by {getattr(owner, '__qualname__', owner)}")
+        self._entries[name] = entry
+
+
+def _resolve(entry: Any) -> Any:
+    if not isinstance(entry, str):
+        return entry
+    module, _, attribute = entry.partition(":")
+    return getattr(importlib.import_module(module), attribute)
+
+
+# The compilers (cluster/toolchains/): a target's `toolchain:` names one (cluster.toolchains.get_toolchain).
+TOOLCHAINS = Registry("toolchain", {
+    "nvcc": "cluster.toolchains.nvcc:Nvcc",
+    "cc": "cluster.toolchains.cc:Cc",
+})
 
 
 # The rule-based experts of the optimization workflow (agents/experts/), in the order they run.
@@ -67,14 +91,16 @@ EXPORT_FORMATS = Registry("export format", {
     "launch-json": "cluster.outputs.exports.launch:launch_json",
 })
 
-# search.sampler: each a function (SearchSpec) -> optuna sampler (search_spaces/samplers.py).
+# search.sampler: each a function (SearchSpec) -> optuna sampler (search_spaces/samplers.py), given
+# search.sampler_options.
 SAMPLERS = Registry("sampler", {
     "tpe": "search_spaces.samplers:tpe",
     "random": "search_spaces.samplers:random",
     "grid": "search_spaces.samplers:grid",
 })
 
-# How a measuring worker runs a target's candidates (cluster/runners/): a target's `runner:` names one.
+# How a measuring worker runs a target's candidates (cluster/runners/): a target's `runner:` names one
+# (the kernel runner: a kernel target's own); each made by ``Runner.for_worker``, with the options it takes.
 RUNNERS = Registry("runner", {
     "process": "cluster.runners._base:ProcessRunner",
     "persistent": "cluster.runners.persistent:PersistentRunner",

@@ -61,9 +61,7 @@ class MeasureWorker:
 
     def runner(self, name: str) -> Runner:
         if name not in self.runners:
-            kind = RUNNERS.load(name)
-            options = {"cuda": self.device.kind == "gpu"} if name != "process" else {}
-            self.runners[name] = kind(sandbox=self.sandbox, scratch_root=_scratch_root(), **options)
+            self.runners[name] = RUNNERS.load(name).for_worker(self.sandbox, _scratch_root(), self.device)
         return self.runners[name]
 
     def close(self) -> None:

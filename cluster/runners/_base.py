@@ -26,7 +26,7 @@ from typing import Any, Literal
 
 from cluster.config import Target
 from cluster.core.placeholders import expand
-from cluster.core.types import RunOutputs
+from cluster.core.types import DeviceInfo, RunOutputs
 from cluster.sandbox.host import HostProcess, read_result
 from cluster.sandbox.isolation import node_sandbox
 from cluster.sandbox.sandbox import (
@@ -107,6 +107,11 @@ class Runner(ABC):
         self.sandbox = sandbox if sandbox is not None else node_sandbox()
         self.scratch_root = scratch_root
 
+    @classmethod
+    def for_worker(cls, sandbox: Sandbox, scratch_root: Path | None, device: DeviceInfo) -> Runner:
+        """The runner of a measuring worker that owns ``device``: each runner takes the options it needs."""
+        return cls(sandbox=sandbox, scratch_root=scratch_root)
+
     @contextmanager
     def stage(self, target: Target, params: Mapping[str, Any], arch: str, binary: bytes | None,
               prefix: str = "run-") -> Iterator[Staged]:
@@ -163,6 +168,11 @@ class HostRunner(Runner):
         self.root = Path(tempfile.mkdtemp(prefix=f"host-{self.name}-", suffix=owned_suffix(), dir=scratch_root))
         self.scratch_root = self.root  # where stage() makes the candidates' directories
         self.host = HostProcess(cuda, self.sandbox, self.root)
+
+    @classmethod
+    def for_worker(cls, sandbox: Sandbox, scratch_root: Path | None, device: DeviceInfo) -> Runner:
+        """A host with a CUDA context on a GPU worker, without on a CPU one."""
+        return cls(sandbox=sandbox, scratch_root=scratch_root, cuda=device.kind == "gpu")
 
     def call(self, staged: Staged, request: Mapping[str, Any], timeout: float) -> ProcessResult:
         """``request`` in the host; the run's result as a process run's. What the worker put in the

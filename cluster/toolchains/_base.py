@@ -9,7 +9,7 @@ from cluster.core.types import DeviceInfo, KernelResources
 
 
 class Toolchain(ABC):
-    """One compiler family. Implementations register themselves in ``cluster.toolchains``."""
+    """One compiler family. Implementations register in ``cluster.core.registry.TOOLCHAINS``."""
 
     name: ClassVar[str]
     #: "gpu": candidates are measured by GPU workers; "cpu": by CPU workers.

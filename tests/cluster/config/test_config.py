@@ -431,3 +431,24 @@ def test_a_relative_scratch_root_is_made_absolute(tmp_path, monkeypatch):
     assert compile_candidate(target, candidate, root).status.value == "ok"
     monkeypatch.setenv(env.SCRATCH, "")
     assert env.scratch_root() is None
+
+
+def test_sampler_options_reach_the_sampler_and_a_wrong_one_is_a_config_error():
+    from cluster.config.run import SearchSpec
+    from cluster.engine.studies import make_sampler
+
+    sampler = make_sampler(SearchSpec(sampler="tpe", sampler_options={"n_startup_trials": 3}))
+    assert sampler._n_startup_trials == 3
+    with pytest.raises(ValueError, match="sampler_options: random does not take them"):
+        SearchSpec(sampler="random", sampler_options={"n_startup_trials": 3})
+
+
+def test_a_runner_is_a_registered_one_and_the_kernel_runner_is_a_kernel_targets():
+    from cluster.config import TargetSpec
+
+    base = {"name": "t", "sources": ["a.c"], "run": ["{binary}"]}
+    assert TargetSpec(**base, runner="persistent").runner == "persistent"
+    with pytest.raises(ValueError, match="unknown runner 'fast'"):
+        TargetSpec(**base, runner="fast")
+    with pytest.raises(ValueError, match="the kernel runner is a kernel target's"):
+        TargetSpec(**base, runner="kernel")

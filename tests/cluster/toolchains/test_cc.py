@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-import cluster.toolchains as toolchains
 from cluster.core.placeholders import expand
+from cluster.core.registry import TOOLCHAINS
 from cluster.core.types import DeviceInfo, KernelResources
 from cluster.toolchains import Cc, Nvcc, Toolchain, available_toolchains, get_toolchain, register
 
@@ -60,7 +60,7 @@ def test_an_unknown_toolchain_is_a_key_error_naming_the_known_ones() -> None:
 @pytest.fixture
 def scratch_registry(monkeypatch: pytest.MonkeyPatch) -> None:
     """Registrations made by a test vanish after it."""
-    monkeypatch.setattr(toolchains, "_REGISTRY", dict(toolchains._REGISTRY))
+    monkeypatch.setattr(TOOLCHAINS, "_entries", dict(TOOLCHAINS._entries))
 
 
 class Clang(Toolchain):

@@ -17,6 +17,7 @@ from typing import Any
 
 import click
 
+from cluster.api import configure_logging
 from cluster.config import RunPlan, load_run
 from cluster.config.run import MAX_TRIALS
 from cluster.core.errors import ConfigError
@@ -61,6 +62,7 @@ ACCEPT_CHANGES_HELP = ("With --resume: a target whose sources or spec changed si
 @click.version_option(package_name="warpfleet")
 def main() -> None:
     """Profile-guided tuning of CUDA (and C) programs, swept over a Ray cluster."""
+    configure_logging()  # what a sweep says, a line each on stderr; Optuna's own from warnings up
     banner = logging.getLogger(RAY_AUTH_LOGGER)
     if _not_the_auth_banner not in banner.filters:
         banner.addFilter(_not_the_auth_banner)
@@ -129,8 +131,7 @@ def sweep(config: str, address: str | None, resume: str | None, accept_changes: 
     click.echo(f"run directory: {run_dir.path}", err=True)
     show_progress = sys.stderr.isatty() if progress is None else progress
     with _resume_hint(f"warpfleet sweep {config} --resume {run_dir.path}", run_dir.path):
-        summary = Sweep(plan, run_dir, log=lambda m: click.echo(m, err=True),
-                        started_at=started).run(address, show_progress)
+        summary = Sweep(plan, run_dir, started_at=started).run(address, show_progress)
     _fail_if_nothing_ran(plan, summary)
     click.echo(f"{summary.evaluated} rows written to {run_dir.results}", err=True)
     if summary.unfinished:
@@ -450,8 +451,7 @@ def optimize(target: str, experts: str, trials: int, sanitizer: str, address: st
     click.echo(f"run directory: {run_dir.path}", err=True)
     show_progress = sys.stderr.isatty() if progress is None else progress
     with _resume_hint(f"warpfleet optimize {target} --output-dir {output_dir} --resume {run_dir.path}", run_dir.path):
-        summary = Sweep(plan, run_dir, log=lambda m: click.echo(m, err=True),
-                        started_at=started).run(address, show_progress)
+        summary = Sweep(plan, run_dir, started_at=started).run(address, show_progress)
     _fail_if_nothing_ran(plan, summary)
     report = write_report(run_dir.path)
     click.echo(report.read_text())
@@ -585,7 +585,7 @@ def evaluate(sources: tuple[str, ...], config: str | None, runs: int | None, add
     _record_sandbox(run_dir, policy)
     click.echo(f"run directory: {run_dir.path}", err=True)
     with _resume_hint(None, run_dir.path):
-        summary = Evaluation(plan, origins, run_dir, runs, log=lambda m: click.echo(m, err=True)).run(address)
+        summary = Evaluation(plan, origins, run_dir, runs).run(address)
     click.echo(f"{summary.rows} rows written to {run_dir.results}", err=True)
     # compare reads run directories: an export file's configurations are listed in this run's meta.json
     runs_given = [s for s in sources if Path(s).is_dir()]

@@ -32,6 +32,7 @@ sys.path[:0] = [str(REPO), str(REPO / "scripts")]
 
 from bench_suite import noise  # noqa: E402
 
+from cluster.api import log_to  # noqa: E402
 from cluster.config import RunPlan, load_run  # noqa: E402
 from cluster.core.types import BestConfig  # noqa: E402
 from cluster.engine.driver import Sweep  # noqa: E402
@@ -62,7 +63,8 @@ def agent_sweep(targets: list[str], trials: int, out: Path, search_s: float | No
     plan = RunPlan(config, plan.file, chosen)
     run_dir = RunDir.create(plan)
     log(f"sweep with agents: {[t.name for t in chosen]}, {trials} trials each -> {run_dir.path}")
-    Sweep(plan, run_dir, log=log).run(show_progress=False)
+    with log_to(log):
+        Sweep(plan, run_dir).run(show_progress=False)
     return run_dir.path
 
 

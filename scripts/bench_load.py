@@ -15,6 +15,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from cluster.api import log_to
 from cluster.config import RunPlan, load_run
 from cluster.engine.driver import Sweep
 from cluster.store.results import read_results
@@ -51,7 +52,8 @@ def main() -> None:
             samples.append((time.monotonic() - start, rss_mb(), rows))
 
     threading.Thread(target=watch, daemon=True).start()
-    summary = Sweep(plan, run_dir, log=print).run(show_progress=False)
+    with log_to(print):
+        summary = Sweep(plan, run_dir).run(show_progress=False)
     stop.set()
     rows = read_results(run_dir.path)
     search_rows = rows[rows["phase"] == "search"]

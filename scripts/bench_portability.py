@@ -35,6 +35,7 @@ from typing import Any, TextIO
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from cluster.api import log_to
 from cluster.config import RunPlan, load_run
 from cluster.core.errors import ConfigError
 from cluster.engine.driver import Sweep
@@ -131,7 +132,8 @@ def sweep(args: argparse.Namespace, log: Log) -> Path:
     }), plan.file, plan.targets)
     run_dir = RunDir.create(plan)
     log(f"sweep {plan.file}: {len(plan.targets)} targets, {args.trials} trials each, into {run_dir.path}")
-    summary = Sweep(plan, run_dir, log=log).run(show_progress=False)
+    with log_to(log):
+        summary = Sweep(plan, run_dir).run(show_progress=False)
     if summary.skipped:
         raise Failed(f"the sweep left out: {'; '.join(summary.skipped)}")
     best = select_best(read_results(run_dir.path))
@@ -147,7 +149,8 @@ def evaluate(sources: list[str], args: argparse.Namespace, log: Log) -> Path:
     plan, origins = plan_for(sources, args.config)
     run_dir = create_run_dir(plan, origins, sources, str(args.out / "runs"))
     log(f"evaluate {len(origins)} configurations of {len(sources)} runs here, into {run_dir.path}")
-    summary = Evaluation(plan, origins, run_dir, args.final_runs, log=log).run()
+    with log_to(log):
+        summary = Evaluation(plan, origins, run_dir, args.final_runs).run()
     if summary.skipped:
         raise Failed(f"the evaluation left out: {'; '.join(summary.skipped)}")
     rows = read_results(run_dir.path)

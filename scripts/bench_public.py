@@ -28,6 +28,7 @@ sys.path[:0] = [str(REPO), str(REPO / "scripts")]
 
 from bench_agents import budget, hand_speedups, log, no_profile, table, verdicts  # noqa: E402
 
+from cluster.api import log_to  # noqa: E402
 from cluster.build.build import compile_candidate  # noqa: E402
 from cluster.config import RunPlan, load_run, load_target  # noqa: E402
 from cluster.core.types import Candidate, DeviceInfo, Phase, Status  # noqa: E402
@@ -94,7 +95,8 @@ def public_sweep(targets: list[str], trials: int, agents: bool, out: Path,
     run_dir = RunDir.create(plan)
     log(f"sweep (agents {'on' if agents else 'off'}): {[t.name for t in chosen]}, {trials} trials each "
         f"-> {run_dir.path}")
-    Sweep(plan, run_dir, log=log).run(show_progress=False)
+    with log_to(log):
+        Sweep(plan, run_dir).run(show_progress=False)
     return run_dir.path
 
 

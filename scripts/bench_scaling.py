@@ -76,6 +76,7 @@ def child(config: str, count: int, trials: int, out: Path, cpu: bool, search_s: 
           cores: str = "") -> dict:
     """One sweep with ``count`` measuring workers; runs in its own process (on ``cores``, where given:
     Ray's processes and the compiles inherit the affinity, and the compile slots are as many)."""
+    from cluster.api import log_to
     from cluster.config import RunPlan, load_run
     from cluster.engine.driver import Sweep
     from cluster.store.rundir import RunDir
@@ -103,7 +104,8 @@ def child(config: str, count: int, trials: int, out: Path, cpu: bool, search_s: 
         log_file.flush()
 
     try:
-        summary = Sweep(plan, run_dir, log=log).run(show_progress=False)
+        with log_to(log):
+            summary = Sweep(plan, run_dir).run(show_progress=False)
     except Exception as exc:
         log(f"the sweep failed: {type(exc).__name__}: {exc}")
         raise

@@ -70,7 +70,7 @@ def point(workers: int, run_s: float, candidates: int, sampler: str, out: Path,
         fleet, compile_model = simulated_fleet(workers, modelled)
         started = time.time()
         cpu_before = _cpu_s()
-        summary = Sweep(plan, run_dir, log=lambda m: None, fleet=fleet, compile=compile_model).run(
+        summary = Sweep(plan, run_dir, fleet=fleet, compile=compile_model).run(
             show_progress=False)
         driver_cpu_s = _cpu_s() - cpu_before
         rows = read_results(run_dir.path)

@@ -21,6 +21,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from cluster.api import log_to
 from cluster.build.build import compile_candidate
 from cluster.config import RunPlan, load_run, load_target
 from cluster.core.occupancy import limits_for, occupancy
@@ -70,7 +71,8 @@ def sweeps(config: Path, count: int, trials: int, out: Path, profile_first: bool
                                                       "profile": profile, "measure": measure}),
                        base.file, base.targets)
         run_dir = RunDir.create(plan)
-        summary = Sweep(plan, run_dir, log=print).run(show_progress=False)
+        with log_to(print):
+            summary = Sweep(plan, run_dir).run(show_progress=False)
         rows = read_results(run_dir.path)
         gpu = rows[rows["arch"].str.startswith("sm_")]
         measured = gpu[gpu["run_s"].notna()]

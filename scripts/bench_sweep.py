@@ -15,6 +15,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from cluster.api import log_to
 from cluster.config import RunPlan, load_run
 from cluster.engine.driver import Sweep
 from cluster.store.results import read_results
@@ -36,7 +37,8 @@ def main() -> None:
     plan = RunPlan(plan.config.model_copy(update=update), plan.file, plan.targets)
     run_dir = RunDir.create(plan)
     start = time.monotonic()
-    summary = Sweep(plan, run_dir, log=print).run(show_progress=False)
+    with log_to(print):
+        summary = Sweep(plan, run_dir).run(show_progress=False)
     wall = time.monotonic() - start
     rows = read_results(run_dir.path)
     report = {"config": args.config, "run_dir": str(run_dir.path), "wall_s": wall,

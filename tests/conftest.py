@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import shutil
 import sys
@@ -33,6 +34,45 @@ int main(void) {
     return 0;
 }
 """
+
+
+class _Lines(logging.Handler):
+    def __init__(self, lines: list[str]) -> None:
+        super().__init__()
+        self.lines = lines
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.lines.append(record.getMessage())
+
+
+_LOGGED: list[_Lines] = []
+
+
+def logged_lines() -> list[str]:
+    """Every line warpfleet logs from now until the test ends (what the CLI prints on stderr), in order."""
+    lines: list[str] = []
+    logger = logging.getLogger("warpfleet")
+    if not _LOGGED:
+        _LOGGED_LEVEL[:] = [logger.level]
+    logger.setLevel(logging.INFO)
+    handler = _Lines(lines)
+    logger.addHandler(handler)
+    _LOGGED.append(handler)
+    return lines
+
+
+_LOGGED_LEVEL: list[int] = []
+
+
+@pytest.fixture(autouse=True)
+def _logged_lines_end_with_the_test() -> Iterator[None]:
+    yield
+    logger = logging.getLogger("warpfleet")
+    for handler in _LOGGED:
+        logger.removeHandler(handler)
+    if _LOGGED:
+        logger.setLevel(_LOGGED_LEVEL[0])
+    _LOGGED.clear()
 
 
 def write_target(folder: Path, **fields: Any) -> Path:

@@ -16,6 +16,7 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import json
+import logging
 import re
 import threading
 import time
@@ -54,6 +55,9 @@ from cluster.store.variants import (
 if TYPE_CHECKING:
     from cluster.engine.study_jobs import StudyJobs
 
+
+log = logging.getLogger(f"warpfleet.{__name__}")
+
 MAX_ENQUEUED = 64  # points per variant entered ahead of the sampler; the rest is the sampler's
 ENQUEUED_SHARE = 0.5  # of the trial budget, kept for the agents' variants while they work
 VARIANTS_EXPECTED = 4  # a study's admitted variants, as the share is split before they are known
@@ -83,10 +87,10 @@ class AgentStage:
     ``join_variant`` puts it into the study's running search, on the driver's thread."""
 
     def __init__(self, run_dir: Path, run_id: str, spec: AgentsSpec, profile: ProfileSpec, runs: int,
-                 log: Callable[[str], None], steps: Callable[[Verifier], list[Steps]] | None = None,
+                 steps: Callable[[Verifier], list[Steps]] | None = None,
                  trials: int | None = None, append: Callable[[str, Any, dict[str, Any]], None] | None = None) -> None:
         self.run_dir, self.run_id, self.spec, self.profile_spec = run_dir, run_id, spec, profile
-        self.runs, self.log = runs, log
+        self.runs = runs
         self.steps = steps or self._configured_steps
         self.trials = trials  # the search's budget per study; None: unbounded
         self.kit = None  # the LLM agents' shared client, store and budget, made on first use
@@ -146,7 +150,7 @@ class AgentStage:
         context = AnalysisContext(study.target, study.arch, study.baseline_median, kernels)
         later = [s for s in steps if profiling and s.analyst.uses_profile and _needs_profile(s, context)]
         now = [s for s in steps if s not in later]
-        self.log(f"{study.name}: analysis, plans and transformations by "
+        log.info(f"{study.name}: analysis, plans and transformations by "
                  f"{', '.join(s.analyst.name for s in steps)}; each proposal admitted by the cheap checks "
                  f"joins the search at once" + (f" ({', '.join(s.analyst.name for s in later)} after Nsight "
                                                 f"Compute on the baseline)" if later else ""))
@@ -160,7 +164,7 @@ class AgentStage:
                 if record["source_hash"]:
                     self.records[(study.name, record["source_hash"])] = record
             if SearchClosed.__name__ not in outcome.error:  # one line says so, from the flow
-                self.log(f"{study.name}: {outcome.finding.optimization} {outcome.finding.location}: {outcome.stage}"
+                log.info(f"{study.name}: {outcome.finding.optimization} {outcome.finding.location}: {outcome.stage}"
                          + (f" ({outcome.reason[:160]})" if outcome.reason and not outcome.accepted else ""))
             if outcome.accepted and outcome.proposal is not None:
                 accepted.append(outcome)
@@ -279,7 +283,7 @@ class AgentStage:
                 extra.append(dataclasses.replace(outcome, proposal=best.proposal,
                                                  verification=verifications[proposal_key(best.proposal)],
                                                  attempt=outcome.attempt + len(result.rounds)))
-            self.log(f"{study.name}: {outcome.finding.optimization}: {len(result.rounds)} profile-guided rounds, "
+            log.info(f"{study.name}: {outcome.finding.optimization}: {len(result.rounds)} profile-guided rounds, "
                      f"stopped by {result.stopped}; best {best.speedup:.2f}x" if best and best.speedup else
                      f"{study.name}: {outcome.finding.optimization}: profile-guided rounds found nothing better")
         return extra
@@ -290,12 +294,12 @@ class AgentStage:
         if (study.device.kind != "gpu" or not self.spec.profile_baseline
                 or self.profile_spec.candidates == "none"):
             return {}, frozenset()
-        self.log(f"{study.name}: Nsight Compute on the baseline, for the analysts that read it")
+        log.info(f"{study.name}: Nsight Compute on the baseline, for the analysts that read it")
         metrics = tuple(self.profile_spec.metrics or DEFAULT_METRICS)
         done = jobs.profile(None, metrics, self.profile_spec.timeout_s, self.profile_spec.launches,
                             label="the baseline, for the analysts").result()
         if done.dropped:
-            self.log(f"{study.name}: the search closed before Nsight Compute ran on the baseline; analysing without")
+            log.info(f"{study.name}: the search closed before Nsight Compute ran on the baseline; analysing without")
             return {}, frozenset()
         profile: Profile = done.value if isinstance(done.value, Profile) else Profile(
             study.baseline_candidate().key, done.failure or Status.CRASHED, error_tail=done.error)
@@ -303,7 +307,7 @@ class AgentStage:
             self.append(RunDir.PROFILES, PROFILE_SCHEMA, record)
         self._profiled.add(study.name)
         if profile.status is not Status.OK:
-            self.log(f"{study.name}: baseline profile failed ({profile.status.value}); analysing without metrics")
+            log.info(f"{study.name}: baseline profile failed ({profile.status.value}); analysing without metrics")
             return {}, frozenset()
         return context_metrics(profile), profile.launched()
 

@@ -17,6 +17,7 @@ closes it stays closed.
 
 from __future__ import annotations
 
+import logging
 import math
 import time
 from collections import defaultdict
@@ -24,6 +25,8 @@ from collections.abc import Callable, Sequence
 from typing import Protocol
 
 from cluster.engine.jobs import CHECK_SHARE
+
+log = logging.getLogger(f"warpfleet.{__name__}")
 
 SAFETY = 1.5  # the reserve is this many times the estimate: finals queue behind running jobs, estimates are rough
 DEFAULT_RUN_S = 1.0  # a run's time where no study of the device type has been measured yet
@@ -54,13 +57,11 @@ def grace_s(budget_s: float) -> float:
 
 
 class TimePlan:
-    def __init__(self, budget_s: float, started_at: float | None = None,
-                 log: Callable[[str], None] = lambda message: None) -> None:
+    def __init__(self, budget_s: float, started_at: float | None = None) -> None:
         self.budget_s = budget_s
         self.started_at = time.monotonic() if started_at is None else started_at
         self.deadline = self.started_at + budget_s
         self.hard_stop = self.deadline + grace_s(budget_s)
-        self.log = log
         self.closed: dict[str, float] = {}  # device type -> when its search closed (monotonic)
         self.reserve: dict[str, float] = defaultdict(float)
         self.typical: dict[str, float] = {}  # device type -> a run's time, for a study not yet measured
@@ -109,12 +110,12 @@ class TimePlan:
             if searching and now + self.reserve[device_type] >= self.deadline:
                 self.closed[device_type] = now
                 if not any(f.searched() for f in mine) and after + MARGIN_S >= self.time_left(now):
-                    self.log(f"time budget: {self.budget_s:g} s cannot hold the baselines and finals of "
+                    log.info(f"time budget: {self.budget_s:g} s cannot hold the baselines and finals of "
                              f"{len(mine)} studies on {workers(device_type)} {device_type} workers (about "
                              f"{math.ceil(finals[device_type] / n)} s of finals alone): no search; give a "
                              f"larger --time-budget")
                     continue
-                self.log(f"time budget: {self.time_left(now):.0f} s left, {math.ceil(self.reserve[device_type])} s "
+                log.info(f"time budget: {self.time_left(now):.0f} s left, {math.ceil(self.reserve[device_type])} s "
                          f"kept for the finals and their checks on {device_type}: the search stops")
 
     def elapsed(self, now: float | None = None) -> float:

@@ -15,6 +15,7 @@ an export must have passed them (``StudyFlow`` asks for them, promoted, before i
 from __future__ import annotations
 
 import json
+import logging
 import time
 from collections.abc import Callable
 from concurrent.futures import Future
@@ -32,6 +33,9 @@ from cluster.store.variants import AcceptedVariant
 
 if TYPE_CHECKING:
     from cluster.engine.study_jobs import StudyJobs
+
+
+log = logging.getLogger(f"warpfleet.{__name__}")
 
 
 class Trust(StrEnum):
@@ -80,11 +84,11 @@ class DeepChecks:
     submits the checks, their futures finish in the flow's ``on_result``."""
 
     def __init__(self, jobs: StudyJobs, tools: tuple[str, ...], cap_s: float, guardrails: bool,
-                 write: Callable[[dict[str, Any]], None], log: Callable[[str], None],
+                 write: Callable[[dict[str, Any]], None],
                  record_of: Callable[[str], dict[str, Any] | None] = lambda source_hash: None,
                  on_failed: Callable[[str], None] = lambda source_hash: None) -> None:
         self.jobs, self.tools, self.cap_s, self.guardrails = jobs, tools, cap_s, guardrails
-        self.write, self.log, self.record_of, self.on_failed = write, log, record_of, on_failed
+        self.write, self.record_of, self.on_failed = write, record_of, on_failed
         self.variants: dict[str, _Checked] = {}
         self._baseline: dict[str, SanitizerResult] | None = None
         self._baseline_asked = False
@@ -127,7 +131,7 @@ class DeepChecks:
             self._answer(checked)
             return checked.trust
         checked.trust, checked.started = Trust.PENDING, time.monotonic()
-        self.log(f"{self.jobs.state.name}: {checked.variant.label}: {why}: compute-sanitizer and the cheat checks "
+        log.info(f"{self.jobs.state.name}: {checked.variant.label}: {why}: compute-sanitizer and the cheat checks "
                  f"before it can be a final")
         if self.guardrails:
             files = changed_files(self.jobs.state.target, checked.variant.target)
@@ -216,7 +220,7 @@ class DeepChecks:
         failed = [v for v in checked.verdicts if v.failed]
         checked.trust = Trust.FAILED if failed else Trust.PASSED
         seconds = time.monotonic() - checked.started
-        self.log(f"{self.jobs.state.name}: {checked.variant.label}: expensive checks {checked.trust.value} in "
+        log.info(f"{self.jobs.state.name}: {checked.variant.label}: expensive checks {checked.trust.value} in "
                  f"{seconds:.0f} s" + (": " + "; ".join(f"{v.check}: {v.detail}" for v in failed)[:300]
                                         if failed else ""))
         if not checked.tickets:

@@ -7,6 +7,7 @@ queue per device type, and the rows they write.
 
 from __future__ import annotations
 
+import logging
 import os
 import time
 from collections import defaultdict
@@ -17,7 +18,6 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-import optuna
 import ray
 
 from agents.workflow import Steps
@@ -40,7 +40,8 @@ from cluster.store.rundir import RunDir
 from cluster.store.tables import JOBS_SCHEMA, Tables
 from cluster.toolchains import get_toolchain
 
-optuna.logging.set_verbosity(optuna.logging.WARNING)
+log = logging.getLogger(f"warpfleet.{__name__}")
+
 POLL_S = 0.2  # longest wait for a result when nothing else is due
 POLL_THREADS_S = 0.02  # while agents' threads may submit jobs
 ASK_RETRIES = 32  # sampler proposals of known or forbidden points tried per study and feed (a few ms each)
@@ -84,7 +85,7 @@ class Sweep:
     """A sweep: its studies, each moving through its stages on its own (cluster.engine.flow), all
     sharing one scheduler whose queues every worker of a device type serves."""
 
-    def __init__(self, plan: RunPlan, run_dir: RunDir, log: Callable[[str], None] = print,
+    def __init__(self, plan: RunPlan, run_dir: RunDir,
                  agent_steps: Callable[[], list[Steps]] | None = None, fleet: Callable[..., Any] = start_fleet,
                  compile: Callable[..., Any] | None = None, started_at: float | None = None) -> None:
         """``agent_steps``: who does the workflow's steps 1-3 (default: the config's experts);
@@ -93,7 +94,7 @@ class Sweep:
         sweep of this process, where the others are stopped when the sweep ends); ``started_at``:
         when the sweep's wall clock started (``time.monotonic``; default: now), what the time
         budget counts from (the command line's start: Ray's and the workers' start count too)."""
-        self.plan, self.run_dir, self.log = plan, run_dir, log
+        self.plan, self.run_dir = plan, run_dir
         self.started_at = time.monotonic() if started_at is None else started_at
         self.agent_steps, self.fleet, self.compile = agent_steps, fleet, compile
         self.config = plan.config
@@ -126,7 +127,7 @@ class Sweep:
         ready_at = time.monotonic()
         tables = Tables(self.run_dir.path, self.config.flush_interval_s)
         budget = self.config.search.time_budget_s
-        plan = TimePlan(budget, self.started_at, self.log) if budget else None
+        plan = TimePlan(budget, self.started_at) if budget else None
         agents = self._agent_stage(tables)
         restored = {s.name: agents.restore(s) for s in states} if agents else {}
         existing = read_results(self.run_dir.path)
@@ -138,7 +139,7 @@ class Sweep:
         with ResultWriter(self.run_dir.path, results_schema(self.schema_targets), self.config.flush_interval_s) \
                 as writer, ThreadPoolExecutor(max(1, len(states)), thread_name_prefix="agents") as executor:
             self.writer = writer
-            ctx = SweepContext(self.run_dir.run_id, self.run_dir.path, self.config, scheduler, writer, self.log,
+            ctx = SweepContext(self.run_dir.run_id, self.run_dir.path, self.config, scheduler, writer,
                                self._widen, agents, executor, reviewed, profiled, plan, tables)
             flows = []
             for state in states:
@@ -152,8 +153,7 @@ class Sweep:
                 flows.append(flow)
                 flows_by_name[state.name] = flow
             try:
-                with SweepProgress(flows, self.config.search.trials, scheduler, enabled=show_progress,
-                                   log=self.log) as progress:
+                with SweepProgress(flows, self.config.search.trials, scheduler, enabled=show_progress) as progress:
                     self._loop(flows, scheduler, writer, progress, plan, tables)
             finally:
                 left = scheduler.close()  # a stopped loop: the agents' threads waiting on jobs go on
@@ -161,7 +161,7 @@ class Sweep:
                     flow.close()
                 tables.close()
             if left:
-                self.log(f"time budget: stopped with {len(left)} jobs on the workers: "
+                log.info(f"time budget: stopped with {len(left)} jobs on the workers: "
                          + ", ".join(sorted({job.describe() for job in left}))[:400])
         failed = tuple(f.name for f in flows if f.stage is Stage.FAILED)
         unfinished = tuple(f.name for f in flows if f.stage in (Stage.BASELINE, Stage.SEARCH, Stage.FINAL))
@@ -201,7 +201,7 @@ class Sweep:
         if not self.config.agents.enabled:
             return None
         return AgentStage(self.run_dir.path, self.run_dir.run_id, self.config.agents, self.config.profile,
-                          self.config.measure.runs, self.log,
+                          self.config.measure.runs,
                           (lambda verifier: self.agent_steps()) if self.agent_steps else None,
                           self.config.search.trials, append=tables.append)
 
@@ -231,7 +231,7 @@ class Sweep:
                                           space_size=target.space_size(), search=self.config.search,
                                           storage=storage, run_id=self.run_dir.run_id))
         for reason in self.skipped:
-            self.log(f"skipped {reason}")
+            log.info(f"skipped {reason}")
         return studies, workers, devices
 
     def _compile_slots(self) -> int:
@@ -258,7 +258,7 @@ def run_flows(flows: Sequence[Flow], scheduler: Scheduler, writer: ResultWriter,
             return bookkeeping + time.perf_counter() - t0
         if plan is not None and plan.expired():
             left = [f"{f.name} ({f.stage.value})" for f in flows if not f.done]
-            plan.log(f"time budget: {plan.budget_s:.0f} s spent; stopped with {', '.join(left)} (a study "
+            log.info(f"time budget: {plan.budget_s:.0f} s spent; stopped with {', '.join(left)} (a study "
                      f"stopped before its finals shows its best so far)")
             return bookkeeping + time.perf_counter() - t0
         threads = any(getattr(f, "agents_running", False) for f in flows)

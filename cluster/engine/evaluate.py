@@ -14,8 +14,8 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import logging
 from collections import defaultdict
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -40,6 +40,8 @@ from cluster.store.rundir import RunDir
 from cluster.store.select import select_best
 from cluster.store.variants import stored_variant
 from cluster.toolchains import get_toolchain
+
+log = logging.getLogger(f"warpfleet.{__name__}")
 
 
 @dataclass(frozen=True)
@@ -171,9 +173,8 @@ class Evaluation:
     """Measures ``origins`` on every device type present that their toolchains run on: the same
     scheduler and loop as a sweep, with a flow per study of baseline ─► configurations."""
 
-    def __init__(self, plan: RunPlan, origins: list[Origin], run_dir: RunDir, runs: int | None = None,
-                 log: Callable[[str], None] = print) -> None:
-        self.plan, self.origins, self.run_dir, self.log = plan, origins, run_dir, log
+    def __init__(self, plan: RunPlan, origins: list[Origin], run_dir: RunDir, runs: int | None = None) -> None:
+        self.plan, self.origins, self.run_dir = plan, origins, run_dir
         self.runs = runs or plan.config.measure.final_runs
         self.skipped: list[str] = []
 
@@ -203,7 +204,7 @@ class Evaluation:
             run_flows(flows, scheduler, writer)
         self.skipped += [f"{f.name}: its baseline failed; nothing evaluated" for f in flows if f.stage is Stage.FAILED]
         for reason in self.skipped:
-            self.log(f"skipped {reason}")
+            log.info(f"skipped {reason}")
         return EvaluationSummary(self.run_dir.path, writer.written, tuple(self.skipped))
 
     def _studies(self, targets: list[Target], devices: list[DeviceInfo],

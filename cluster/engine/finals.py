@@ -13,6 +13,7 @@ is shown as the best so far where nothing re-measured beats it).
 
 from __future__ import annotations
 
+import logging
 from typing import TYPE_CHECKING
 
 import ray
@@ -26,6 +27,9 @@ from cluster.measure.measure import Reference
 
 if TYPE_CHECKING:
     from cluster.engine.flow import StudyFlow
+
+
+log = logging.getLogger(f"warpfleet.{__name__}")
 
 
 class Finals:
@@ -81,7 +85,7 @@ class Finals:
         self._ready(True)
 
     def reference_failed(self, why: str) -> None:
-        self.flow.ctx.log(f"{self.flow.name}: the baseline failed on the finals' seeds ({why}): no finals")
+        log.info(f"{self.flow.name}: the baseline failed on the finals' seeds ({why}): no finals")
         self.pool.clear()
         self.reference_ready = True
 
@@ -129,7 +133,7 @@ class Finals:
             elif plan is not None and not plan.may_wait(flow.device_type, sum(flow.work_left())):
                 self.holding.discard(key)
                 self.gave_up.append(key)
-                flow.ctx.log(f"{flow.name}: {key}: its checks did not finish within the time budget; "
+                log.info(f"{flow.name}: {key}: its checks did not finish within the time budget; "
                              f"left out of the finals (shown as not re-measured where it is the best)")
 
     def _submit(self, candidate: Candidate, extend: bool = False) -> None:

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import logging
 import queue
 import time
 from abc import ABC, abstractmethod
@@ -49,6 +50,8 @@ from cluster.store.rundir import RunDir
 from cluster.store.tables import REVIEW_SCHEMA, Tables
 from cluster.store.variants import VARIANT_SCHEMA, AcceptedVariant
 
+log = logging.getLogger(f"warpfleet.{__name__}")
+
 SEARCH_ONLY = frozenset({JobKind.SEARCH})
 AGENTS_ONLY = frozenset({JobKind.VERIFY, JobKind.PROFILE})  # the agents' jobs (a study's own profiles come later)
 
@@ -71,7 +74,6 @@ class SweepContext:
     config: RunConfig
     scheduler: Scheduler
     results: ResultWriter
-    log: Callable[[str], None]
     cover: Callable[[list[Target]], None]  # widen the results' schema for variants' params
     agents: Any = None  # AgentStage, when the agents' workflow is on
     executor: Executor | None = None  # the agents' threads
@@ -160,7 +162,7 @@ class StudyFlow(Flow):
         agents = ctx.config.agents
         gpu = state.device.kind == "gpu"
         self.checks = DeepChecks(self.jobs, tuple(agents.sanitizer) if gpu else (), agents.sanitizer_timeout_s,
-                                 agents.guardrails, self._write_variant, ctx.log, self._record_of, self._retire)
+                                 agents.guardrails, self._write_variant, self._record_of, self._retire)
         self.finals = Finals(self)
         self.gate = Gate(self, {k: Trust(v) for k, v in ctx.reviewed.items()})
 
@@ -195,7 +197,7 @@ class StudyFlow(Flow):
         if stage is Stage.PROFILE and self.gate.reviews:
             reviews = self.gate.reviews
             counts = {word: reviews.count(word) for word in dict.fromkeys(reviews)}
-            self.ctx.log(f"{self.name}: {len(reviews)} candidates over 10x the baseline, re-verified on fresh "
+            log.info(f"{self.name}: {len(reviews)} candidates over 10x the baseline, re-verified on fresh "
                          f"seeds: " + ", ".join(f"{n} {word}" for word, n in counts.items()))
         self.stage, self.entered = stage, False
         self.awaited.clear()
@@ -203,7 +205,7 @@ class StudyFlow(Flow):
 
     def fail(self, reason: str) -> None:
         self.stage, self.reason = Stage.FAILED, reason
-        self.ctx.log(f"skipped {self.name}: {reason}")
+        log.info(f"skipped {self.name}: {reason}")
 
     def in_search(self) -> bool:
         return self.stage in (Stage.BASELINE, Stage.SEARCH)
@@ -276,7 +278,7 @@ class StudyFlow(Flow):
             joined = variant.files_changed and variant.source_hash in self.state.variants
             if self.stage not in (Stage.SEARCH, Stage.BASELINE) or joined:
                 if not joined:
-                    self.ctx.log(f"{self.name}: {variant.label}: admitted after the search closed; not searched")
+                    log.info(f"{self.name}: {variant.label}: admitted after the search closed; not searched")
                 ticket.set_result(())
                 continue
             self.ctx.agents.join_variant(self.state, variant, self.best_flags())
@@ -300,7 +302,7 @@ class StudyFlow(Flow):
 
     def _retire(self, source_hash: str) -> None:
         if source_hash in self.state.variants:
-            self.ctx.log(f"{self.name}: variant {source_hash} failed its expensive checks: out of the search")
+            log.info(f"{self.name}: variant {source_hash} failed its expensive checks: out of the search")
             self.state.retire(source_hash)
 
     def _record_of(self, source_hash: str) -> dict[str, Any] | None:
@@ -314,7 +316,7 @@ class StudyFlow(Flow):
         try:
             self.agents_future.result()
         except Exception as exc:  # an agents' failure is a value: the search goes on without more variants
-            self.ctx.log(f"{self.name}: the agents' stage failed ({type(exc).__name__}: {exc}); searching without")
+            log.info(f"{self.name}: the agents' stage failed ({type(exc).__name__}: {exc}); searching without")
         self._take_admitted()
         self.agents_done = True
 
@@ -342,7 +344,7 @@ class StudyFlow(Flow):
             # The search is over: the agents' further admissions and profiles could change nothing.
             self.threaded.closed = True
             self.ctx.scheduler.drop(self.name, AGENTS_ONLY)
-            self.ctx.log(f"{self.name}: the search is over; the agents' proposals from now on are not verified")
+            log.info(f"{self.name}: the search is over; the agents' proposals from now on are not verified")
         self.jobs.urgent = True  # the checks the finalists wait for go first
         self.finals.enter()
 
@@ -366,7 +368,7 @@ class StudyFlow(Flow):
         plan = self.ctx.plan
         each = self.profile_s if self.profile_s is not None else PROFILE_GUESS_S
         if keys and plan is not None and plan.time_left() < SAFETY * each * len(keys):
-            self.ctx.log(f"{self.name}: no time left in the budget for Nsight Compute on the winners "
+            log.info(f"{self.name}: no time left in the budget for Nsight Compute on the winners "
                          f"(about {each * len(keys):.0f} s)")
             return
         for key in keys:

@@ -7,8 +7,8 @@ seconds so far, each ``LONG_JOB_S`` while it runs."""
 
 from __future__ import annotations
 
+import logging
 import time
-from collections.abc import Callable
 from types import TracebackType
 from typing import TYPE_CHECKING
 
@@ -22,14 +22,15 @@ if TYPE_CHECKING:
     from cluster.engine.scheduler import Scheduler
 
 
+log = logging.getLogger(f"warpfleet.{__name__}")
+
 STATUS_EVERY_S = 60.0
 LONG_JOB_S = 30.0
 
 
 class SweepProgress:
-    def __init__(self, flows: list[StudyFlow], trials: int | None, scheduler: Scheduler, enabled: bool = True,
-                 log: Callable[[str], None] | None = None) -> None:
-        self.flows, self.scheduler, self.enabled, self.log = flows, scheduler, enabled, log
+    def __init__(self, flows: list[StudyFlow], trials: int | None, scheduler: Scheduler, enabled: bool = True) -> None:
+        self.flows, self.scheduler, self.enabled = flows, scheduler, enabled
         self.progress = Progress(
             TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
             TextColumn("[red]{task.fields[failed]} failed"), TextColumn("{task.fields[best]}"),
@@ -51,16 +52,14 @@ class SweepProgress:
         if self.enabled:
             self.progress.update(self.queue, description=self.queue_line())
             return
-        if self.log is None:
-            return
         for job, seconds in self.scheduler.running_jobs():
             if seconds >= LONG_JOB_S and seconds - self.long_named.get(job.seq, 0.0) >= LONG_JOB_S:
                 self.long_named[job.seq] = seconds
-                self.log(f"{self.scheduler.worker_id(job.worker)}: {job.describe()}: {seconds:.0f} s so far")
+                log.info(f"{self.scheduler.worker_id(job.worker)}: {job.describe()}: {seconds:.0f} s so far")
         if time.monotonic() - self.last_status >= STATUS_EVERY_S:
             self.last_status = time.monotonic()
             for flow in self.flows:
-                self.log(self.status_line(flow))
+                log.info(self.status_line(flow))
 
     def queue_line(self) -> str:
         s = self.scheduler
@@ -92,8 +91,8 @@ class SweepProgress:
         stage = self.stage_of(flow)
         if self.stages[flow.name] != stage:
             self.stages[flow.name] = stage
-            if not self.enabled and self.log:
-                self.log(f"{flow.name}: {stage}" + (f" ({flow.reason})" if flow.reason else ""))
+            if not self.enabled:
+                log.info(f"{flow.name}: {stage}" + (f" ({flow.reason})" if flow.reason else ""))
         if not self.enabled:
             return
         text = ""

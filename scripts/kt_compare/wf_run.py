@@ -46,6 +46,7 @@ def run_sweep(config_path: Path, space: KernelSpace, gpus: int, log: Any = print
     """Run the sweep (Ray must be up) and read its trace; any failure is a row, never a raise.
     ``fleet``: a ``KeptFleet`` whose measuring actors serve this run and the lane's next ones (as
     Kernel Tuner's lane keeps its process and CUDA context), or None for a fleet of this run's own."""
+    from cluster.api import log_to
     from cluster.config import load_run
     from cluster.engine.driver import Sweep
     from cluster.store.results import read_results
@@ -55,7 +56,8 @@ def run_sweep(config_path: Path, space: KernelSpace, gpus: int, log: Any = print
     try:
         plan = load_run(config_path)
         run_dir = RunDir.create(plan)
-        Sweep(plan, run_dir, log=log, **({"fleet": fleet} if fleet is not None else {})).run(show_progress=False)
+        with log_to(log):
+            Sweep(plan, run_dir, **({"fleet": fleet} if fleet is not None else {})).run(show_progress=False)
         wall = time.time() - t0
         rows = read_results(run_dir.path)
     except Exception as exc:

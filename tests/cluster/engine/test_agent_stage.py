@@ -76,7 +76,7 @@ def run_sweep(tmp_path, agent, trials=6, run_dir=None):
     run_dir = run_dir or RunDir.create(plan)
     from agents.workflow import Steps
 
-    Sweep(plan, run_dir, log=lambda m: None, agent_steps=lambda: [Steps.of(agent)]).run(show_progress=False)
+    Sweep(plan, run_dir, agent_steps=lambda: [Steps.of(agent)]).run(show_progress=False)
     return run_dir
 
 

@@ -38,7 +38,7 @@ def test_a_custom_llm_optimization_in_a_sweep(serve, tmp_path, ray_local):  # no
     path.write_text(yaml.safe_dump(config))
     plan = load_run(path)
     run_dir = RunDir.create(plan)
-    Sweep(plan, run_dir, log=lambda m: None).run(show_progress=False)
+    Sweep(plan, run_dir).run(show_progress=False)
 
     variants = read_table(run_dir.path, "variants", VARIANT_SCHEMA)
     made = variants[variants["transformer"] != ""]

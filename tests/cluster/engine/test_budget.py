@@ -9,6 +9,7 @@ from dataclasses import dataclass
 
 from cluster.engine.budget import MARGIN_S, SAFETY, TimePlan, grace_s
 from cluster.engine.jobs import CHECK_SHARE
+from tests.conftest import logged_lines
 
 
 @dataclass
@@ -32,8 +33,8 @@ class Study:
 
 
 def plan_with(left_s: float, budget: float = 600.0) -> tuple[TimePlan, list[str]]:
-    lines: list[str] = []
-    plan = TimePlan(budget, time.monotonic() - (budget - left_s), lines.append)
+    lines = logged_lines()
+    plan = TimePlan(budget, time.monotonic() - (budget - left_s))
     return plan, lines
 
 

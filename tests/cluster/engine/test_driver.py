@@ -29,7 +29,7 @@ def sweep(config: Path, tmp_path: Path, **search) -> tuple[RunDir, object]:
     else:
         plan = type(plan)(plan.config.model_copy(update={"output_dir": str(tmp_path)}), plan.file, plan.targets)
     run_dir = RunDir.create(plan)
-    summary = Sweep(plan, run_dir, log=lambda m: None).run(show_progress=False)
+    summary = Sweep(plan, run_dir).run(show_progress=False)
     return run_dir, summary
 
 
@@ -93,7 +93,7 @@ def test_a_kept_fleet_serves_the_next_sweep_and_stops_when_closed(tmp_path):
             "output_dir": str(tmp_path / name), "search": plan.config.search.model_copy(update={"trials": 2})})
         this = type(plan)(config, plan.file, plan.targets)
         run_dir = RunDir.create(this)
-        Sweep(this, run_dir, log=lambda m: None, fleet=kept).run(show_progress=False)
+        Sweep(this, run_dir, fleet=kept).run(show_progress=False)
         rows = read_results(run_dir.path)
         assert (rows["status"] == "ok").all() and (rows["phase"] == "search").sum() == 2
         seen.append({w._actor_id.hex() for w in kept._fleet[0]})
@@ -146,7 +146,7 @@ def test_resume_finishes_the_budget_without_evaluating_twice(tmp_path):
     plan = load_run(FIXTURES / "demo_cpu.yaml")
     plan = type(plan)(plan.config.model_copy(update={
         "search": plan.config.search.model_copy(update={"trials": 7})}), plan.file, plan.targets)
-    Sweep(plan, RunDir.open(run_dir.path), log=lambda m: None).run(show_progress=False)
+    Sweep(plan, RunDir.open(run_dir.path)).run(show_progress=False)
     rows = read_results(run_dir.path)
     search = rows[rows["phase"] == "search"]
     assert len(search) == 7 and search["candidate_key"].is_unique
@@ -203,7 +203,7 @@ def test_driver_killed_mid_sweep_then_resumed(tmp_path):
     before = read_results(run)
     assert 3 <= (before["phase"] == "search").sum() < 10
     plan = load_run(config)
-    Sweep(plan, RunDir.open(run), log=lambda m: None).run(show_progress=False)
+    Sweep(plan, RunDir.open(run)).run(show_progress=False)
     rows = read_results(run)
     search = rows[rows["phase"] == "search"]
     assert len(search) == 10 and search["candidate_key"].is_unique

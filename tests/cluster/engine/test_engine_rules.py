@@ -13,6 +13,7 @@ from cluster.engine.driver import REVIEW_SCHEMA, Sweep
 from cluster.store.results import read_results, read_table
 from cluster.store.rundir import RunDir
 from cluster.store.select import select_best
+from tests.conftest import logged_lines
 
 # N reaches the program only through the run command: both values build the same binary.
 BY_ARGUMENT = textwrap.dedent(r"""
@@ -70,8 +71,8 @@ def sweep(tmp_path, source: str, target: dict, **config):
                                     "targets": [f"{target['name']}/target.yaml"], **config}))
     plan = load_run(path)
     run_dir = RunDir.create(plan)
-    lines: list[str] = []
-    Sweep(plan, run_dir, log=lines.append).run(show_progress=False)
+    lines = logged_lines()
+    Sweep(plan, run_dir).run(show_progress=False)
     return run_dir, read_results(run_dir.path), lines
 
 
@@ -123,7 +124,7 @@ def test_the_searching_studies_share_the_workers_evenly(tmp_path, ray_local):
                                     "search": {"sampler": "grid", "trials": 8}, "measure": {"final_top_k": 0}}))
     plan = load_run(path)
     run_dir = RunDir.create(plan)
-    Sweep(plan, run_dir, log=lambda m: None).run(show_progress=False)
+    Sweep(plan, run_dir).run(show_progress=False)
     rows = read_results(run_dir.path)
     search = rows[rows["phase"] == "search"].sort_values("started_at")
     assert len(search) == 3 * 7  # N=1 is the baseline's point: answered without a run

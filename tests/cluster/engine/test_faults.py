@@ -30,7 +30,7 @@ def _plan(config, tmp_path, **search) -> RunPlan:
 def test_a_candidate_that_kills_its_worker_is_quarantined(tmp_path, ray_unsandboxed):  # sandbox: inside, it could not
     plan = _plan(FIXTURES / "poison.yaml", tmp_path)
     run_dir = RunDir.create(plan)
-    Sweep(plan, run_dir, log=lambda m: None).run(show_progress=False)
+    Sweep(plan, run_dir).run(show_progress=False)
     rows = read_results(run_dir.path)
     planned = rows[rows["phase"] != "final"]
     assert len(planned) == 6 and planned["candidate_key"].is_unique  # 2 x 3 points, each once
@@ -62,7 +62,7 @@ def test_a_locked_optuna_database_only_slows_the_sweep(tmp_path, ray_local):
 
     holder = threading.Thread(target=hold_lock)
     holder.start()
-    Sweep(plan, run_dir, log=lambda m: None).run(show_progress=False)
+    Sweep(plan, run_dir).run(show_progress=False)
     holder.join()
     assert locked.is_set()
     rows = read_results(run_dir.path)
@@ -102,7 +102,7 @@ def test_candidates_spread_over_nodes_and_a_lost_node_is_survived(tmp_path):
 
         remover = threading.Thread(target=remove_one_node)
         remover.start()
-        Sweep(plan, run_dir, log=lambda m: None).run(show_progress=False)
+        Sweep(plan, run_dir).run(show_progress=False)
         remover.join()
         assert removed.is_set()
         rows = read_results(run_dir.path)

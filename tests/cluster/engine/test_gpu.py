@@ -34,7 +34,7 @@ def test_cuda_sweep_on_the_gpu(tmp_path, ray_local):
         "output_dir": str(tmp_path), "search": plan.config.search.model_copy(update={"trials": 6})})
     plan = type(plan)(config, plan.file, tuple(saxpy))
     run_dir = RunDir.create(plan)
-    Sweep(plan, run_dir, log=print).run(show_progress=False)
+    Sweep(plan, run_dir).run(show_progress=False)
     rows = read_results(run_dir.path)
     assert (rows["phase"] == "search").sum() == 6
     ok = rows[rows["status"] == "ok"]

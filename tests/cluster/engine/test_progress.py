@@ -10,6 +10,7 @@ from cluster.engine import progress as progress_module
 from cluster.engine.flow import Stage
 from cluster.engine.jobs import Job, JobKind
 from cluster.engine.progress import SweepProgress
+from tests.conftest import logged_lines
 
 
 def study(name: str) -> types.SimpleNamespace:
@@ -36,8 +37,8 @@ def test_a_log_names_each_stage_a_status_line_a_study_and_every_long_job(monkeyp
     check = Job(JobKind.SANITIZE, flow.name, [0], None, (), label="memcheck, racecheck on restrict 2mm.cu:40")
     check.worker = 0
     scheduler = Scheduler([(check, 45.0)])
-    lines: list[str] = []
-    progress = SweepProgress([flow], 40, scheduler, enabled=False, log=lines.append)
+    lines = logged_lines()
+    progress = SweepProgress([flow], 40, scheduler, enabled=False)
     monkeypatch.setattr(progress, "last_status", progress.last_status - progress_module.STATUS_EVERY_S)
     progress.update()
     assert lines[0] == "pb_2mm@H100: search + agents"

@@ -25,7 +25,7 @@ def test_a_suspiciously_fast_candidate_that_fails_fresh_seeds_is_not_selected(tm
     path.write_text(yaml.safe_dump(config))
     plan = load_run(path)
     run_dir = RunDir.create(plan)
-    Sweep(plan, run_dir, log=lambda m: None).run(show_progress=False)
+    Sweep(plan, run_dir).run(show_progress=False)
     rows = read_results(run_dir.path)
     fast = rows[(rows["p_MODE"] == 1) & (rows["phase"] == "search") & (rows["status"] == "ok")]
     assert len(fast) >= 1 and fast["speedup"].max() > 10  # right on the sweep's seeds, and far faster

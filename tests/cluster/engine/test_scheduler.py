@@ -85,7 +85,7 @@ def test_a_slow_agent_stage_in_one_study_does_not_hold_another_studys_search(tmp
         "agents": {"enabled": True, "guardrails": False}}))
     plan = load_run(config)
     run_dir = RunDir.create(plan)
-    Sweep(plan, run_dir, log=lambda m: None, agent_steps=lambda: [Steps.of(SlowVariant())]).run(show_progress=False)
+    Sweep(plan, run_dir, agent_steps=lambda: [Steps.of(SlowVariant())]).run(show_progress=False)
     rows = read_results(run_dir.path)
     slow_verified = rows[(rows["target"] == "slow") & (rows["phase"] == "verify")]
     fast_search = rows[(rows["target"] == "fast") & (rows["phase"] == "search")]

@@ -42,7 +42,7 @@ def test_eight_simulated_gpus_on_two_nodes_share_the_queue(tmp_path, two_gpu_nod
     plan = RunPlan(config, plan.file, tuple(saxpy))
     run_dir = RunDir.create(plan)
     fleet, compile_model = simulated_fleet(8, Model(compile_s=0.05, run_s=0.02))
-    summary = Sweep(plan, run_dir, log=lambda m: None, fleet=fleet, compile=compile_model).run(show_progress=False)
+    summary = Sweep(plan, run_dir, fleet=fleet, compile=compile_model).run(show_progress=False)
     rows = read_results(run_dir.path)
     search = rows[rows["phase"] == "search"]
     assert len(search) == 64 and search["candidate_key"].is_unique and (search["status"] == "ok").all()
@@ -77,7 +77,7 @@ def test_search_telemetry_and_an_energy_objective_monitor_every_search_job(tmp_p
             "profile": plan.config.profile.model_copy(update={"candidates": "none"})})
         run_dir = RunDir.create(RunPlan(config, plan.file, tuple(saxpy)))
         fleet, compile_model = simulated_fleet(2, Model(compile_s=0.01, run_s=0.01))
-        Sweep(RunPlan(config, plan.file, tuple(saxpy)), run_dir, log=lambda m: None, fleet=fleet,
+        Sweep(RunPlan(config, plan.file, tuple(saxpy)), run_dir, fleet=fleet,
               compile=compile_model).run(show_progress=False)
         search_rows = read_results(run_dir.path).query("phase == 'search' and status == 'ok'")
         assert len(search_rows) == 8 and search_rows["energy_j"].notna().all(), name

@@ -88,7 +88,7 @@ def sweep(tmp_path, agent: Commented, model: Model, trials: int | None = 16, bud
     plan = RunPlan(config, plan.file, saxpy)
     run_dir = RunDir.create(plan)
     fleet, compile_model = simulated_fleet(1, model)
-    summary = Sweep(plan, run_dir, log=lambda m: None, fleet=fleet, compile=compile_model,
+    summary = Sweep(plan, run_dir, fleet=fleet, compile=compile_model,
                     agent_steps=lambda: [Steps.of(agent)], started_at=started_at).run(show_progress=False)
     return run_dir, summary
 

@@ -82,7 +82,7 @@ def test_the_agent_stage_stacks_the_accepted_source_changes_and_verifies_the_sta
 
     context, verifier = setup("regpressure")
     outcomes = run_workflow(context, [Steps.of(EXPERTS.load(name)()) for name in EXPERTS], verifier)
-    stage = AgentStage(tmp_path, "run", AgentsSpec(enabled=True), ProfileSpec(), 1, log=lambda m: None)
+    stage = AgentStage(tmp_path, "run", AgentsSpec(enabled=True), ProfileSpec(), 1)
     [stacked] = stage._stack(context, outcomes, verifier)
     assert stacked.finding.optimization == "stack" and stacked.accepted, stacked.reason
     assert {"constant", "unroll"} <= {part.split()[0] for part in stacked.finding.evidence}

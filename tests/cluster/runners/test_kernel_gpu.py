@@ -182,7 +182,7 @@ def test_a_kernel_target_sweep_end_to_end(tmp_path, ray_local):
                           measure={"runs": 1, "final_top_k": 2, "final_runs": 2}, profile={"candidates": "none"})
     plan = load_run(config)
     run_dir = RunDir.create(plan)
-    Sweep(plan, run_dir, log=print).run(show_progress=False)
+    Sweep(plan, run_dir).run(show_progress=False)
     rows = read_results(run_dir.path)
     assert (rows["phase"] == "search").sum() == 12 and (rows["phase"] == "baseline").sum() == 1
     ok = rows[rows["status"] == "ok"]

@@ -1,0 +1,136 @@
+"""warpfleet as a library: the few names a script needs, none of the internals.
+
+    plan = load_run("configs/demo.yaml")
+    plan = configured(plan, search={"trials": 8}, output_dir="runs")  # the config, changed in code
+    configure_logging()                                  # the sweep's lines on stderr, as the CLI prints them
+    with log_to(print): ...                              # or to a script's own log, meanwhile
+    summary = run_sweep(plan)                            # a new run directory: summary.run_dir
+    rows = read_results(summary.run_dir)                 # every row (pandas), as `warpfleet show` reads them
+    best = selected(summary.run_dir)                     # the winners, as `warpfleet show` selects them
+    best = select_best(rows)                             # or from rows of one's own choosing
+
+Everything else of ``cluster`` and ``agents`` may change shape between versions; these do not
+without a note in the README.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import click
+
+from cluster.config import RunPlan, load_run, load_target
+from cluster.core.types import BestConfig
+
+if TYPE_CHECKING:  # the engine and the tables are imported when used: the CLI imports this module for its logging
+    import pandas as pd
+
+    from cluster.engine.driver import SweepSummary
+    from cluster.store.rundir import RunDir
+    from cluster.store.select import Verified
+
+__all__ = ["BestConfig", "RunPlan", "configure_logging", "configured", "load_run", "load_target", "log_to",
+           "read_results", "run_sweep", "select_best", "selected"]
+
+LOGGER = "warpfleet"  # every module's logger is below it: warpfleet.cluster.engine.flow, ...
+
+
+def configured(plan: RunPlan, **changes: Any) -> RunPlan:
+    """``plan`` with its config changed: a section's fields as a dict (``search={"trials": 8}``), a
+    top-level field as its value (``output_dir="runs"``). Not validated again: change what a
+    config file could say."""
+    update = {}
+    for name, value in changes.items():
+        current = getattr(plan.config, name)
+        update[name] = current.model_copy(update=value) if isinstance(value, dict) and hasattr(current, "model_copy") \
+            else value
+    return RunPlan(plan.config.model_copy(update=update), plan.file, plan.targets)
+
+
+def run_sweep(plan: RunPlan, run_dir: RunDir | str | Path | None = None, *, address: str | None = None,
+              show_progress: bool = False, **engine: Any) -> SweepSummary:
+    """Sweep ``plan``'s targets into ``run_dir`` (a ``RunDir``, or the path of one to resume;
+    default: a new one under the config's ``output_dir``), as ``warpfleet sweep`` does.
+    ``engine``: the sweep's own options (a simulated fleet: ``cluster.engine.simulate``)."""
+    from cluster.engine.driver import Sweep
+    from cluster.store.rundir import RunDir
+
+    if run_dir is None:
+        run_dir = RunDir.create(plan)
+    elif not isinstance(run_dir, RunDir):
+        run_dir = RunDir.open(run_dir)
+    return Sweep(plan, run_dir, **engine).run(address, show_progress)
+
+
+def read_results(run_dir: str | Path) -> pd.DataFrame:
+    """Every row of the run's results table (its current studies'), as ``warpfleet show`` reads them."""
+    from cluster.store.results import read_results as read
+
+    return read(Path(run_dir))
+
+
+def select_best(rows: pd.DataFrame, verified: Verified | None = None) -> list[BestConfig]:
+    """The best configuration per (target, device type) of ``rows`` (``cluster.store.select``)."""
+    from cluster.store.select import select_best as select
+
+    return select(rows, verified)
+
+
+def selected(run_dir: str | Path) -> list[BestConfig]:
+    """The run's best configuration per (target, device type), as ``warpfleet show`` selects it."""
+    from cluster.store.select import load_verified
+
+    return select_best(read_results(run_dir), load_verified(Path(run_dir)))
+
+
+class _Lines(logging.Handler):
+    """A record's message alone, a line to ``write``: by default on stderr, what the CLI has always
+    printed (click's echo, so that a test's runner sees it)."""
+
+    def __init__(self, write: Callable[[str], None] | None = None) -> None:
+        super().__init__()
+        self.write = write
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            message = self.format(record)
+            if self.write is None:
+                click.echo(message, err=True)
+            else:
+                self.write(message)
+        except Exception:
+            self.handleError(record)
+
+
+def _info_and_optuna_quiet() -> logging.Logger:
+    import optuna
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)  # Optuna's own lines from warnings up
+    logger = logging.getLogger(LOGGER)
+    logger.setLevel(logging.INFO)
+    return logger
+
+
+def configure_logging() -> None:
+    """What a sweep says, a line each on stderr; Optuna's own lines from warnings up. Once per
+    process is enough; again changes nothing."""
+    logger = _info_and_optuna_quiet()
+    if not any(isinstance(h, _Lines) and h.write is None for h in logger.handlers):
+        logger.addHandler(_Lines())
+
+
+@contextmanager
+def log_to(write: Callable[[str], None]) -> Iterator[None]:
+    """Inside, every line a sweep says also goes to ``write`` (``print``, a script's own log);
+    Optuna's own lines from warnings up."""
+    logger = _info_and_optuna_quiet()
+    handler = _Lines(write)
+    logger.addHandler(handler)
+    try:
+        yield
+    finally:
+        logger.removeHandler(handler)

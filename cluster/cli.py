@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import dataclasses
 import errno
+import json
 import logging
 import math
 import os
@@ -18,7 +20,8 @@ from typing import Any
 import click
 
 from cluster.api import configure_logging
-from cluster.config import RunPlan, load_run
+from cluster.api import selected as selected_configs
+from cluster.config import RunPlan, Target, load_run
 from cluster.config.run import MAX_TRIALS
 from cluster.core.errors import ConfigError
 from cluster.core.registry import EXPORT_FORMATS
@@ -94,13 +97,16 @@ def _not_the_auth_banner(record: logging.LogRecord) -> bool:
 @click.option("--progress/--no-progress", default=None, help="Progress bars (default: when stderr is a terminal).")
 @click.option("--unsandboxed", is_flag=True,
               help="Run candidates without the sandbox where it cannot start (recorded in meta.json).")
+@click.option("--json", "as_json", is_flag=True,
+              help="The summary as one JSON document (rows written, studies and winners, what to run next).")
 @_one_line_errors
 def sweep(config: str, address: str | None, resume: str | None, accept_changes: bool, trials: int | None,
-          time_budget: float | None, output_dir: str | None, progress: bool | None, unsandboxed: bool) -> None:
+          time_budget: float | None, output_dir: str | None, progress: bool | None, unsandboxed: bool,
+          as_json: bool) -> None:
     """Sweep the targets of CONFIG, then print the best configurations."""
     started = time.monotonic()  # what --time-budget counts from
     from cluster.engine.driver import Sweep
-    from cluster.outputs.show import next_commands, show
+    from cluster.outputs.show import next_commands, run_record, show
     from cluster.store.check import check_tables
     from cluster.store.rundir import RunDir
 
@@ -138,31 +144,48 @@ def sweep(config: str, address: str | None, resume: str | None, accept_changes: 
         click.echo(f"time budget: {len(summary.unfinished)} studies stopped before their finals "
                    f"({', '.join(summary.unfinished)}): their best so far is shown, not re-measured; "
                    f"to finish them: warpfleet sweep {config} --resume {run_dir.path}", err=True)
-    selected = show(run_dir.path)
+    if as_json:
+        record, selected = run_record(run_dir.path), selected_configs(run_dir.path)
+        _echo_json({"rows_written": summary.evaluated, "wall_s": summary.wall_s, "skipped": list(summary.skipped),
+                    "no_baseline": list(summary.no_baseline), "unfinished": list(summary.unfinished), **record,
+                    "next": next_commands(run_dir.path, selected)})
+    else:
+        selected = show(run_dir.path)
     click.echo("next:\n" + "".join(f"  {command}\n" for command in next_commands(run_dir.path, selected)),
                err=True, nl=False)
     _fail_without_baseline(summary)
 
 
+def _echo_json(document: Any) -> None:
+    """A command's ``--json``: one document on stdout."""
+    click.echo(json.dumps(document, indent=1, allow_nan=False))
+
+
 COMMAND_LINE = "command_line"  # meta.json: the budget given on the command line, for a resume
 
 
-def _budget_note(plan: RunPlan) -> None:
+def _budget_line(plan: RunPlan) -> tuple[str, bool] | None:
     """What a time budget asks of the targets: each study's baseline and finals are runs of its
-    program that the search cannot use; on one worker, the run time under which they all fit."""
+    program that the search cannot use; on one worker, the run time under which they all fit. And
+    whether that is a warning (a run must be short)."""
     budget = plan.config.search.time_budget_s
     if not budget:
-        return
+        return None
     measure = plan.config.measure
     runs = measure.runs + (max(1, measure.final_top_k) + 1) * (measure.final_runs + 1)
     per_run = budget / (runs * len(plan.targets))
     line = (f"time budget {budget:g} s: each target's baseline and finals take {runs} runs of its program; "
             f"on one worker the {len(plan.targets)} targets' fit where a run takes under {per_run:.3g} s")
     if per_run < 0.5:
-        click.echo(f"warning: {plan.file}: search.time_budget_s: {line}, which may not hold; the sweep says so "
-                   f"once it has measured the baselines", err=True)
-    else:
-        click.echo(line)
+        return (f"warning: {plan.file}: search.time_budget_s: {line}, which may not hold; the sweep says so "
+                f"once it has measured the baselines"), True
+    return line, False
+
+
+def _budget_note(plan: RunPlan) -> None:
+    budget = _budget_line(plan)
+    if budget is not None:
+        click.echo(budget[0], err=budget[1])
 
 
 def _accept_needs_resume(accept_changes: bool, resume: str | None) -> None:
@@ -325,25 +348,29 @@ def _fail_without_baseline(summary: Any) -> None:
               "value, and warn about a param that does not change the binary (a -D the source ignores).")
 @click.option("--arch", default="sm_90", show_default=True, callback=lambda ctx, param, value: _archs((value,))[0],
               help="The arch --build compiles GPU targets for.")
+@click.option("--json", "as_json", is_flag=True,
+              help="One JSON document: the targets, their spaces, the notes, what --build found.")
 @_one_line_errors
-def validate(config: str, build: bool, arch: str) -> None:
+def validate(config: str, build: bool, arch: str, as_json: bool) -> None:
     """Check CONFIG and its targets without running anything (--build: compile them)."""
     plan = load_run(config)
     _check_output_dir(plan, None)
+    notes = [note for target in plan.targets if (note := _sanitizer_note(plan, target))]
+    if as_json:
+        from cluster.build.probe import probe_params
+
+        budget = _budget_line(plan)
+        _echo_json({"config": str(plan.file), "targets": [_target_record(t) for t in plan.targets], "notes": notes,
+                    "time_budget": {"line": budget[0], "warning": budget[1]} if budget else None,
+                    "build": {t.name: list(probe_params(t, arch)) for t in plan.targets} if build else None})
+        return
     for target in plan.targets:
         points, exact = target.space_count()
         count = f"{points} configurations" if exact else \
             f"at most {points} configurations (too many to count with the constraints)"
         click.echo(f"{target.name}: {target.spec.toolchain}, space {target.space.name}, {count}")
-    agents = plan.config.agents
-    for target in plan.targets:
-        if (agents.enabled and agents.sanitizer and target.spec.toolchain == "nvcc"
-                and target.spec.kind == "program" and not target.spec.verify.sanitize_run):
-            click.echo(f"note: {target.file}: no verify.sanitize_run: on a GPU, compute-sanitizer "
-                       f"({', '.join(agents.sanitizer)}) runs each variant that measures faster than the baseline "
-                       f"on the full problem, up to {agents.sanitizer_timeout_s:g} s per tool; give it a smaller "
-                       f"one (README: Bounded verification)",
-                       err=True)
+    for note in notes:
+        click.echo(note, err=True)
     _budget_note(plan)
     if build:
         from cluster.build.probe import probe_params
@@ -353,14 +380,36 @@ def validate(config: str, build: bool, arch: str) -> None:
                 click.echo(f"{target.name}: {line}", err=line.startswith("warning"))
 
 
+def _target_record(target: Target) -> dict[str, Any]:
+    points, exact = target.space_count()
+    return {"name": target.name, "file": str(target.file), "toolchain": target.spec.toolchain,
+            "space": target.space.name, "configurations": points, "exact": exact}
+
+
+def _sanitizer_note(plan: RunPlan, target: Target) -> str | None:
+    agents = plan.config.agents
+    if (agents.enabled and agents.sanitizer and target.spec.toolchain == "nvcc"
+            and target.spec.kind == "program" and not target.spec.verify.sanitize_run):
+        return (f"note: {target.file}: no verify.sanitize_run: on a GPU, compute-sanitizer "
+                f"({', '.join(agents.sanitizer)}) runs each variant that measures faster than the baseline "
+                f"on the full problem, up to {agents.sanitizer_timeout_s:g} s per tool; give it a smaller "
+                f"one (README: Bounded verification)")
+    return None
+
+
 @main.command()
 @click.argument("run", type=click.Path(file_okay=False))
+@click.option("--json", "as_json", is_flag=True, help="One JSON document: each study, its counts and its winner.")
 @_one_line_errors
-def show(run: str) -> None:
+def show(run: str, as_json: bool) -> None:
     """Best configuration per target and GPU, with its speedup over the baseline."""
+    from cluster.outputs.show import run_record
     from cluster.outputs.show import show as show_run
 
-    show_run(Path(run))
+    if as_json:
+        _echo_json(run_record(Path(run)))
+    else:
+        show_run(Path(run))
 
 
 @main.command()
@@ -734,8 +783,9 @@ def _record_sandbox(run_dir: Any, policy: Any) -> None:
 @main.command()
 @click.option("--config", type=click.Path(dir_okay=False), help="A run config whose sandbox: section to check.")
 @click.option("--gpu/--no-gpu", default=None, help="Check the GPU in the sandbox (default: where /dev/nvidia* is).")
+@click.option("--json", "as_json", is_flag=True, help="One JSON document: each check and whether the sandbox works.")
 @_one_line_errors
-def doctor(config: str | None, gpu: bool | None) -> None:
+def doctor(config: str | None, gpu: bool | None, as_json: bool) -> None:
     """Whether the sandbox works on this node, and why not: exit status 0 if it does, else 1."""
     from cluster.build.build import HARNESS_INCLUDE
     from cluster.config import SandboxSpec
@@ -743,9 +793,12 @@ def doctor(config: str | None, gpu: bool | None) -> None:
 
     spec = load_run(config).config.sandbox if config else SandboxSpec()
     checks = diagnose(spec, HARNESS_INCLUDE / "warpfleet" / "harness.cuh", gpu)
+    works = all(check.ok is not False for check in checks)
+    if as_json:
+        _echo_json({"works": works, "checks": [dataclasses.asdict(check) for check in checks]})
+        sys.exit(0 if works else 1)
     for check in checks:
         click.echo(check.line())
-    works = all(check.ok is not False for check in checks)
     click.echo("the sandbox works here" if works else "the sandbox does not work here: sweeps refuse to run "
                "unless given --unsandboxed")
     sys.exit(0 if works else 1)

@@ -1,5 +1,6 @@
 """``warpfleet show``: the best configuration per target and device type, its speedup, the
-time/energy Pareto fronts and what Nsight Compute saw, as rich tables."""
+time/energy Pareto fronts and what Nsight Compute saw, as rich tables; or (``--json``) the studies
+and their winners as one JSON document (``run_record``)."""
 
 from __future__ import annotations
 
@@ -67,6 +68,25 @@ def show(path: Path, console: Console | None = None) -> list[BestConfig]:
     _show_pareto(console, rows)
     _show_profiles(console, run_dir.path, rows, best)
     return selected
+
+
+def run_record(path: Path) -> dict[str, Any]:
+    """The run as ``show --json`` prints it: per study (target, device type) what was evaluated and
+    failed, and its selected configuration as the json export writes it (null: no correct one)."""
+    from cluster.outputs.exports.text import best_record
+
+    run_dir = RunDir.open(path)
+    rows = read_results(run_dir.path)
+    best = {(b.target, b.device_type): b for b in select_best(rows, load_verified(run_dir.path))}
+    studies = []
+    for (target, device), group in (rows.groupby(["target", "device_type"], sort=True) if len(rows) else ()):
+        search = group[group["phase"].isin(["search", "evaluate"])]
+        b = best.get((str(target), str(device)))
+        studies.append({"target": str(target), "device_type": str(device), "evaluated": len(search),
+                        "failed": int((search["status"] != "ok").sum()),
+                        "statuses": {str(s): int(n) for s, n in group["status"].value_counts().items()},
+                        "selected": best_record(b) if b is not None else None})
+    return {"run_id": run_dir.run_id, "run_dir": str(run_dir.path), "studies": studies}
 
 
 def _show_profiles(console: Console, run: Path, rows: Any, best: dict[tuple[str, str], Any]) -> None:

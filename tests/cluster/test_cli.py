@@ -518,3 +518,45 @@ def test_the_readme_names_modules_commands_and_columns_that_exist():
     columns = set(re.findall(r"\b(optimization|location|stage|analyst|planner|transformer|agent)\b", listed))
     assert columns == {"optimization", "location", "stage", "analyst", "planner", "transformer"}
     assert columns <= set(VARIANT_SCHEMA.names)
+
+
+def test_show_json_is_each_study_with_its_counts_and_winner(tmp_path):
+    run = _gpu_run(tmp_path)
+    shown = _invoke("show", str(run), "--json")
+    assert shown.exit_code == 0, shown.output
+    document = json.loads(shown.stdout)
+    assert document["run_dir"] == str(run) and document["run_id"]
+    [study] = document["studies"]
+    assert (study["target"], study["device_type"], study["evaluated"], study["failed"]) == \
+        ("saxpy", H100.device_type, 1, 0)
+    assert study["selected"]["params"] == TUNED and study["selected"]["speedup"] == 2.0
+    [exported] = json.loads(_invoke("export", str(run), "--format", "json").stdout)
+    assert study["selected"] == exported  # the winner as the json export writes it
+
+
+def test_validate_json_is_the_targets_spaces_notes_and_budget(tmp_path):
+    write_target(tmp_path / "a")
+    config = write_config(tmp_path, ["a/target.yaml"], search={"time_budget_s": 600})
+    result = CliRunner().invoke(main, ["validate", str(config), "--json"])
+    assert result.exit_code == 0, result.output
+    document = json.loads(result.stdout)
+    [target] = document["targets"]
+    assert target["name"] == "tiny" and target["toolchain"] == "cc" and target["configurations"] >= 1
+    assert document["notes"] == [] and document["build"] is None
+    assert document["time_budget"]["warning"] is False and "time budget 600 s" in document["time_budget"]["line"]
+
+
+@pytest.mark.usefixtures("ray_local")
+def test_sweep_json_is_the_summary_with_the_studies_and_what_to_run_next(tmp_path):
+    _signed_target(tmp_path / "t")
+    config = write_config(tmp_path, ["t/target.yaml"], search={"sampler": "grid", "trials": 3},
+                          measure={"final_top_k": 1, "final_runs": 2})
+    result = _invoke("sweep", str(config), "--no-progress", "--json")
+    assert result.exit_code == 0, result.output
+    run = _run_of(tmp_path / "runs")
+    document = json.loads(result.stdout)
+    assert document["run_dir"] == str(run) and document["rows_written"] == len(read_results(run))
+    [study] = document["studies"]
+    assert study["selected"]["params"] == {"MODE": 0} and study["failed"] == 2
+    assert document["next"][0] == f"warpfleet show {run}" and document["unfinished"] == []
+    assert "rows written to" in result.stderr  # the lines for humans stay where they were

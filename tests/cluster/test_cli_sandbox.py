@@ -103,3 +103,13 @@ def test_of_a_checkout_under_tmp_only_warpfleets_packages_are_bound_not_the_user
                             text=True, env={**os.environ, "PYTHONPATH": str(copy)}, timeout=120,
                             cwd=tmp_path)  # not the repository's root, whose packages -c would import first
     assert result.stdout.split() == ["package", "hidden"], result.stdout + result.stderr
+
+
+def test_doctor_json_is_each_check_and_whether_the_sandbox_works(tmp_path):
+    result = _cli("doctor", "--json", cwd=tmp_path, env=NO_BWRAP)
+    assert result.returncode == 1
+    document = json.loads(result.stdout)
+    assert document["works"] is False
+    first = document["checks"][0]
+    assert (first["name"], first["ok"]) == ("bwrap", False)
+    assert first["detail"].startswith("'/nonexistent/bwrap' not found")

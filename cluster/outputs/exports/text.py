@@ -50,7 +50,8 @@ def _sorted(best: Sequence[BestConfig]) -> list[BestConfig]:
     return sorted(best, key=lambda c: (c.target, c.arch, c.device_type, c.candidate_key))
 
 
-def _record(config: BestConfig) -> dict[str, Any]:
+def best_record(config: BestConfig) -> dict[str, Any]:
+    """A selected configuration as the json and yaml exports write it (and ``show --json``)."""
     return {
         "target": config.target,
         "device_type": config.device_type,
@@ -85,11 +86,11 @@ def _flags(best: list[BestConfig]) -> str:
 
 
 def _json(best: list[BestConfig]) -> str:
-    return json.dumps([_record(c) for c in best], indent=2, allow_nan=False) + "\n"
+    return json.dumps([best_record(c) for c in best], indent=2, allow_nan=False) + "\n"
 
 
 def _yaml(best: list[BestConfig]) -> str:
-    return yaml.safe_dump([_record(c) for c in best], sort_keys=False, default_flow_style=False,
+    return yaml.safe_dump([best_record(c) for c in best], sort_keys=False, default_flow_style=False,
                           allow_unicode=True)
 
 

@@ -5,6 +5,7 @@
     configure_logging()                                  # the sweep's lines on stderr, as the CLI prints them
     with log_to(print): ...                              # or to a script's own log, meanwhile
     summary = run_sweep(plan)                            # a new run directory: summary.run_dir
+    summary = run_sweep(plan, create_run(plan))          # or one made first, to name or watch meanwhile
     rows = read_results(summary.run_dir)                 # every row (pandas), as `warpfleet show` reads them
     best = selected(summary.run_dir)                     # the winners, as `warpfleet show` selects them
     best = select_best(rows)                             # or from rows of one's own choosing
@@ -30,11 +31,10 @@ if TYPE_CHECKING:  # the engine and the tables are imported when used: the CLI i
     import pandas as pd
 
     from cluster.engine.driver import SweepSummary
-    from cluster.store.rundir import RunDir
     from cluster.store.select import Verified
 
-__all__ = ["BestConfig", "RunPlan", "configure_logging", "configured", "load_run", "load_target", "log_to",
-           "read_results", "run_sweep", "select_best", "selected"]
+__all__ = ["BestConfig", "RunPlan", "configure_logging", "configured", "create_run", "load_run", "load_target",
+           "log_to", "read_results", "run_sweep", "select_best", "selected"]
 
 LOGGER = "warpfleet"  # every module's logger is below it: warpfleet.cluster.engine.flow, ...
 
@@ -51,19 +51,24 @@ def configured(plan: RunPlan, **changes: Any) -> RunPlan:
     return RunPlan(plan.config.model_copy(update=update), plan.file, plan.targets)
 
 
-def run_sweep(plan: RunPlan, run_dir: RunDir | str | Path | None = None, *, address: str | None = None,
+def create_run(plan: RunPlan) -> Path:
+    """A new run directory for ``plan`` under its config's ``output_dir``: what ``run_sweep`` makes
+    when given none, for a script that names or watches it while the sweep runs."""
+    from cluster.store.rundir import RunDir
+
+    return RunDir.create(plan).path
+
+
+def run_sweep(plan: RunPlan, run_dir: str | Path | None = None, *, address: str | None = None,
               show_progress: bool = False, **engine: Any) -> SweepSummary:
-    """Sweep ``plan``'s targets into ``run_dir`` (a ``RunDir``, or the path of one to resume;
-    default: a new one under the config's ``output_dir``), as ``warpfleet sweep`` does.
-    ``engine``: the sweep's own options (a simulated fleet: ``cluster.engine.simulate``)."""
+    """Sweep ``plan``'s targets into ``run_dir`` (one ``create_run`` made, or an earlier run to
+    resume; default: a new one), as ``warpfleet sweep`` does. ``engine``: the sweep's own options
+    (a simulated fleet: ``cluster.engine.simulate``)."""
     from cluster.engine.driver import Sweep
     from cluster.store.rundir import RunDir
 
-    if run_dir is None:
-        run_dir = RunDir.create(plan)
-    elif not isinstance(run_dir, RunDir):
-        run_dir = RunDir.open(run_dir)
-    return Sweep(plan, run_dir, **engine).run(address, show_progress)
+    run = RunDir.open(run_dir) if run_dir is not None else RunDir.create(plan)
+    return Sweep(plan, run, **engine).run(address, show_progress)
 
 
 def read_results(run_dir: str | Path) -> pd.DataFrame:

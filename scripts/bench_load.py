@@ -15,11 +15,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from cluster.api import log_to
-from cluster.config import RunPlan, load_run
-from cluster.engine.driver import Sweep
-from cluster.store.results import read_results
-from cluster.store.rundir import RunDir
+from cluster.api import configured, create_run, load_run, log_to, read_results, run_sweep
 
 CONFIG = Path(__file__).resolve().parent / "load" / "load.yaml"
 
@@ -37,28 +33,25 @@ def main() -> None:
     parser.add_argument("--json")
     parser.add_argument("--output-dir", default="runs")
     args = parser.parse_args()
-    plan = load_run(CONFIG)
-    search = plan.config.search.model_copy(update={"trials": args.trials})
-    plan = RunPlan(plan.config.model_copy(update={"search": search, "output_dir": args.output_dir}),
-                   plan.file, plan.targets)
-    run_dir = RunDir.create(plan)
+    plan = configured(load_run(CONFIG), search={"trials": args.trials}, output_dir=args.output_dir)
+    run = create_run(plan)
     samples: list[tuple[float, float, int]] = []  # (seconds, RSS MB, rows on disk)
     stop = threading.Event()
     start = time.monotonic()
 
     def watch() -> None:
         while not stop.wait(5.0):
-            rows = sum(1 for _ in run_dir.results.glob("*.parquet"))
+            rows = sum(1 for _ in (run / "results").glob("*.parquet"))  # the run's results table (README)
             samples.append((time.monotonic() - start, rss_mb(), rows))
 
     threading.Thread(target=watch, daemon=True).start()
     with log_to(print):
-        summary = Sweep(plan, run_dir).run(show_progress=False)
+        summary = run_sweep(plan, run)
     stop.set()
-    rows = read_results(run_dir.path)
+    rows = read_results(run)
     search_rows = rows[rows["phase"] == "search"]
     report = {
-        "date": time.strftime("%Y-%m-%d"), "trials": args.trials, "run_dir": str(run_dir.path),
+        "date": time.strftime("%Y-%m-%d"), "trials": args.trials, "run_dir": str(run),
         "rows": len(rows), "search_rows": len(search_rows), "unique_keys": int(search_rows["candidate_key"].nunique()),
         "statuses": rows["status"].value_counts().to_dict(), "wall_s": summary.wall_s,
         "candidates_per_s": len(search_rows) / summary.wall_s,

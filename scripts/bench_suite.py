@@ -21,18 +21,15 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from cluster.api import log_to
+from cluster.api import RunPlan, create_run, log_to, read_results, run_sweep, select_best
 from cluster.build.build import compile_candidate
-from cluster.config import RunPlan, load_run, load_target
+from cluster.config import load_run, load_target
 from cluster.core.occupancy import limits_for, occupancy
 from cluster.core.types import Candidate, Phase, Stats, Status
-from cluster.engine.driver import Sweep
 from cluster.measure.measure import measure_candidate
 from cluster.measure.profile import PROFILE_SCHEMA
 from cluster.platform.devices import gpu_device
-from cluster.store.results import read_results, read_table
-from cluster.store.rundir import RunDir
-from cluster.store.select import select_best
+from cluster.store.results import read_table
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -70,10 +67,10 @@ def sweeps(config: Path, count: int, trials: int, out: Path, profile_first: bool
         plan = RunPlan(base.config.model_copy(update={"search": search, "output_dir": str(out / "runs"),
                                                       "profile": profile, "measure": measure}),
                        base.file, base.targets)
-        run_dir = RunDir.create(plan)
+        run = create_run(plan)
         with log_to(print):
-            summary = Sweep(plan, run_dir).run(show_progress=False)
-        rows = read_results(run_dir.path)
+            summary = run_sweep(plan, run)
+        rows = read_results(run)
         gpu = rows[rows["arch"].str.startswith("sm_")]
         measured = gpu[gpu["run_s"].notna()]
         search_rows = gpu[gpu["phase"] == "search"]
@@ -81,7 +78,7 @@ def sweeps(config: Path, count: int, trials: int, out: Path, profile_first: bool
         for b in best:
             winners.setdefault(b.target, []).append(b.candidate_key)
         runs.append({
-            "run_dir": str(run_dir.path), "wall_s": summary.wall_s,
+            "run_dir": str(run), "wall_s": summary.wall_s,
             "search_candidates": len(search_rows),
             "candidates_per_minute_per_gpu":
                 len(search_rows) / (summary.wall_s / 60) / max(1, gpu["gpu_uuid"].nunique()),

@@ -15,12 +15,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from cluster.api import log_to
-from cluster.config import RunPlan, load_run
-from cluster.engine.driver import Sweep
-from cluster.store.results import read_results
-from cluster.store.rundir import RunDir
-from cluster.store.select import select_best
+from cluster.api import configured, create_run, load_run, log_to, read_results, run_sweep, select_best
 
 
 def main() -> None:
@@ -30,18 +25,15 @@ def main() -> None:
     parser.add_argument("--json")
     parser.add_argument("--output-dir", default="runs")
     args = parser.parse_args()
-    plan = load_run(args.config)
-    update = {"output_dir": args.output_dir}
-    if args.trials:
-        update["search"] = plan.config.search.model_copy(update={"trials": args.trials})
-    plan = RunPlan(plan.config.model_copy(update=update), plan.file, plan.targets)
-    run_dir = RunDir.create(plan)
+    plan = configured(load_run(args.config), output_dir=args.output_dir,
+                      **({"search": {"trials": args.trials}} if args.trials else {}))
+    run = create_run(plan)
     start = time.monotonic()
     with log_to(print):
-        summary = Sweep(plan, run_dir).run(show_progress=False)
+        summary = run_sweep(plan, run)
     wall = time.monotonic() - start
-    rows = read_results(run_dir.path)
-    report = {"config": args.config, "run_dir": str(run_dir.path), "wall_s": wall,
+    rows = read_results(run)
+    report = {"config": args.config, "run_dir": str(run), "wall_s": wall,
               "sweep_wall_s": summary.wall_s, "rows": len(rows), "host": platform.node(),
               "date": time.strftime("%Y-%m-%d"), "studies": []}
     for (target, device), group in rows.groupby(["target", "device_type"]):

@@ -70,6 +70,7 @@ def test_a_locked_optuna_database_only_slows_the_sweep(tmp_path, ray_local):
 
 
 @pytest.mark.timeout(600)
+@pytest.mark.own_ray
 def test_candidates_spread_over_nodes_and_a_lost_node_is_survived(tmp_path):
     """Three Ray nodes on one machine (Ray's own multi-node test helper); a worker node is removed
     mid-sweep; its candidates are finished on the nodes left."""

@@ -11,16 +11,14 @@ whole run, though each takes the first part's schema for every part::
 (the rows of studies that a resume with ``--accept-changes`` superseded included: their
 ``generation`` is below their target's in meta.json; ``read_results`` leaves them out).
 
-A flush writes a temporary file whose name starts with ``.`` and does not end in ``.parquet``,
-fsyncs it, then renames it into place; readers never see a half-written part. When the schema
-widens (an agent's variant brings params of its own, a resume adds targets), the writer rewrites
-the earlier parts to it, each atomically the same way, first part first: a crash midway loses no
-row, pandas and pyarrow read every column meanwhile, and the next writer (a resume) finishes the
-rewrite. A flush that cannot
-start a thread (a machine out of processes: pyarrow's "Failed to launch worker thread") waits and
-tries again, keeping its rows. A part damaged afterwards (truncated, zeroed, empty) is named by the
-readers in one line, and ``cluster.store.check.check_run`` (``warpfleet check RUN``) moves it to
-``<run>/quarantine/``, after which a resume runs the points whose rows it held again.
+A flush writes a part whole or not at all (``cluster.store.parts``: a temporary file renamed into
+place), and when the schema widens (an agent's variant brings params of its own, a resume adds
+targets) the writer rewrites the earlier parts to it, first part first, so that every part keeps
+one schema. A flush that cannot start a thread (a machine out of processes: pyarrow's "Failed to
+launch worker thread") waits and tries again, keeping its rows. A part damaged afterwards
+(truncated, zeroed, empty) is named by the readers in one line, and ``cluster.store.check.check_run``
+(``warpfleet check RUN``) moves it to ``<run>/quarantine/``, after which a resume runs the points
+whose rows it held again.
 
 =====================  ====================  ======================================================
 column                 type                  meaning
@@ -100,8 +98,6 @@ from __future__ import annotations
 import contextlib
 import errno
 import json
-import os
-import re
 import secrets
 import shlex
 import time
@@ -122,13 +118,11 @@ from cluster.config import Target
 from cluster.core.encodings import speedup
 from cluster.core.errors import ConfigError
 from cluster.core.types import BuildArtifact, Candidate, Measurement, Phase, Scalar, Status
+from cluster.store.parts import fsync_dir, part_files, remove_temporary, unify_parts, widened_schema, write_atomically
 from cluster.store.rundir import RunDir, read_generations
 
 SCHEMA_VERSION = 2  # 2: the generation column
 RESULTS_DIR = RunDir.RESULTS
-_PART = re.compile(r"^part-(\d{6})-[0-9a-f]{8}\.parquet$")
-_TEMP_PREFIX = ".part-"  # readers skip names starting with "." and not ending in .parquet
-_TEMP_SUFFIX = ".tmp"
 
 _LEADING: tuple[tuple[str, pa.DataType], ...] = (
     ("schema_version", pa.int32()), ("run_id", pa.string()), ("phase", pa.string()),
@@ -339,97 +333,6 @@ def _record(row: ResultRow, schema: pa.Schema) -> dict[str, Any]:
     return record
 
 
-def part_files(results_dir: Path) -> list[Path]:
-    """The complete part files of a table's folder, in order (temporary files left out)."""
-    return sorted(p for p in results_dir.glob("part-*.parquet") if _PART.match(p.name))
-
-
-def _write_atomically(table: pa.Table, final: Path) -> None:
-    """Write ``table`` to a temporary file beside ``final`` (a name readers skip), fsync it, and
-    rename it to ``final``: readers see the old file or the new one, never half of one."""
-    temp = final.with_name(f"{_TEMP_PREFIX}{final.stem.removeprefix('part-')}{_TEMP_SUFFIX}")
-    try:
-        with open(temp, "wb") as out:
-            pq.write_table(table, out)
-            out.flush()
-            os.fsync(out.fileno())
-        os.replace(temp, final)
-    except BaseException:
-        temp.unlink(missing_ok=True)
-        raise
-
-
-def _fsync_dir(folder: Path) -> None:
-    # Makes a rename itself durable; not every platform lets a directory be opened.
-    with contextlib.suppress(OSError):
-        fd = os.open(folder, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-
-
-def _common_type(kept: pa.DataType, other: pa.DataType) -> pa.DataType:
-    """One type that holds the values of both (a param's column: int64, float64 or string)."""
-    if kept.equals(other) or pa.types.is_null(other):
-        return kept
-    if pa.types.is_null(kept):
-        return other
-    if pa.types.is_integer(kept) and pa.types.is_floating(other):
-        return other
-    if pa.types.is_floating(kept) and pa.types.is_integer(other):
-        return kept
-    return pa.string()
-
-
-def widened_schema(schema: pa.Schema, others: Sequence[pa.Schema]) -> pa.Schema:
-    """``schema`` taking in ``others`` (the parts already written): a column only they have comes
-    last, and a column whose types differ gets one that holds both (``_common_type``)."""
-    types = {f.name: f.type for f in schema}
-    for other in others:
-        for f in other:
-            types[f.name] = _common_type(types[f.name], f.type) if f.name in types else f.type
-    return pa.schema(list(types.items()), metadata=schema.metadata)
-
-
-def _conform(table: pa.Table, schema: pa.Schema) -> pa.Table:
-    """``table``'s rows in ``schema``: missing columns null, differing types cast (int to string)."""
-    columns = []
-    for f in schema:
-        if f.name not in table.column_names:
-            columns.append(pa.nulls(table.num_rows, f.type))
-        else:
-            column = table.column(f.name)
-            columns.append(column if column.type.equals(f.type) else pc.cast(column, f.type))
-    return pa.Table.from_arrays(columns, schema=schema)
-
-
-def unify_parts(folder: Path, schema: pa.Schema) -> pa.Schema:
-    """Give every part of ``folder`` one schema: ``schema`` widened by the parts' own
-    (``widened_schema``), which is returned. A part of another schema is rewritten to it
-    atomically (``_write_atomically``), in part order: a crash midway loses no row, leaves the
-    first parts widest (what pandas and pyarrow.dataset take for all), and the next call finishes
-    the job. A part that does not read whole is left as it is, for ``warpfleet check``."""
-    found = []
-    for part in part_files(folder):
-        with contextlib.suppress(OSError, pa.ArrowException):
-            found.append((part, pq.read_schema(part)))
-    schema = widened_schema(schema, [s for _, s in found])
-    rewritten = False
-    for part, own in found:
-        if own.equals(schema, check_metadata=True):
-            continue
-        try:
-            table = pq.read_table(part)
-        except (OSError, pa.ArrowException):
-            continue
-        _write_atomically(_conform(table, schema), part)
-        rewritten = True
-    if rewritten:
-        _fsync_dir(folder)
-    return schema
-
-
 FLUSH_RETRY_S = 60.0  # how long a flush waits for the machine to let it start a thread
 
 
@@ -461,8 +364,7 @@ class ResultWriter:
         self.results_dir = Path(run_dir) / subdir
         self.results_dir.mkdir(parents=True, exist_ok=True)
         self.flush_interval_s = flush_interval_s
-        for stale in self.results_dir.glob(f"{_TEMP_PREFIX}*{_TEMP_SUFFIX}"):
-            stale.unlink(missing_ok=True)
+        remove_temporary(self.results_dir)
         self.schema = unify_parts(self.results_dir, schema)
         parts = part_files(self.results_dir)
         self._next_part = max((int(p.name[5:11]) for p in parts), default=-1) + 1
@@ -526,7 +428,7 @@ class ResultWriter:
                 _fewer_threads()
                 time.sleep(wait)
                 wait = min(2 * wait, 2.0)
-        _fsync_dir(self.results_dir)
+        fsync_dir(self.results_dir)
         self._next_part += 1
         self._pending.clear()
         self._last_flush = time.monotonic()
@@ -535,7 +437,7 @@ class ResultWriter:
     def _write_part(self) -> Path:
         table = pa.Table.from_pylist(self._pending, schema=self.schema)
         final = self.results_dir / f"part-{self._next_part:06d}-{secrets.token_hex(4)}.parquet"
-        _write_atomically(table, final)
+        write_atomically(table, final)
         return final
 
     def close(self) -> None:

@@ -26,6 +26,7 @@ from cluster.core.types import (
     SourceBundle,
     Status,
 )
+from cluster.store import parts as parts_module
 from cluster.store import results as results_module
 from cluster.store.results import (
     SCHEMA_VERSION,
@@ -159,7 +160,7 @@ def test_a_failed_flush_leaves_earlier_parts_readable_and_keeps_its_rows(tmp_pat
     def crash(src: object, dst: object) -> None:
         raise OSError("disk vanished")
 
-    monkeypatch.setattr(results_module.os, "replace", crash)
+    monkeypatch.setattr(parts_module.os, "replace", crash)
     writer.append(_row(saxpy, {"BLOCK": 128, "MODE": "fast"}))
     with pytest.raises(OSError, match="disk vanished"):
         writer.flush()
@@ -250,7 +251,7 @@ def test_a_rewrite_cut_short_loses_no_row_and_the_next_writer_finishes_it(tmp_pa
         replaced.append(dst)
         real(src, dst)
 
-    monkeypatch.setattr(results_module.os, "replace", crash_on_the_second)
+    monkeypatch.setattr(parts_module.os, "replace", crash_on_the_second)
     with pytest.raises(OSError, match="killed"):
         writer.widen(results_schema([saxpy, _variant(tmp_path, saxpy)]))
     monkeypatch.undo()

@@ -236,19 +236,25 @@ def _blamed_on(option_value: str | None, option: str) -> Iterator[None]:
 
 def _join_ray(plan: RunPlan, address: str | None) -> None:
     """Join the Ray cluster (or start a local instance) before anything is written: an address
-    with no cluster behind it is one line, with no run directory left behind."""
+    with no cluster behind it is one line, with no run directory left behind. The first of
+    ``--address``, the config's ``cluster.address`` and the environment's ``RAY_ADDRESS`` names
+    the cluster; none: a local instance."""
+    from cluster.config import env
     from cluster.engine.driver import init_ray
 
-    where = address or plan.config.cluster.address
-    field = "--address" if address else "cluster.address"
+    where, file, field, hint = address, plan.file, "--address", ""
+    if not where:
+        where, field = plan.config.cluster.address, "cluster.address"
+    if not where and env.ray_address():
+        where, file, field, hint = env.ray_address(), env.RAY_ADDRESS, "", "; unset it for a local instance"
     try:
         _reachable(where)
         init_ray(where)
     except Exception as exc:  # ConnectionError, ValueError, RuntimeError, ...: Ray's words, one line
         lines = [line for line in str(exc).splitlines() if line.strip()]
         reason = lines[0][:300] if lines else type(exc).__name__
-        raise ConfigError(plan.file, field, f"cannot join a Ray cluster at {where or 'a local instance'} "
-                          f"({type(exc).__name__}: {reason})") from None
+        raise ConfigError(file, field, f"cannot join a Ray cluster at {where or 'a local instance'} "
+                          f"({type(exc).__name__}: {reason}){hint}") from None
 
 
 def _reachable(address: str | None, timeout_s: float = 5.0) -> None:

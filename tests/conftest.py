@@ -110,10 +110,26 @@ def init_local_ray() -> None:
                  configure_logging=False)
 
 
+# Fixtures that start a Ray instance of their own (shutting the shared one down): unsandboxed workers,
+# more CPUs, several nodes. Tests marked own_ray do the same by themselves.
+OWN_RAY_FIXTURES = frozenset({"ray_unsandboxed", "four_cpus", "two_gpu_nodes"})
+
+
+def _own_ray(item: pytest.Item) -> bool:
+    fixtures = set(getattr(item, "fixturenames", ()))
+    return bool(OWN_RAY_FIXTURES & fixtures) or item.get_closest_marker("own_ray") is not None
+
+
+def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config, items: list[pytest.Item]) -> None:
+    """The tests that start a Ray instance of their own run last (in their order), so that the shared
+    one (ray_local) starts once: after each of them the next test started it again, seconds each."""
+    items[:] = [item for item in items if not _own_ray(item)] + [item for item in items if _own_ray(item)]
+
+
 @pytest.fixture
 def ray_local() -> Iterator[None]:
-    """A local Ray instance, started once and shared (a start costs seconds); the multi-node
-    tests shut it down and the next test that needs it starts it again."""
+    """A local Ray instance, started once and shared (a start costs seconds); the tests that start one
+    of their own shut it down, and run last (pytest_collection_modifyitems)."""
     init_local_ray()
     yield
 

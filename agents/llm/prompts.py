@@ -1,4 +1,5 @@
-"""System prompts, loaded at run time from editable Markdown files (``configs/prompts/`` by default).
+"""System prompts, loaded at run time from editable Markdown files: ``agents/prompts/``, shipped
+in the package (``DEFAULT_PROMPTS``), or the folder that ``llm.prompts_dir`` names.
 
     _base.md            rules every agent gets (tools, read-only regions, answers)
     <optimization>.md   an introduction, then one ``## <step>`` section per step (analyse, plan,
@@ -17,11 +18,13 @@ from pathlib import Path
 STEPS = ("analyse", "plan", "transform", "review")
 _HEADING = re.compile(r"^## +(\w+)\s*$", re.MULTILINE)
 _PLACEHOLDER = re.compile(r"\{\{(\w+)\}\}")
+# Package data (pyproject.toml), so that an installed warpfleet finds them as a checkout does.
+DEFAULT_PROMPTS = Path(__file__).resolve().parents[1] / "prompts"
 
 
 class Prompts:
-    def __init__(self, root: str | Path) -> None:
-        self.root = Path(root)
+    def __init__(self, root: str | Path | None = None) -> None:
+        self.root = Path(root) if root is not None else DEFAULT_PROMPTS
 
     def sections(self, name: str) -> dict[str, str]:
         """A prompt file's parts: "" (the introduction) and each ``## heading``'s text."""

@@ -23,7 +23,6 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 from cluster.config import env
 from cluster.core.registry import EXPERTS
 
-DEFAULT_PROMPTS = Path(__file__).resolve().parents[2] / "configs" / "prompts"
 NO_KEY = "not-needed"  # what the client sends to a local server that takes no key
 
 
@@ -65,7 +64,7 @@ class LLMSpec(_Model):
     max_backoff_s: float = Field(30.0, ge=0, le=3600)
     concurrency: int = Field(4, ge=1, le=1024)  # requests in flight at once, from this process
     prices: Prices | None = None
-    prompts_dir: str | None = None  # default: configs/prompts of this repository
+    prompts_dir: str | None = None  # default: the ones warpfleet ships (agents/prompts/)
     max_steps: int = Field(24, ge=1, le=1000)  # model calls per ReAct conversation
     token_budget: int | None = Field(None, ge=1)  # tokens in + out for the whole run
     rounds: int = Field(3, ge=1, le=1000)  # profile-guided rounds per plan
@@ -90,8 +89,9 @@ class LLMSpec(_Model):
         return key
 
     @property
-    def prompts(self) -> Path:
-        return Path(self.prompts_dir) if self.prompts_dir else DEFAULT_PROMPTS
+    def prompts(self) -> Path | None:
+        """The prompts' folder; None: the package's own (``agents.llm.prompts.DEFAULT_PROMPTS``)."""
+        return Path(self.prompts_dir) if self.prompts_dir else None
 
 
 Implementation = Literal["expert", "llm"]

@@ -21,8 +21,7 @@ from typing import Any
 import ray
 
 from agents.workflow import Steps
-from cluster.config import RunPlan, Target
-from cluster.config.env import token_auth_wanted
+from cluster.config import RunPlan, Target, env
 from cluster.core.types import BuildArtifact, DeviceInfo, Measurement
 from cluster.engine.agent_stage import AgentStage
 from cluster.engine.budget import TimePlan
@@ -60,7 +59,8 @@ class SweepSummary:
 
 
 def init_ray(address: str | None) -> None:
-    """Join the cluster at ``address``, or start a local instance. Worker nodes get this
+    """Join the cluster at ``address``, else the one ``RAY_ADDRESS`` names (as Ray's own tools do:
+    ``ray job submit`` sets it for its job), else start a local instance. Worker nodes get this
     project's packages through the runtime environment."""
     if ray.is_initialized():
         return
@@ -68,13 +68,19 @@ def init_ray(address: str | None) -> None:
     import cluster
     import search_spaces
 
-    if token_auth_wanted(address):
-        # Ray 2.60 only sends a token to an explicit address when told to; with one at hand, do.
-        os.environ["RAY_AUTH_MODE"] = "token"
+    address = address or env.ray_address()
+    if env.token_auth_wanted(address):
+        # Ray 2.60 only sends a token to an explicit address when told to; with one at hand, do. It
+        # reads the mode when it is imported, so its config is read again (as Ray itself does when
+        # it turns the mode on for a local instance); the variable alone was never seen.
+        from ray._raylet import Config
+
+        os.environ[env.RAY_AUTH_MODE] = "token"
+        Config.initialize("")
     runtime_env: dict = {"py_modules": [cluster, agents, search_spaces]} if address else {}
     runtime_env["env_vars"] = ray_env_vars()  # sandbox: the sandbox policy to every node; the driver's secrets blanked
     # No address: a local instance of our own ("local"), never a cluster that happens to run on this
-    # node (a plain ray.init() may join one that another program started).
+    # node (a plain ray.init() may join one that another program started, or the next RAY_ADDRESS).
     with secrets_withheld():  # sandbox: a local Ray's processes start without the driver's secrets
         ray.init(address=address or "local", runtime_env=runtime_env, include_dashboard=False,
                  log_to_driver=False, configure_logging=False)

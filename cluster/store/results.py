@@ -1,8 +1,8 @@
 """The run's results: one Parquet row per evaluated candidate, under ``<run_dir>/results/``.
 
 The dataset is a folder of part files, ``part-<NNNNNN>-<8 hex>.parquet``, all with the same
-schema (built once per run from its targets by ``results_schema``), so that each of these reads
-the whole run::
+schema (built per run from its targets by ``results_schema``), so that each of these reads the
+whole run, though each takes the first part's schema for every part::
 
     pandas.read_parquet(run_dir / "results")
     pyarrow.dataset.dataset(run_dir / "results", format="parquet")
@@ -11,12 +11,14 @@ the whole run::
 (the rows of studies that a resume with ``--accept-changes`` superseded included: their
 ``generation`` is below their target's in meta.json; ``read_results`` leaves them out).
 
-A flush writes a temporary file whose name starts with ``.`` and does not end in ``.parquet``,
-fsyncs it, then renames it into place; readers never see a half-written part. A flush that cannot
-start a thread (a machine out of processes: pyarrow's "Failed to launch worker thread") waits and
-tries again, keeping its rows. A part damaged afterwards (truncated, zeroed, empty) is named by the
-readers in one line, and ``cluster.store.check.check_run`` (``warpfleet check RUN``) moves it to
-``<run>/quarantine/``, after which a resume runs the points whose rows it held again.
+A flush writes a part whole or not at all (``cluster.store.parts``: a temporary file renamed into
+place), and when the schema widens (an agent's variant brings params of its own, a resume adds
+targets) the writer rewrites the earlier parts to it, first part first, so that every part keeps
+one schema. A flush that cannot start a thread (a machine out of processes: pyarrow's "Failed to
+launch worker thread") waits and tries again, keeping its rows. A part damaged afterwards
+(truncated, zeroed, empty) is named by the readers in one line, and ``cluster.store.check.check_run``
+(``warpfleet check RUN``) moves it to ``<run>/quarantine/``, after which a resume runs the points
+whose rows it held again.
 
 =====================  ====================  ======================================================
 column                 type                  meaning
@@ -96,8 +98,6 @@ from __future__ import annotations
 import contextlib
 import errno
 import json
-import os
-import re
 import secrets
 import shlex
 import time
@@ -118,13 +118,11 @@ from cluster.config import Target
 from cluster.core.encodings import speedup
 from cluster.core.errors import ConfigError
 from cluster.core.types import BuildArtifact, Candidate, Measurement, Phase, Scalar, Status
+from cluster.store.parts import fsync_dir, part_files, remove_temporary, unify_parts, widened_schema, write_atomically
 from cluster.store.rundir import RunDir, read_generations
 
 SCHEMA_VERSION = 2  # 2: the generation column
 RESULTS_DIR = RunDir.RESULTS
-_PART = re.compile(r"^part-(\d{6})-[0-9a-f]{8}\.parquet$")
-_TEMP_PREFIX = ".part-"  # readers skip names starting with "." and not ending in .parquet
-_TEMP_SUFFIX = ".tmp"
 
 _LEADING: tuple[tuple[str, pa.DataType], ...] = (
     ("schema_version", pa.int32()), ("run_id", pa.string()), ("phase", pa.string()),
@@ -335,11 +333,6 @@ def _record(row: ResultRow, schema: pa.Schema) -> dict[str, Any]:
     return record
 
 
-def part_files(results_dir: Path) -> list[Path]:
-    """The complete part files of a table's folder, in order (temporary files left out)."""
-    return sorted(p for p in results_dir.glob("part-*.parquet") if _PART.match(p.name))
-
-
 FLUSH_RETRY_S = 60.0  # how long a flush waits for the machine to let it start a thread
 
 
@@ -370,10 +363,9 @@ class ResultWriter:
                  subdir: str = RESULTS_DIR) -> None:
         self.results_dir = Path(run_dir) / subdir
         self.results_dir.mkdir(parents=True, exist_ok=True)
-        self.schema = schema
         self.flush_interval_s = flush_interval_s
-        for stale in self.results_dir.glob(f"{_TEMP_PREFIX}*{_TEMP_SUFFIX}"):
-            stale.unlink(missing_ok=True)
+        remove_temporary(self.results_dir)
+        self.schema = unify_parts(self.results_dir, schema)
         parts = part_files(self.results_dir)
         self._next_part = max((int(p.name[5:11]) for p in parts), default=-1) + 1
         self.written = 0  # rows appended through this writer
@@ -403,10 +395,11 @@ class ResultWriter:
         self._pending.append(record)
 
     def widen(self, schema: pa.Schema) -> None:
-        """Write what is pending, then take ``schema`` (a superset: agents' variants add params).
-        Readers unify the part files' schemas, so older parts stay readable as they are."""
+        """Write what is pending, then take ``schema`` (a superset: agents' variants add params)
+        and rewrite the parts written so far to it (``unify_parts``): readers that take the first
+        part's schema for all of them (pandas, pyarrow.dataset, DuckDB) see every column."""
         self.flush()
-        self.schema = schema
+        self.schema = unify_parts(self.results_dir, schema)
 
     def maybe_flush(self) -> Path | None:
         """Flush if rows are pending and ``flush_interval_s`` has passed since the last flush."""
@@ -435,7 +428,7 @@ class ResultWriter:
                 _fewer_threads()
                 time.sleep(wait)
                 wait = min(2 * wait, 2.0)
-        self._fsync_dir()
+        fsync_dir(self.results_dir)
         self._next_part += 1
         self._pending.clear()
         self._last_flush = time.monotonic()
@@ -443,28 +436,9 @@ class ResultWriter:
 
     def _write_part(self) -> Path:
         table = pa.Table.from_pylist(self._pending, schema=self.schema)
-        name = f"part-{self._next_part:06d}-{secrets.token_hex(4)}"
-        final = self.results_dir / f"{name}.parquet"
-        temp = self.results_dir / f"{_TEMP_PREFIX}{name.removeprefix('part-')}{_TEMP_SUFFIX}"
-        try:
-            with open(temp, "wb") as out:
-                pq.write_table(table, out)
-                out.flush()
-                os.fsync(out.fileno())
-            os.replace(temp, final)
-        except BaseException:
-            temp.unlink(missing_ok=True)
-            raise
+        final = self.results_dir / f"part-{self._next_part:06d}-{secrets.token_hex(4)}.parquet"
+        write_atomically(table, final)
         return final
-
-    def _fsync_dir(self) -> None:
-        # Makes the rename itself durable; not every platform lets a directory be opened.
-        with contextlib.suppress(OSError):
-            fd = os.open(self.results_dir, os.O_RDONLY)
-            try:
-                os.fsync(fd)
-            finally:
-                os.close(fd)
 
     def close(self) -> None:
         """Flush what is pending; later appends raise."""
@@ -520,7 +494,8 @@ def _dataset(run_dir: Path, subdir: str = RESULTS_DIR) -> ds.Dataset | None:
             raise bad_part(part, _first_line(exc)) from None
         if problem := schema_problem(schemas[-1], subdir):
             raise bad_part(part, problem)
-    schema = pa.unify_schemas(schemas)  # tolerates a resume that added targets
+    # Parts of several schemas: a run written before parts were unified, or a rewrite cut short.
+    schema = widened_schema(schemas[0], schemas[1:])
     return ds.dataset([str(p) for p in parts], schema=schema, format="parquet")
 
 

@@ -126,11 +126,13 @@ def test_an_experts_findings_are_verified_at_once_in_order_and_each_proposal_onc
             return [prop("good")] if name in ("b", "c") else [prop(f"good {name}")]
 
     class Overlapping(ByText):
-        """Each verification waits until another is under way (or times out): in turn, none overlap."""
+        """Each verification waits until another is under way (or ``wait_s`` passes): in turn, none
+        overlap. Concurrent ones may wait long (a loaded machine may start the second late, and
+        the first's 0.5 s would then pass alone); in turn, each waits its ``wait_s`` for nothing."""
 
-        def __init__(self):
+        def __init__(self, wait_s: float):
             super().__init__()
-            self.lock, self.running, self.most = threading.Lock(), 0, 0
+            self.lock, self.running, self.most, self.wait_s = threading.Lock(), 0, 0, wait_s
             self.together = threading.Event()
 
         def verify(self, context, plan, proposal):
@@ -140,13 +142,13 @@ def test_an_experts_findings_are_verified_at_once_in_order_and_each_proposal_onc
                 self.most = max(self.most, self.running)
                 if self.running >= 2:
                     self.together.set()
-            self.together.wait(timeout=0.5)
+            self.together.wait(timeout=self.wait_s)
             with self.lock:
                 self.running -= 1
             return Verification((Verdict("outputs", VerdictStatus.PASSED, ""),))
 
     names = ["a", "b", "c", "d", "e"]
-    verifier = Overlapping()
+    verifier = Overlapping(wait_s=60)
     outcomes = run_workflow(CONTEXT, [Steps.of(ByFinding([finding(n) for n in names], []))], verifier,
                             findings_at_once=4)
     assert [o.finding.optimization for o in outcomes] == names and all(o.accepted for o in outcomes)
@@ -155,7 +157,7 @@ def test_an_experts_findings_are_verified_at_once_in_order_and_each_proposal_onc
     class InTurn(ByFinding):
         concurrent = False  # as agents.llm's steps
 
-    verifier = Overlapping()
+    verifier = Overlapping(wait_s=0.5)
     run_workflow(CONTEXT, [Steps.of(InTurn([finding(n) for n in names], []))], verifier, findings_at_once=4)
     assert verifier.most == 1
 

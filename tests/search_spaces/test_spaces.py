@@ -61,12 +61,10 @@ def test_constraints_reject_anything_but_arithmetic(expr, message):
     ("min() > 1", "not allowed"),
     ("BLOCK if BLOCK else 1", "not allowed"),
 ])
+@pytest.mark.timeout(60)  # a guard against the hang an unbounded one is (milliseconds here), not a speed target
 def test_constraints_are_bounded(expr, message):
-    import time
-
     from search_spaces import evaluate_constraint
 
-    start = time.monotonic()
     if message:
         with pytest.raises(ValueError, match=message):
             compile_constraint(expr, {"BLOCK": []})
@@ -75,7 +73,6 @@ def test_constraints_are_bounded(expr, message):
         assert [holds({"BLOCK": v}) for v in (0, 7, 1024)] == [False, False, False]
         with pytest.raises(ValueError):
             evaluate_constraint(expr, {"BLOCK": []}, {"BLOCK": 7 if "/" not in expr else 0})
-    assert time.monotonic() - start < 1
 
 
 def test_a_division_by_zero_rejects_only_the_points_where_it_happens():

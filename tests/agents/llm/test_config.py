@@ -1,5 +1,5 @@
 """The agents' configuration: the endpoint spec, the per-step choice of expert or LLM, custom
-optimizations, build_steps mixing both, and the prompts loaded from configs/prompts."""
+optimizations, build_steps mixing both, and the prompts loaded from agents/prompts (package data)."""
 
 from __future__ import annotations
 
@@ -24,8 +24,8 @@ from agents.llm import (
     steps_from_config,
 )
 from agents.llm.custom import prompt_values
+from agents.llm.prompts import DEFAULT_PROMPTS
 from agents.workflow.steps import Level
-from cluster.config.agents import DEFAULT_PROMPTS
 from cluster.core.registry import EXPERTS
 from tests.conftest import REPO
 
@@ -35,7 +35,7 @@ SPEC = {"base_url": "http://127.0.0.1:9/v1", "model": "m", "api_key_env": None}
 def test_spec_defaults_and_limits() -> None:
     spec = LLMSpec(model="gpt-x")
     assert spec.base_url == "https://api.openai.com/v1" and spec.api_key_env == "OPENAI_API_KEY"
-    assert spec.prompts == DEFAULT_PROMPTS == REPO / "configs" / "prompts"
+    assert spec.prompts is None and Prompts().root == DEFAULT_PROMPTS == REPO / "agents" / "prompts"
     with pytest.raises(ValidationError, match="name of an environment variable"):
         LLMSpec(model="m", api_key_env="sk-abc123")  # a key pasted where its variable's name goes
     with pytest.raises(ValidationError):

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 
+import pandas as pd
 import pytest
 
 from agents._base import AnalysisContext, Proposal
@@ -105,10 +106,11 @@ def test_verified_variants_join_the_search_and_failures_are_reverted(tmp_path):
     assert json.loads(fast_plan)["changes"] == ["apply fast"]
 
     rows = read_results(run_dir.path)
-    duckdb = pytest.importorskip("duckdb")  # parts before and after the variant's p_WF_SPLIT, unified
-    parts = f"'{run_dir.path}/results/*.parquet'"
-    query = f"select count(*), count(p_WF_SPLIT) from read_parquet({parts}, union_by_name = true)"
+    duckdb = pytest.importorskip("duckdb")  # parts before the variant's p_WF_SPLIT rewritten with it
+    query = f"select count(*), count(p_WF_SPLIT) from read_parquet('{run_dir.path}/results/*.parquet')"
+    assert rows["p_WF_SPLIT"].notna().sum() > 0
     assert duckdb.connect().execute(query).fetchone() == (len(rows), rows["p_WF_SPLIT"].notna().sum())
+    assert pd.read_parquet(run_dir.path / "results")["p_WF_SPLIT"].count() == rows["p_WF_SPLIT"].notna().sum()
     verify = rows[rows["phase"] == "verify"]
     assert sorted(verify["status"]) == ["ok", "ok", "verify_failed"]  # the guard failure never ran
     fast_hash = accepted[accepted["optimization"] == "fast"]["source_hash"].iloc[0]

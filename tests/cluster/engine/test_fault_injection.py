@@ -23,7 +23,8 @@ from tests.conftest import repo_pythonpath, write_config, write_target
 
 TRIALS = 12
 KILLS = 5
-STALL_S = 5.0  # from joining Ray to new rows: worker start-up (about 1.5 s here), never a lock's 30 s
+# What Optuna logs while it waits for a journal lock that is held (every 10 s, then it breaks it at 30 s).
+LOCK_WAIT = "to acquire the lock file"
 
 
 def _config(tmp_path: Path) -> Path:
@@ -83,13 +84,14 @@ def _parts(run: Path | None) -> set[str]:
 
 def test_the_driver_killed_five_times_at_random_points_then_resumed(tmp_path):
     """SIGKILL the whole driver (and its local Ray) at random points, each time leaving Optuna's
-    journal lock behind as a kill inside a journal write does. Each resume writes rows again soon
-    after joining Ray (the lock is broken at once, not waited out for Optuna's 30 s), and the last
-    one ends with every planned row once."""
+    journal lock behind as a kill inside a journal write does. Each resume writes rows again without
+    waiting for that lock (it is broken at once, where Optuna waited 30 s, saying so every 10 s),
+    and the last one ends with every planned row once."""
     config = _config(tmp_path)
     rng = random.Random(17)
     run: Path | None = None
-    first_rows = []  # seconds from joining Ray to the first new part file, per invocation
+    first_rows = []  # seconds from joining Ray to the first new part file, per invocation that wrote rows
+    waited = []  # Optuna's lines about waiting for the journal's lock
     for kill in range(KILLS + 1):
         if run is not None:
             lock = run / f"{RunDir.JOURNAL}.lock"
@@ -110,6 +112,7 @@ def test_the_driver_killed_five_times_at_random_points_then_resumed(tmp_path):
                 break
             time.sleep(0.05)
         driver.kill()
+        waited += [line for line in driver.stderr.splitlines() if LOCK_WAIT in line]
         joined = driver.when("run directory:")
         if joined is not None and new_rows_at is not None:
             first_rows.append(round(new_rows_at - joined, 2))
@@ -117,7 +120,9 @@ def test_the_driver_killed_five_times_at_random_points_then_resumed(tmp_path):
             assert driver.proc.returncode == 0, driver.stderr[-3000:]
     assert run is not None
     _assert_every_planned_row_once(run)
-    assert len(first_rows) >= 3 and max(first_rows) < STALL_S, first_rows  # a stale lock was waited 30 s
+    # Rows came again after most kills (4 of the 5 wait for rows, by the seed), none after a wait for
+    # the lock: the seconds it took are for the message only, never asserted (a loaded machine is slow).
+    assert len(first_rows) >= 3 and not waited, (first_rows, waited)
     assert not (run / f"{RunDir.JOURNAL}.lock").exists()
 
 

@@ -5,8 +5,14 @@ without Ray."""
 from __future__ import annotations
 
 import heapq
+import os
+import shutil
+import tempfile
 import textwrap
+import threading
 import types
+from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 import yaml
@@ -41,11 +47,16 @@ PROGRAM = textwrap.dedent(r"""
 
 
 class SlowVariant(Analyst, Planner, Transformer):
-    """Proposes, for the study of ``slow`` only, a variant that sleeps outside its timed work: its
-    verification (a build and two runs) takes seconds, as a slow sanitizer or test would."""
+    """Proposes, for the study of ``slow`` only, a variant that waits outside its timed work until
+    ``go`` exists (at most 30 s a run): its verification (a build and two runs) lasts until the test
+    says so, as a slow sanitizer or test would. (It slept 3 s: on a loaded machine the other study's
+    search was not done by then, its compiles waiting for Ray to start worker processes.)"""
 
     name = "slow_variant"
     takes_feedback = False
+
+    def __init__(self, go: Path) -> None:
+        self.go = go
 
     def analyse(self, context: AnalysisContext) -> list[Finding]:
         return [Finding("slow", Level.KERNEL, "prog.c:main", context.target.name == "slow", ("scripted",))]
@@ -54,7 +65,8 @@ class SlowVariant(Analyst, Planner, Transformer):
         return Plan(finding, ("sleep",))
 
     def transform(self, context: AnalysisContext, plan: Plan, feedback: str | None = None) -> list[Proposal]:
-        text = source_files(context.target)["prog.c"].replace("/* SLOW */", "sleep(3);")
+        wait = f'for (int i = 0; i < 300 && access("{self.go}", F_OK) != 0; i++) usleep(100000);'
+        text = source_files(context.target)["prog.c"].replace("/* SLOW */", wait)
         return [Proposal(self.name, "sleep", (("prog.c", text),))]
 
 
@@ -69,7 +81,27 @@ def four_cpus():
     ray.shutdown()
 
 
-def test_a_slow_agent_stage_in_one_study_does_not_hold_another_studys_search(tmp_path, four_cpus):
+@pytest.fixture
+def go() -> Iterator[Path]:
+    """Where the slow variant looks for its signal: outside /tmp, which the sandbox makes its own
+    (unseen there, each of its runs waits its 30 s: slower, the same outcome)."""
+    folder = Path(tempfile.mkdtemp(prefix="wf-slow-", dir="/var/tmp" if os.path.isdir("/var/tmp") else None))
+    folder.chmod(0o755)  # the sandbox runs the command as another user
+    yield folder / "go"
+    shutil.rmtree(folder, ignore_errors=True)
+
+
+def _signal_when_searched(run: Path, target: str, trials: int, go: Path, stop: threading.Event) -> None:
+    """Create ``go`` once ``target``'s search rows are all written."""
+    while not stop.is_set():
+        rows = read_results(run)
+        if len(rows) and ((rows["target"] == target) & (rows["phase"] == "search")).sum() >= trials:
+            go.touch()
+            return
+        stop.wait(0.1)
+
+
+def test_a_slow_agent_stage_in_one_study_does_not_hold_another_studys_search(tmp_path, four_cpus, go):
     for name in ("slow", "fast"):
         folder = tmp_path / name
         folder.mkdir()
@@ -80,19 +112,30 @@ def test_a_slow_agent_stage_in_one_study_does_not_hold_another_studys_search(tmp
     config = tmp_path / "run.yaml"
     config.write_text(yaml.safe_dump({
         "name": "two", "targets": ["slow/target.yaml", "fast/target.yaml"], "output_dir": str(tmp_path / "runs"),
-        "search": {"sampler": "random", "trials": 3}, "cluster": {"cpu_workers": 2},
+        # One job at a time on each worker: with two, a fast candidate could be queued behind the slow
+        # variant's verification on its worker, which is not what this test is about.
+        "search": {"sampler": "random", "trials": 3}, "cluster": {"cpu_workers": 2, "inflight_per_worker": 1},
         "measure": {"final_top_k": 1, "final_runs": 1}, "profile": {"candidates": "none"},
-        "agents": {"enabled": True, "guardrails": False}}))
+        "agents": {"enabled": True, "guardrails": False}, "flush_interval_s": 0.1}))
     plan = load_run(config)
     run_dir = RunDir.create(plan)
-    Sweep(plan, run_dir, agent_steps=lambda: [Steps.of(SlowVariant())]).run(show_progress=False)
+    stop = threading.Event()
+    signal = threading.Thread(target=_signal_when_searched, args=(run_dir.path, "fast", 3, go, stop))
+    signal.start()
+    try:
+        Sweep(plan, run_dir, agent_steps=lambda: [Steps.of(SlowVariant(go))]).run(
+            show_progress=False)
+    finally:
+        stop.set()
+        signal.join()
     rows = read_results(run_dir.path)
     slow_verified = rows[(rows["target"] == "slow") & (rows["phase"] == "verify")]
     fast_search = rows[(rows["target"] == "fast") & (rows["phase"] == "search")]
     assert len(slow_verified) == 1 and slow_verified["status"].iloc[0] == "ok"
     assert len(fast_search) == 3
     # Every search candidate of the fast study was measured while the slow study's variant was still
-    # being verified: the studies share the workers, not the stages.
+    # being verified: the studies share the workers, not the stages. (Were the fast search held until
+    # the slow stage ends, the variant's runs would wait their 30 s for nothing, and this fails.)
     assert fast_search["finished_at"].max() < slow_verified["finished_at"].iloc[0]
     assert (rows.groupby("study")["phase"].apply(lambda p: (p == "search").sum()) == 3).all()
 

@@ -16,7 +16,7 @@ from cluster.store.rundir import RunDir
 from tests.conftest import REPO
 
 
-@pytest.fixture
+@pytest.fixture(scope="module")  # one cluster for the module's tests: a start costs seconds
 def two_gpu_nodes():
     import ray
     from ray.cluster_utils import Cluster

@@ -4,6 +4,8 @@ starts from."""
 
 from __future__ import annotations
 
+import functools
+
 import pytest
 
 from agents._base import AnalysisContext
@@ -30,9 +32,19 @@ def setup(name: str) -> tuple[AnalysisContext, LocalVerifier]:
                                                                                    run=False)
 
 
-def workflow(name: str):
+@functools.cache
+def suite_workflow(name: str) -> tuple[AnalysisContext, LocalVerifier, list]:
+    """The experts' workflow on a suite target, run once for the tests that read it (regpressure: two)."""
     context, verifier = setup(name)
-    return run_workflow(context, [Steps.of(EXPERTS.load(name)()) for name in EXPERTS], verifier)
+    steps = [Steps.of(EXPERTS.load(name)()) for name in EXPERTS]
+    return context, verifier, run_workflow(context, steps, verifier, parallel=PARALLEL)
+
+
+def workflow(name: str):
+    return suite_workflow(name)[2]
+
+
+PARALLEL = 2  # experts at once (the agent stage runs them all at once): their variants' builds on both cores
 
 
 def by_stage(outcomes, optimization):
@@ -80,8 +92,7 @@ def test_the_agent_stage_stacks_the_accepted_source_changes_and_verifies_the_sta
     from cluster.config import AgentsSpec, ProfileSpec
     from cluster.engine.agent_stage import AgentStage
 
-    context, verifier = setup("regpressure")
-    outcomes = run_workflow(context, [Steps.of(EXPERTS.load(name)()) for name in EXPERTS], verifier)
+    context, verifier, outcomes = suite_workflow("regpressure")
     stage = AgentStage(tmp_path, "run", AgentsSpec(enabled=True), ProfileSpec(), 1)
     [stacked] = stage._stack(context, outcomes, verifier)
     assert stacked.finding.optimization == "stack" and stacked.accepted, stacked.reason

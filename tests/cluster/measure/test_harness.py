@@ -10,6 +10,7 @@ import re
 import shutil
 import statistics
 import subprocess
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
@@ -372,8 +373,10 @@ def test_example_builds_warning_clean(tmp_path, arch):
 def test_header_links_from_two_translation_units(tmp_path, rdc):
     (tmp_path / "second.cu").write_text(SECOND_TU)
     flags = [*NVCC_FLAGS, "-arch=sm_90", *(["-rdc=true"] if rdc else [])]
-    for source, obj in ((EXAMPLE, "example.o"), (tmp_path / "second.cu", "second.o")):
-        built = _run(["nvcc", *flags, "-c", source, "-o", tmp_path / obj])
+    units = ((EXAMPLE, "example.o"), (tmp_path / "second.cu", "second.o"))
+    with ThreadPoolExecutor(max_workers=2) as pool:  # the two compiles at once, on two cores
+        compiled = list(pool.map(lambda unit: _run(["nvcc", *flags, "-c", unit[0], "-o", tmp_path / unit[1]]), units))
+    for built in compiled:
         assert built.returncode == 0, built.stderr
     linked = _run(["nvcc", *flags, tmp_path / "example.o", tmp_path / "second.o", "-o", tmp_path / "both"])
     assert linked.returncode == 0, linked.stderr

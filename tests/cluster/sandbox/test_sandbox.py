@@ -18,14 +18,13 @@ def test_success_captures_output(tmp_path):
 
 
 def test_timeout_kills_the_whole_process_group(tmp_path):
-    # A child that outlives its parent must die with it: hung kernels are often in helpers.
+    # A child that outlives its parent must die with it: hung kernels are often in helpers. Both
+    # sleep for an hour: a run_command that waited for either would hang the test, not pass it.
     code = ("import subprocess, sys, time; "
-            "p = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)']); "
-            "open('child.pid', 'w').write(str(p.pid)); time.sleep(60)")
-    start = time.monotonic()
+            "p = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(3600)']); "
+            "open('child.pid', 'w').write(str(p.pid)); time.sleep(3600)")
     result = run_command([PY, "-c", code], tmp_path, timeout=1.5)
     assert result.timed_out and result.returncode is None
-    assert time.monotonic() - start < 10
     pid = int((tmp_path / "child.pid").read_text())
     time.sleep(0.2)
     assert not _alive(pid)
@@ -112,11 +111,12 @@ def test_disk_limit_kills_a_writer_of_many_small_files(tmp_path):
 
 
 def test_disk_limit_is_checked_after_a_quick_exit(tmp_path, monkeypatch):
-    monkeypatch.setattr(sandbox, "DISK_POLL_S", 30.0)  # the watcher never looks while it runs
+    # The watcher never looks while it runs (nor returns before its hour: a run_command that waited
+    # for its next look would hang the test).
+    monkeypatch.setattr(sandbox, "DISK_POLL_S", 3600.0)
     code = "open('thirty.bin', 'wb').write(b'x' * 30 * 2**20)"
     result = run_command([PY, "-c", code], tmp_path, 20, limits=Limits(file_mb=100, disk_mb=20))
     assert result.returncode == 0 and result.limit_exceeded == "disk" and not result.ok
-    assert result.seconds < 10
 
 
 @pytest.mark.parametrize("argv", [
@@ -124,9 +124,8 @@ def test_disk_limit_is_checked_after_a_quick_exit(tmp_path, monkeypatch):
     ["yes"],  # endless, dies of SIGXFSZ
 ], ids=["python-200MB", "yes"])
 def test_output_flood_is_stopped_at_the_file_size_limit(tmp_path, argv):
-    start = time.monotonic()
     result = run_command(argv, tmp_path, 20, limits=Limits(file_mb=10), stdout_limit=1000)
-    assert time.monotonic() - start < 10 and not result.timed_out
+    assert not result.timed_out  # stopped by the limit, within the command's own 20 s
     assert not result.ok and result.limit_exceeded == "file size"
     assert "file size limit of 10 MB exceeded" in result.describe()
     assert (tmp_path / ".warpfleet.stdout").stat().st_size == 10 * MB and len(result.stdout) == 1000
@@ -183,10 +182,9 @@ def test_stop_command_asks_first_then_kills_what_stays():
     assert polite.returncode == 7  # it exited on its own, through its handler
     stubborn = subprocess.Popen(["sh", "-c", "trap '' TERM; while :; do sleep 0.05; done"], start_new_session=True)
     time.sleep(0.3)
-    started = time.monotonic()
-    sandbox.stop_command(stubborn, 0.5)
-    assert stubborn.returncode == -signal.SIGKILL and time.monotonic() - started < 5
-    deadline = time.monotonic() + 5  # nothing of its group is left (its killed child reaped by init)
+    sandbox.stop_command(stubborn, 0.5)  # it loops for ever: returning at all is killing it
+    assert stubborn.returncode == -signal.SIGKILL
+    deadline = time.monotonic() + 30  # nothing of its group is left (its killed child reaped by init)
     while time.monotonic() < deadline:
         try:
             os.killpg(stubborn.pid, 0)

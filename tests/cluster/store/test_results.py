@@ -27,6 +27,7 @@ from cluster.core.types import (
     SourceBundle,
     Status,
 )
+from cluster.store import parts as parts_module
 from cluster.store import results as results_module
 from cluster.store.results import (
     SCHEMA_VERSION,
@@ -160,7 +161,7 @@ def test_a_failed_flush_leaves_earlier_parts_readable_and_keeps_its_rows(tmp_pat
     def crash(src: object, dst: object) -> None:
         raise OSError("disk vanished")
 
-    monkeypatch.setattr(results_module.os, "replace", crash)
+    monkeypatch.setattr(parts_module.os, "replace", crash)
     writer.append(_row(saxpy, {"BLOCK": 128, "MODE": "fast"}))
     with pytest.raises(OSError, match="disk vanished"):
         writer.flush()
@@ -202,6 +203,69 @@ def test_resume_continues_the_part_numbering(tmp_path, targets):
     assert [n[:11] for n in names] == ["part-000000", "part-000001", "part-000002"]
     assert all(len(n) == len("part-000000-01234567.parquet") for n in names)
     assert len(read_results(tmp_path)) == 3
+
+
+def _read_three_ways(results: Path) -> tuple[pd.DataFrame, pa.Table, list[tuple]]:
+    """The run's rows as pandas, pyarrow.dataset and DuckDB read a folder by default: each takes
+    the first part's schema for every part."""
+    duckdb = pytest.importorskip("duckdb")
+    query = f"SELECT p_BLOCK, p_WF_SPLIT FROM read_parquet('{results}/*.parquet')"
+    return (pd.read_parquet(results), ds.dataset(results, format="parquet").to_table(),
+            duckdb.connect().execute(query).fetchall())
+
+
+def _variant(tmp_path: Path, saxpy: Target) -> Target:
+    """An agent's variant of saxpy with a param of its own and a BLOCK that is no longer an int."""
+    return _target(tmp_path, "saxpy", {"BLOCK": ["wide", 64], "MODE": ["fast"], "WF_SPLIT": [1, 2]})
+
+
+def test_a_widened_schema_rewrites_the_earlier_parts_so_default_readers_see_every_column(tmp_path, targets):
+    saxpy = targets[0]
+    wide = results_schema([saxpy, _variant(tmp_path, saxpy)])
+    with ResultWriter(tmp_path, results_schema([saxpy])) as writer:
+        writer.append(_row(saxpy, {"BLOCK": 64, "MODE": "fast"}))
+        writer.flush()
+        writer.append(_row(saxpy, {"BLOCK": 128, "MODE": "safe"}, trial=1))  # pending: written, then rewritten
+        writer.widen(wide)
+        writer.append(_row(saxpy, {"BLOCK": "wide", "MODE": "fast", "WF_SPLIT": 2}, trial=2))
+    parts = sorted((tmp_path / "results").glob("*.parquet"))
+    assert len(parts) == 3 and all(pq.read_schema(p).equals(wide, check_metadata=True) for p in parts)
+    frame, table, duck = _read_three_ways(tmp_path / "results")
+    assert frame["p_BLOCK"].tolist() == ["64", "128", "wide"] and frame["p_WF_SPLIT"].tolist()[2] == 2
+    assert table.column("p_WF_SPLIT").to_pylist() == [None, None, 2]
+    assert duck == [("64", None), ("128", None), ("wide", 2)]
+    assert read_results(tmp_path)["p_MODE"].tolist() == ["fast", "safe", "fast"]
+
+
+def test_a_rewrite_cut_short_loses_no_row_and_the_next_writer_finishes_it(tmp_path, targets, monkeypatch):
+    saxpy = targets[0]
+    narrow = results_schema([saxpy])
+    writer = ResultWriter(tmp_path, narrow)
+    for block in (64, 128, 256):
+        writer.append(_row(saxpy, {"BLOCK": block, "MODE": "fast"}, trial=block))
+        writer.flush()
+    real, replaced = os.replace, []
+
+    def crash_on_the_second(src: object, dst: object) -> None:
+        if replaced:
+            raise OSError("killed")
+        replaced.append(dst)
+        real(src, dst)
+
+    monkeypatch.setattr(parts_module.os, "replace", crash_on_the_second)
+    with pytest.raises(OSError, match="killed"):
+        writer.widen(results_schema([saxpy, _variant(tmp_path, saxpy)]))
+    monkeypatch.undo()
+    parts = sorted((tmp_path / "results").iterdir())
+    assert replaced == [parts[0]] and all(p.name.startswith("part-") for p in parts)  # no temporary file left
+    assert pd.read_parquet(tmp_path / "results")["p_BLOCK"].tolist() == ["64", "128", "256"]  # the first part's
+    assert read_results(tmp_path)["trial_number"].tolist() == [64, 128, 256]
+
+    ResultWriter(tmp_path, narrow).close()  # a resume: the parts' own columns and types kept
+    assert len({pq.read_schema(p) for p in parts}) == 1
+    frame, table, duck = _read_three_ways(tmp_path / "results")
+    assert frame["p_BLOCK"].tolist() == ["64", "128", "256"] and table.num_rows == 3
+    assert duck == [("64", None), ("128", None), ("256", None)]
 
 
 def test_read_keys_lists_search_and_baseline_rows_only(tmp_path, targets):
@@ -374,6 +438,8 @@ def test_rows_of_a_superseded_study_are_left_out_but_kept_and_old_parts_read_as_
         second = dataclasses.replace(_candidate(saxpy, {"BLOCK": 128, "MODE": "safe"}), generation=2)
         writer.append(make_row("run1", second, *_ok(second, (1.0,)), baseline_median=4.0, goal="minimize"))
     assert sorted(read_results(tmp_path)["p_BLOCK"]) == [2.0, 64.0, 128.0]  # no meta.json: all of them
+    assert pq.read_schema(part).equals(schema, check_metadata=True)  # rewritten with the column, null
+    assert pd.read_parquet(tmp_path / "results").shape == (3, len(schema))
 
     (tmp_path / "meta.json").write_text(json.dumps({"run_id": "run1", "generations": {"saxpy": 2}}))
     current = read_results(tmp_path)

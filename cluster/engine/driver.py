@@ -25,7 +25,8 @@ from cluster.config import RunPlan, Target, env
 from cluster.core.types import BuildArtifact, DeviceInfo, Measurement
 from cluster.engine.agent_stage import AgentStage
 from cluster.engine.budget import TimePlan
-from cluster.engine.flow import REVIEW_SCHEMA, Flow, Stage, StudyFlow, SweepContext
+from cluster.engine.context import SweepContext
+from cluster.engine.flow import REVIEW_SCHEMA, Flow, Stage, StudyFlow
 from cluster.engine.jobs import Job, JobKind, JobResult
 from cluster.engine.progress import SweepProgress
 from cluster.engine.scheduler import Scheduler

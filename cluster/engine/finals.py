@@ -14,27 +14,24 @@ is shown as the best so far where nothing re-measured beats it).
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING
 
 import ray
 
 from cluster.core.placeholders import names_in
 from cluster.core.types import Candidate, Measurement, Phase, Status
 from cluster.engine.checks import Trust
+from cluster.engine.context import StudyView
+from cluster.engine.gate import Gate
 from cluster.engine.jobs import JobKind
 from cluster.engine.studies import save_reference
 from cluster.measure.measure import Reference
-
-if TYPE_CHECKING:
-    from cluster.engine.flow import StudyFlow
-
 
 log = logging.getLogger(f"warpfleet.{__name__}")
 
 
 class Finals:
-    def __init__(self, flow: StudyFlow) -> None:
-        self.flow = flow
+    def __init__(self, flow: StudyView, gate: Gate) -> None:
+        self.flow, self.gate = flow, gate
         self.entered = False
         self.reference: Reference | None = None  # the baseline's outputs by seed, as the flow made or loaded them
         self.reference_ready = False
@@ -62,7 +59,7 @@ class Finals:
             return
         if missing:  # its final ran before a resume whose references/ were lost
             have = self.flow.ctx.config.measure.final_runs + 1 - missing
-            flow._submit(flow.jobs.job(JobKind.REFERENCE, flow.jobs.build(), runs=missing, first_seed=have,
+            flow.submit(flow.jobs.job(JobKind.REFERENCE, flow.jobs.build(), runs=missing, first_seed=have,
                                        label=f"the baseline's outputs on seeds {have}..{have + missing - 1}"))
             return
         self._ready(baseline not in before)
@@ -108,23 +105,23 @@ class Finals:
             candidate = self.pool.pop(0)
             unchecked = (candidate.source_hash in self.flow.state.variants
                          and self.flow.checks.trust(candidate.source_hash) is Trust.NOT_RUN)
-            if unchecked and not self.flow.gate.beats_baseline(candidate):
+            if unchecked and not self.gate.beats_baseline(candidate):
                 continue  # a variant no better than the baseline: not worth its expensive checks
-            if unchecked and len(self.flow.checks.pending()) >= self.flow.gate.check_slots:
+            if unchecked and len(self.flow.checks.pending()) >= self.gate.check_slots:
                 continue  # with a time budget, one variant's checks at a time: the best one's
-            trust = self.flow.gate.trust(candidate)
+            trust = self.gate.trust(candidate)
             if trust is Trust.PASSED:
                 self._submit(candidate)
             elif trust is not Trust.FAILED:
                 self.holding.add(candidate.key)
-                self.flow.gate.promote()
+                self.gate.promote()
 
     def _settle_holds(self) -> None:
         flow = self.flow
         plan = flow.ctx.plan
         for key in sorted(self.holding):
             candidate = flow.state.candidates[key]
-            trust = flow.gate.trust(candidate, ask=False)
+            trust = self.gate.trust(candidate, ask=False)
             if trust is Trust.PASSED:
                 self.holding.discard(key)
                 self._submit(candidate)
@@ -145,7 +142,7 @@ class Finals:
         if not baseline:
             self.finalists.append(candidate.key)
         self.outstanding.add(candidate.key)
-        flow._submit(flow.jobs.job(JobKind.FINAL, build, runs=measure.final_runs, first_seed=1,
+        flow.submit(flow.jobs.job(JobKind.FINAL, build, runs=measure.final_runs, first_seed=1,
                                    reference=None if extend else flow.state.reference,
                                    label="the baseline" if baseline else ""))
 

@@ -21,33 +21,29 @@ import logging
 import queue
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Callable
-from concurrent.futures import Executor, Future
-from dataclasses import dataclass, field
+from concurrent.futures import Future
 from enum import StrEnum
-from pathlib import Path
 from typing import Any
 
-import pyarrow as pa
 import ray
 
-from cluster.config import RunConfig, Target
+from cluster.config import Target
 from cluster.core.placeholders import expand
 from cluster.core.types import BuildArtifact, Candidate, Measurement, Phase, Stats, Status, Verdict
-from cluster.engine.budget import SAFETY, TimePlan
+from cluster.engine.budget import SAFETY
 from cluster.engine.checks import DeepChecks, Trust
+from cluster.engine.context import SweepContext
 from cluster.engine.finals import Finals
 from cluster.engine.gate import Gate
 from cluster.engine.jobs import URGENT, Job, JobKind, JobResult
-from cluster.engine.scheduler import Scheduler
 from cluster.engine.studies import Evaluated, StudyState, save_reference
 from cluster.engine.study_jobs import StudyJobs
 from cluster.measure.measure import Reference
 from cluster.measure.profile import DEFAULT_METRICS, Profile, profile_records
 from cluster.measure.profile import PROFILE_SCHEMA as _PROFILE_SCHEMA
-from cluster.store.results import ResultWriter, make_row
+from cluster.store.results import make_row
 from cluster.store.rundir import RunDir
-from cluster.store.tables import REVIEW_SCHEMA, Tables
+from cluster.store.tables import REVIEW_SCHEMA
 from cluster.store.variants import VARIANT_SCHEMA, AcceptedVariant
 
 log = logging.getLogger(f"warpfleet.{__name__}")
@@ -63,31 +59,6 @@ class Stage(StrEnum):
     PROFILE = "profile"
     DONE = "done"
     FAILED = "failed"  # its baseline did not run: nothing else can be measured against it
-
-
-@dataclass
-class SweepContext:
-    """What the flows of one sweep share."""
-
-    run_id: str
-    run_dir: Path
-    config: RunConfig
-    scheduler: Scheduler
-    results: ResultWriter
-    cover: Callable[[list[Target]], None]  # widen the results' schema for variants' params
-    agents: Any = None  # AgentStage, when the agents' workflow is on
-    executor: Executor | None = None  # the agents' threads
-    reviewed: dict[str, str] = field(default_factory=dict)  # candidate key -> an earlier invocation's review
-    profiled: frozenset[str] = frozenset()
-    plan: TimePlan | None = None  # the sweep's time budget, when it has one
-    tables: Tables | None = None  # variants/, reviews/, profiles/ (default: a writer per record)
-
-    def append(self, subdir: str, schema: pa.Schema, record: dict[str, Any]) -> None:
-        if self.tables is not None:
-            self.tables.append(subdir, schema, record)
-            return
-        with ResultWriter(self.run_dir, schema, subdir=subdir) as writer:
-            writer.append_record(record)
 
 
 def profiled_keys(candidates: str, baseline: str, winners: list[str], measured_ok: list[str],
@@ -163,8 +134,8 @@ class StudyFlow(Flow):
         gpu = state.device.kind == "gpu"
         self.checks = DeepChecks(self.jobs, tuple(agents.sanitizer) if gpu else (), agents.sanitizer_timeout_s,
                                  agents.guardrails, self._write_variant, self._record_of, self._retire)
-        self.finals = Finals(self)
         self.gate = Gate(self, {k: Trust(v) for k, v in ctx.reviewed.items()})
+        self.finals = Finals(self, self.gate)
 
     # -- the stages ------------------------------------------------------------------------------
     @property
@@ -374,7 +345,7 @@ class StudyFlow(Flow):
         for key in keys:
             candidate = state.candidates[key]
             build = self.jobs.build(state.source_of(candidate)[0], candidate)
-            self._submit(self.jobs.job(JobKind.PROFILE, build, label="the winner" if key in winners else "",
+            self.submit(self.jobs.job(JobKind.PROFILE, build, label="the winner" if key in winners else "",
                                        args={"metrics": metrics, "timeout": spec.timeout_s,
                                              "launches": spec.launches}))
 
@@ -384,7 +355,7 @@ class StudyFlow(Flow):
     def _enter_failed(self) -> None:
         return None
 
-    def _submit(self, job: Job) -> None:
+    def submit(self, job: Job) -> None:
         self.awaited.add(job.seq)
         self.ctx.scheduler.submit(job)
 

@@ -12,17 +12,14 @@ has its review; a candidate of a retired variant (one that failed its checks) ne
 from __future__ import annotations
 
 from concurrent.futures import Future
-from typing import TYPE_CHECKING
 
 from cluster.core.encodings import beats, speedup, suspect_speedup
 from cluster.core.types import Candidate, Measurement, Phase, Stats, Status, Verdict, VerdictStatus
 from cluster.engine.checks import Trust
+from cluster.engine.context import StudyView
 from cluster.engine.jobs import Job, JobKind, JobResult
 from cluster.store.rundir import RunDir
 from cluster.store.tables import REVIEW_SCHEMA
-
-if TYPE_CHECKING:
-    from cluster.engine.flow import StudyFlow
 
 CHECK_KINDS = frozenset({JobKind.SANITIZE, JobKind.GUARD, JobKind.REVIEW})
 CHECK_RUNS = 12  # a variant's expensive checks, in runs of its program: the cheat checks' runs, the sanitizer's
@@ -30,7 +27,7 @@ CHECK_OVERHEAD_S = 5.0  # and the tools' own start
 
 
 class Gate:
-    def __init__(self, flow: StudyFlow, reviewed: dict[str, Trust]) -> None:
+    def __init__(self, flow: StudyView, reviewed: dict[str, Trust]) -> None:
         self.flow = flow
         self.review_trust = dict(reviewed)  # candidate key -> its fresh-seed review (an earlier invocation's too)
         self.reviews: list[str] = []  # one word per review, for the summary line

@@ -468,10 +468,11 @@ def test_a_real_warpfleet_sweep_becomes_a_trace(tmp_path: Path, ray_local: None)
     assert [(e.status, e.tool_ms) for e in result.evaluations] == [("ok", 2.5), ("verify_failed", None),
                                                                    ("verify_failed", None)]
     assert all(e.worker == "cpu-0" for e in result.evaluations)
-    # Where each configuration's time went, from its row: the baseline's 2 runs (final_runs + 1) of 3 samples,
-    # its build, its run; never raced (the baseline samples in full, and tiny is a program).
+    # Where each configuration's time went, from its row: the baseline's one run (measure.runs) of 3 samples,
+    # so that the search starts from it (its other final_runs come as a final row, outside the trace), its
+    # build, its run; never raced (the baseline samples in full, and tiny is a program).
     base = result.evaluations[0]
-    assert base.samples == 6 and base.raced is False and base.compile_s > 0 and base.run_s > 0
+    assert base.samples == 3 and base.raced is False and base.compile_s > 0 and base.run_s > 0
     assert all(e.compile_s is not None and e.run_s is not None for e in result.evaluations)
     assert (result.winner_key, result.winner_tool_ms, result.workers_used) == ("N=2000", 2.5, 1)
     assert result.notes.startswith("run dir ")

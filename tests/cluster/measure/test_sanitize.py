@@ -10,7 +10,7 @@ from concurrent.futures import Future
 from agents.workflow import VerdictStatus
 from cluster.core.types import Status
 from cluster.engine.jobs import JobResult
-from cluster.engine.verify import SANITIZER_FLOOR_S, QueueVerifier, sanitizer_verdicts
+from cluster.engine.verify import SANITIZER_FACTOR, SANITIZER_FLOOR_S, sanitizer_verdicts
 from cluster.measure.sanitize import SanitizerResult, sanitize_candidate
 from cluster.runners._base import ProcessRunner
 from cluster.sandbox.sandbox import Unsandboxed
@@ -45,42 +45,48 @@ def test_a_hanging_sanitizer_is_a_timeout_verdict_within_its_budget(tmp_path, mo
 
 
 class RecordingJobs:
-    """The study's jobs as the verifier sees them, answered at once: records each sanitizer budget."""
+    """The study's jobs as the expensive checks see them, answered at once: the variant's first run
+    under the tool times out within its first budget, the baseline's takes ``baseline_seconds``;
+    each budget a variant's run was given is recorded."""
 
     def __init__(self, baseline_seconds: float) -> None:
         self.baseline_seconds, self.budgets = baseline_seconds, []
+        self.state = type("S", (), {"name": "study", "target": type("T", (), {"name": "prog"})()})()
 
-    def _done(self, value=None, measurement=None):
-        from cluster.core.types import BuildArtifact, DeviceInfo, Measurement
+    def sanitize(self, variant, tools, timeout, timeouts, label=""):
+        from cluster.core.types import BuildArtifact
 
-        future = Future()
-        job = type("J", (), {})()
-        value = value if measurement is None else Measurement("k", Status.OK, DeviceInfo("cpu", "c", "host"), (1.0,))
-        future.set_result(JobResult(job, BuildArtifact("k", Status.OK), value))
-        return future
-
-    def verify(self, variant, runs):
-        return self._done(measurement=True)
-
-    def sanitize(self, variant, tools, timeout, timeouts):
         if variant is None:
-            return self._done(tuple(SanitizerResult(t, "clean", seconds=self.baseline_seconds) for t in tools))
-        self.budgets.append(timeouts)
-        return self._done(tuple(SanitizerResult(t, "clean") for t in tools))
+            value = tuple(SanitizerResult(t, "clean", seconds=self.baseline_seconds) for t in tools)
+        else:
+            self.budgets.append(timeouts)
+            first = len(self.budgets) == 1
+            value = tuple(SanitizerResult(t, "timeout" if first else "clean", seconds=timeouts[t]) for t in tools)
+        future = Future()
+        future.set_result(JobResult(type("J", (), {})(), BuildArtifact("k", Status.OK), value))
+        return future
 
 
 def test_a_variants_budget_is_the_larger_of_the_floor_and_a_multiple_of_the_baselines_time(tmp_path):
-    from agents._base import AnalysisContext, Proposal
-    from agents.patch import source_files
-    from agents.workflow import Finding, Level, Plan
+    """A variant's first run under the tool gets the floor (the baseline's time under it unknown, and
+    a run of the program short); where it times out, the baseline runs under the tool, and the variant
+    runs again within the larger of the floor and a multiple of the baseline's time, capped, unless
+    that budget is no larger than the one it ran out of."""
+    from cluster.engine.checks import DeepChecks, Trust
+    from cluster.store.variants import AcceptedVariant
 
     target = target_with(tmp_path, runner="process")
-    files = source_files(target)
-    proposal = Proposal("a", "d", (("prog.c", files["prog.c"].replace("calls++;", "calls += 1;")),))
-    plan = Plan(Finding("x", Level.KERNEL, "", True), ("change",))
-    for baseline_s, want in ((1.0, SANITIZER_FLOOR_S), (50.0, 200.0), (500.0, 300.0)):
-        jobs = RecordingJobs(baseline_s)
-        verification = QueueVerifier(jobs, 1, ("memcheck",), sanitizer_timeout_s=300).verify(
-            AnalysisContext(target, "host"), plan, proposal)
-        assert verification.passed, verification.reason
-        assert jobs.budgets == [{"memcheck": want}]
+    cap = 300.0
+    for baseline_s, again in ((1.0, None), (50.0, SANITIZER_FACTOR * 50.0), (500.0, cap)):
+        jobs, written = RecordingJobs(baseline_s), []
+        checks = DeepChecks(jobs, ("memcheck",), cap, False, written.append)
+        checks.run_s = 0.01
+        checks.add(AcceptedVariant(target, "variant", {}, True), None)
+        checks.request(target.bundle.hash, "faster")
+        assert jobs.budgets[0] == {"memcheck": SANITIZER_FLOOR_S}
+        if again is None:  # the baseline's own budget is the floor: the timeout stands, a failed check
+            assert len(jobs.budgets) == 1 and checks.trust(target.bundle.hash) is Trust.FAILED
+        else:
+            assert jobs.budgets[1:] == [{"memcheck": again}] and checks.trust(target.bundle.hash) is Trust.PASSED
+        [record] = written  # the checks' record, once they are in
+        assert record["checks"] == checks.trust(target.bundle.hash).value

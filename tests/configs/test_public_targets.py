@@ -9,17 +9,13 @@ defines without an ``#ifndef`` guard fails that test, since the source's ``#defi
 ``-D``; the control test shows that such a build is identical to the baseline's once nvcc's
 per-process temporary file names are masked.
 
-Builds go the engine's way (``cluster.build.build.compile_candidate``). Those the selected tests
-need (each baseline once, and each param's other value) start together, a build a core at a time in
-the tests' order; each test waits for its own (one at a time, they were a third of the suite's time).
+Builds go the engine's way, on the pool of tests/configs/_builds.py.
 """
 
 from __future__ import annotations
 
-import os
 import re
 from collections.abc import Iterator
-from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -27,10 +23,9 @@ import yaml
 from click.testing import CliRunner
 
 from agents.patch import readonly_regions
-from cluster.build.build import compile_candidate
 from cluster.cli import main
-from cluster.config import Target, load_run, load_target
-from cluster.core.types import BuildArtifact, Candidate, Scalar, Status
+from cluster.config import load_run, load_target
+from tests.configs._builds import Builds, build, masked, wanted
 from tests.conftest import needs
 
 REPO = Path(__file__).resolve().parents[2]
@@ -38,10 +33,6 @@ RUN_CONFIG = REPO / "configs" / "public.yaml"
 PUBLIC = REPO / "configs" / "public"
 TARGET_FILES = sorted(PUBLIC.glob("*/target*.yaml"))
 PROGRAMS = sorted({path.parent for path in TARGET_FILES})
-ARCH = "sm_90"
-
-# nvcc names its temporary files tmpxft_<pid>_<counter>-...; the name lands in the host object.
-NVCC_TEMP_NAME = re.compile(rb"tmpxft_[0-9a-f]{8}_[0-9a-f]{8}")
 
 
 def _id(path: Path) -> str:
@@ -111,75 +102,13 @@ def test_readonly_regions_pair_up_and_hold_the_output(path: Path) -> None:
 # --- with nvcc -------------------------------------------------------------------------------
 
 
-def _build(target: Target, params: dict[str, Scalar], root: Path) -> BuildArtifact:
-    candidate = Candidate(target=target.name, toolchain="nvcc", device_type="t", arch=ARCH,
-                          source_hash=target.bundle.hash, flags=(), params=tuple(params.items()))
-    artifact = compile_candidate(target, candidate, root)
-    assert artifact.status is Status.OK, f"{target.name} {params}: {artifact.error_tail}"
-    assert artifact.binary
-    return artifact
-
-
-def _masked(artifact: BuildArtifact) -> bytes:
-    assert artifact.binary is not None
-    return NVCC_TEMP_NAME.sub(b"tmpxft_", artifact.binary)
-
-
-def _other_value(target: Target, name: str) -> Scalar:
-    """The first value of ``name`` other than the baseline's that the constraints allow with the
-    baseline's other params."""
-    baseline = target.baseline_params
-    for value in target.spec.params[name]:
-        if value != baseline[name] and target.satisfies({**baseline, name: value}):
-            return value
-    raise AssertionError(f"{target.name}: no other value of {name} fits the constraints")
-
-
 PARAMS = [(path, name) for path in TARGET_FILES for name in load_target(path).spec.params]
-BuildKey = tuple[Path, str | None]  # a target file, and the param given its other value (None: the baseline)
-
-
-class Builds:
-    """The builds of ``wanted``, started at once on a pool of a worker a core, in order; ``get``
-    waits for one (and starts one that was not wanted)."""
-
-    def __init__(self, root: Path, wanted: list[BuildKey]) -> None:
-        self.root = root
-        self.pool = ThreadPoolExecutor(max_workers=os.cpu_count() or 1, thread_name_prefix="nvcc")
-        self.futures: dict[BuildKey, Future[BuildArtifact]] = {}
-        for key in wanted:
-            self._start(key)
-
-    def _start(self, key: BuildKey) -> Future[BuildArtifact]:
-        if key not in self.futures:
-            path, name = key
-            target = load_target(path)
-            params = target.baseline_params if name is None else \
-                {**target.baseline_params, name: _other_value(target, name)}
-            self.futures[key] = self.pool.submit(_build, target, params, self.root)
-        return self.futures[key]
-
-    def get(self, path: Path, name: str | None = None) -> BuildArtifact:
-        return self._start((path, name)).result()
-
-
-def _wanted(request: pytest.FixtureRequest) -> list[BuildKey]:
-    """The builds that this module's selected tests need, in the order they run."""
-    wanted: list[BuildKey] = []
-    for item in request.session.items:
-        params = getattr(item, "callspec", None) and item.callspec.params
-        if item.module is not request.module or not params or "path" not in params:
-            continue
-        if item.originalname == "test_public_baseline_builds_for_sm90":
-            wanted.append((params["path"], None))
-        elif item.originalname == "test_each_param_changes_the_binary":
-            wanted += [(params["path"], None), (params["path"], params["name"])]
-    return list(dict.fromkeys(wanted))
 
 
 @pytest.fixture(scope="module")
 def builds(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Builds]:
-    started = Builds(tmp_path_factory.mktemp("public-builds"), _wanted(request))
+    started = Builds(tmp_path_factory.mktemp("public-builds"), wanted(
+        request, "test_public_baseline_builds_for_sm90", "test_each_param_changes_the_binary"))
     yield started
     started.pool.shutdown(cancel_futures=True)
 
@@ -196,7 +125,7 @@ def test_public_baseline_builds_for_sm90(builds: Builds, path: Path) -> None:
 @needs("nvcc")
 @pytest.mark.parametrize(("path", "name"), PARAMS, ids=[f"{_id(p)}-{n}" for p, n in PARAMS])
 def test_each_param_changes_the_binary(builds: Builds, path: Path, name: str) -> None:
-    assert _masked(builds.get(path, name)) != _masked(builds.get(path)), f"-D{name} does not reach the binary"
+    assert masked(builds.get(path, name)) != masked(builds.get(path)), f"-D{name} does not reach the binary"
 
 
 UNGUARDED = """
@@ -217,5 +146,5 @@ def test_an_unguarded_macro_leaves_the_binary_unchanged(tmp_path: Path) -> None:
     spec = {"name": "unguarded", "sources": ["unguarded.cu"], "run": ["{binary}"], "params": {"WIDTH": [4, 8]}}
     (folder / "target.yaml").write_text(yaml.safe_dump(spec))
     target = load_target(folder / "target.yaml")
-    four, eight = _build(target, {"WIDTH": 4}, tmp_path / "a"), _build(target, {"WIDTH": 8}, tmp_path / "b")
-    assert _masked(four) == _masked(eight)
+    four, eight = build(target, {"WIDTH": 4}, tmp_path / "a"), build(target, {"WIDTH": 8}, tmp_path / "b")
+    assert masked(four) == masked(eight)

@@ -10,23 +10,22 @@ every baseline builds for sm_90, and every param reaches the binary (a build wit
 differs from the baseline's; tests/configs/test_public_targets.py has the control that shows the
 comparison can fail).
 
-Builds go the engine's way (``cluster.build.build.compile_candidate``), one at a time; each baseline is
-built once per module.
+Builds go the engine's way, on the pool of tests/configs/_builds.py.
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
 
 from agents.patch import readonly_regions
-from cluster.build.build import compile_candidate
 from cluster.cli import main
 from cluster.config import Target, load_run, load_target
-from cluster.core.types import BuildArtifact, Candidate, Scalar, Status
+from tests.configs._builds import Builds, masked, wanted
 from tests.conftest import needs
 
 REPO = Path(__file__).resolve().parents[2]
@@ -34,10 +33,6 @@ RUN_CONFIG = REPO / "configs" / "unseen.yaml"
 UNSEEN = REPO / "configs" / "unseen"
 TARGET_FILES = sorted(UNSEEN.glob("*/target.yaml"))
 PUBLIC = {"pb_correlation", "rodinia_nw", "cs_fastWalshTransform", "cs_sortingNetworks"}  # fetched, not written here
-ARCH = "sm_90"
-
-# nvcc names its temporary files tmpxft_<pid>_<counter>-...; the name lands in the host object.
-NVCC_TEMP_NAME = re.compile(rb"tmpxft_[0-9a-f]{8}_[0-9a-f]{8}")
 
 
 def _id(path: Path) -> str:
@@ -131,63 +126,26 @@ def test_readonly_regions_hold_the_output_and_the_timing(path: Path) -> None:
 # --- with nvcc -------------------------------------------------------------------------------
 
 
-def _build(target: Target, params: dict[str, Scalar], root: Path) -> BuildArtifact:
-    candidate = Candidate(target=target.name, toolchain="nvcc", device_type="t", arch=ARCH,
-                          source_hash=target.bundle.hash, flags=(), params=tuple(params.items()))
-    artifact = compile_candidate(target, candidate, root)
-    assert artifact.status is Status.OK, f"{target.name} {params}: {artifact.error_tail}"
-    assert artifact.binary
-    return artifact
-
-
-def _masked(artifact: BuildArtifact) -> bytes:
-    assert artifact.binary is not None
-    return NVCC_TEMP_NAME.sub(b"tmpxft_", artifact.binary)
-
-
-class Baselines:
-    """Each target's baseline, built on first use."""
-
-    def __init__(self, root: Path) -> None:
-        self.root = root
-        self.built: dict[str, BuildArtifact] = {}
-
-    def get(self, target: Target) -> BuildArtifact:
-        if target.file not in self.built:
-            self.built[target.file] = _build(target, target.baseline_params, self.root)
-        return self.built[target.file]
+PARAMS = [(path, name) for path in TARGET_FILES for name in load_target(path).spec.params]
 
 
 @pytest.fixture(scope="module")
-def baselines(tmp_path_factory: pytest.TempPathFactory) -> Baselines:
-    return Baselines(tmp_path_factory.mktemp("unseen-baselines"))
+def builds(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Builds]:
+    started = Builds(tmp_path_factory.mktemp("unseen-builds"), wanted(
+        request, "test_unseen_baseline_builds_for_sm90", "test_each_param_changes_the_binary"))
+    yield started
+    started.pool.shutdown(cancel_futures=True)
 
 
 @pytest.mark.nvcc
 @needs("nvcc")
 @pytest.mark.parametrize("path", TARGET_FILES, ids=_id)
-def test_unseen_baseline_builds_for_sm90(baselines: Baselines, path: Path) -> None:
-    artifact = baselines.get(load_target(path))
-    assert artifact.kernels, "ptxas reported no kernel"
-
-
-def _other_value(target: Target, name: str) -> Scalar:
-    """The first value of ``name`` other than the baseline's that the constraints allow with the
-    baseline's other params."""
-    baseline = target.baseline_params
-    for value in target.spec.params[name]:
-        if value != baseline[name] and target.satisfies({**baseline, name: value}):
-            return value
-    raise AssertionError(f"{target.name}: no other value of {name} fits the constraints")
-
-
-PARAMS = [(path, name) for path in TARGET_FILES for name in load_target(path).spec.params]
+def test_unseen_baseline_builds_for_sm90(builds: Builds, path: Path) -> None:
+    assert builds.get(path).kernels, "ptxas reported no kernel"
 
 
 @pytest.mark.nvcc
 @needs("nvcc")
 @pytest.mark.parametrize(("path", "name"), PARAMS, ids=[f"{_id(p)}-{n}" for p, n in PARAMS])
-def test_each_param_changes_the_binary(baselines: Baselines, tmp_path: Path, path: Path, name: str) -> None:
-    target = load_target(path)
-    changed = _build(target, {**target.baseline_params, name: _other_value(target, name)}, tmp_path)
-    assert _masked(changed) != _masked(baselines.get(target)), f"-D{name} does not reach the binary"
+def test_each_param_changes_the_binary(builds: Builds, path: Path, name: str) -> None:
+    assert masked(builds.get(path, name)) != masked(builds.get(path)), f"-D{name} does not reach the binary"

@@ -17,6 +17,7 @@ without a note in the README.
 from __future__ import annotations
 
 import logging
+import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -37,6 +38,7 @@ __all__ = ["BestConfig", "RunPlan", "configure_logging", "configured", "create_r
            "log_to", "read_results", "run_sweep", "select_best", "selected"]
 
 LOGGER = "warpfleet"  # every module's logger is below it: warpfleet.cluster.engine.flow, ...
+_STDERR = "warpfleet-stderr"  # the name of the handler configure_logging installs
 
 
 def configured(plan: RunPlan, **changes: Any) -> RunPlan:
@@ -111,6 +113,17 @@ class _Lines(logging.Handler):
             self.handleError(record)
 
 
+def _terminal_handler() -> logging.Handler:
+    """rich's handler: the message as it is (no markup read in it), after the time (once a second)
+    and the level; no path."""
+    from rich.console import Console
+    from rich.logging import RichHandler
+
+    # A console of its own on stderr: while a sweep's progress bars show, rich prints what reaches
+    # stderr above them.
+    return RichHandler(console=Console(stderr=True), show_path=False, markup=False, log_time_format="%H:%M:%S")
+
+
 def _info_and_optuna_quiet() -> logging.Logger:
     import optuna
 
@@ -120,12 +133,19 @@ def _info_and_optuna_quiet() -> logging.Logger:
     return logger
 
 
-def configure_logging() -> None:
-    """What a sweep says, a line each on stderr; Optuna's own lines from warnings up. Once per
-    process is enough; again changes nothing."""
+def configure_logging(terminal: bool | None = None) -> None:
+    """What a sweep says, a line each on stderr; Optuna's own lines from warnings up. Where stderr
+    is a terminal (``terminal``: None asks it), through rich's handler (the time and the level
+    before each message, warnings in colour); elsewhere (a log file, a pipe, CI) the message alone,
+    a plain line. Once per process is enough; again changes nothing."""
     logger = _info_and_optuna_quiet()
-    if not any(isinstance(h, _Lines) and h.write is None for h in logger.handlers):
-        logger.addHandler(_Lines())
+    if any(h.get_name() == _STDERR for h in logger.handlers):
+        return
+    if terminal is None:
+        terminal = sys.stderr is not None and sys.stderr.isatty()
+    handler = _terminal_handler() if terminal else _Lines()
+    handler.set_name(_STDERR)
+    logger.addHandler(handler)
 
 
 @contextmanager

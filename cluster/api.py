@@ -7,8 +7,11 @@
     summary = run_sweep(plan)                            # a new run directory: summary.run_dir
     summary = run_sweep(plan, create_run(plan))          # or one made first, to name or watch meanwhile
     rows = read_results(summary.run_dir)                 # every row (pandas), as `warpfleet show` reads them
+    jobs = read_table(summary.run_dir, "jobs")           # a table beside them: profiles, variants, reviews, jobs
+    meta = run_meta(summary.run_dir)                     # its meta.json
     best = selected(summary.run_dir)                     # the winners, as `warpfleet show` selects them
     best = select_best(rows)                             # or from rows of one's own choosing
+    trust = verified(summary.run_dir)                    # which measured rows its checks let count
 
 Everything else of ``cluster`` and ``agents`` may change shape between versions; these do not
 without a note in the README.
@@ -35,7 +38,7 @@ if TYPE_CHECKING:  # the engine and the tables are imported when used: the CLI i
     from cluster.store.select import Verified
 
 __all__ = ["BestConfig", "RunPlan", "configure_logging", "configured", "create_run", "load_run", "load_target",
-           "log_to", "read_results", "run_sweep", "select_best", "selected"]
+           "log_to", "read_results", "read_table", "run_meta", "run_sweep", "select_best", "selected", "verified"]
 
 LOGGER = "warpfleet"  # every module's logger is below it: warpfleet.cluster.engine.flow, ...
 _STDERR = "warpfleet-stderr"  # the name of the handler configure_logging installs
@@ -80,6 +83,36 @@ def read_results(run_dir: str | Path) -> pd.DataFrame:
     return read(Path(run_dir))
 
 
+def read_table(run_dir: str | Path, name: str) -> pd.DataFrame:
+    """A table of the run beside its results, by its folder's name (README: A run directory):
+    ``profiles`` (Nsight Compute's metrics), ``variants`` (the agents' outcomes, the latest record
+    of each, as the selection and the optimize report read them), ``reviews`` (the fresh-seed
+    re-verifications), ``jobs`` (every job a measuring worker did, with its times). With the
+    table's columns and no rows where the run has none; a ValueError for another name."""
+    from cluster.measure.profile import PROFILE_SCHEMA
+    from cluster.store.results import read_table as read
+    from cluster.store.rundir import RunDir
+    from cluster.store.tables import JOBS_SCHEMA, REVIEW_SCHEMA
+    from cluster.store.variants import VARIANT_SCHEMA, latest_outcomes
+
+    schemas = {RunDir.PROFILES: PROFILE_SCHEMA, RunDir.VARIANTS: VARIANT_SCHEMA, RunDir.REVIEWS: REVIEW_SCHEMA,
+               RunDir.JOBS: JOBS_SCHEMA}
+    if name not in schemas:
+        raise ValueError(f"{name!r} is not a table beside a run's results ({', '.join(schemas)}); "
+                         "the results: read_results")
+    rows = read(Path(run_dir), name, schemas[name])
+    return latest_outcomes(rows) if name == RunDir.VARIANTS else rows
+
+
+def run_meta(run_dir: str | Path) -> dict[str, Any]:
+    """The run's ``meta.json`` (README: A run directory): its id, config file, targets' hashes, and
+    for an evaluation ``kind: evaluate`` with what it evaluated. A one-line ConfigError where
+    ``run_dir`` is not a run directory."""
+    from cluster.store.rundir import RunDir
+
+    return RunDir.open(run_dir).read_meta()
+
+
 def select_best(rows: pd.DataFrame, verified: Verified | None = None) -> list[BestConfig]:
     """The best configuration per (target, device type) of ``rows`` (``cluster.store.select``)."""
     from cluster.store.select import select_best as select
@@ -89,9 +122,16 @@ def select_best(rows: pd.DataFrame, verified: Verified | None = None) -> list[Be
 
 def selected(run_dir: str | Path) -> list[BestConfig]:
     """The run's best configuration per (target, device type), as ``warpfleet show`` selects it."""
+    return select_best(read_results(run_dir), verified(run_dir))
+
+
+def verified(run_dir: str | Path) -> Verified:
+    """What the run's expensive checks found, as ``selected`` weighs it: ``trusted(row, baseline,
+    speedup)`` says whether a measured row counts (an agent's variant once its checks passed, a
+    candidate over 10x its baseline once its fresh-seed review did)."""
     from cluster.store.select import load_verified
 
-    return select_best(read_results(run_dir), load_verified(Path(run_dir)))
+    return load_verified(Path(run_dir))
 
 
 class _Lines(logging.Handler):

@@ -135,8 +135,8 @@ def verified(run_dir: str | Path) -> Verified:
 
 
 class _Lines(logging.Handler):
-    """A record's message alone, a line to ``write``: by default on stderr, what the CLI has always
-    printed (click's echo, so that a test's runner sees it)."""
+    """A record's message alone, a line to ``write``: by default on stderr, what the CLI prints off a
+    terminal (click's echo, so that a test's runner sees it)."""
 
     def __init__(self, write: Callable[[str], None] | None = None) -> None:
         super().__init__()

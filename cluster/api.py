@@ -7,8 +7,11 @@
     summary = run_sweep(plan)                            # a new run directory: summary.run_dir
     summary = run_sweep(plan, create_run(plan))          # or one made first, to name or watch meanwhile
     rows = read_results(summary.run_dir)                 # every row (pandas), as `warpfleet show` reads them
+    jobs = read_table(summary.run_dir, "jobs")           # a table beside them: profiles, variants, reviews, jobs
+    meta = run_meta(summary.run_dir)                     # its meta.json
     best = selected(summary.run_dir)                     # the winners, as `warpfleet show` selects them
     best = select_best(rows)                             # or from rows of one's own choosing
+    trust = verified(summary.run_dir)                    # which measured rows its checks let count
 
 Everything else of ``cluster`` and ``agents`` may change shape between versions; these do not
 without a note in the README.
@@ -17,6 +20,7 @@ without a note in the README.
 from __future__ import annotations
 
 import logging
+import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -34,9 +38,10 @@ if TYPE_CHECKING:  # the engine and the tables are imported when used: the CLI i
     from cluster.store.select import Verified
 
 __all__ = ["BestConfig", "RunPlan", "configure_logging", "configured", "create_run", "load_run", "load_target",
-           "log_to", "read_results", "run_sweep", "select_best", "selected"]
+           "log_to", "read_results", "read_table", "run_meta", "run_sweep", "select_best", "selected", "verified"]
 
 LOGGER = "warpfleet"  # every module's logger is below it: warpfleet.cluster.engine.flow, ...
+_STDERR = "warpfleet-stderr"  # the name of the handler configure_logging installs
 
 
 def configured(plan: RunPlan, **changes: Any) -> RunPlan:
@@ -78,6 +83,36 @@ def read_results(run_dir: str | Path) -> pd.DataFrame:
     return read(Path(run_dir))
 
 
+def read_table(run_dir: str | Path, name: str) -> pd.DataFrame:
+    """A table of the run beside its results, by its folder's name (README: A run directory):
+    ``profiles`` (Nsight Compute's metrics), ``variants`` (the agents' outcomes, the latest record
+    of each, as the selection and the optimize report read them), ``reviews`` (the fresh-seed
+    re-verifications), ``jobs`` (every job a measuring worker did, with its times). With the
+    table's columns and no rows where the run has none; a ValueError for another name."""
+    from cluster.measure.profile import PROFILE_SCHEMA
+    from cluster.store.results import read_table as read
+    from cluster.store.rundir import RunDir
+    from cluster.store.tables import JOBS_SCHEMA, REVIEW_SCHEMA
+    from cluster.store.variants import VARIANT_SCHEMA, latest_outcomes
+
+    schemas = {RunDir.PROFILES: PROFILE_SCHEMA, RunDir.VARIANTS: VARIANT_SCHEMA, RunDir.REVIEWS: REVIEW_SCHEMA,
+               RunDir.JOBS: JOBS_SCHEMA}
+    if name not in schemas:
+        raise ValueError(f"{name!r} is not a table beside a run's results ({', '.join(schemas)}); "
+                         "the results: read_results")
+    rows = read(Path(run_dir), name, schemas[name])
+    return latest_outcomes(rows) if name == RunDir.VARIANTS else rows
+
+
+def run_meta(run_dir: str | Path) -> dict[str, Any]:
+    """The run's ``meta.json`` (README: A run directory): its id, config file, targets' hashes, and
+    for an evaluation ``kind: evaluate`` with what it evaluated. A one-line ConfigError where
+    ``run_dir`` is not a run directory."""
+    from cluster.store.rundir import RunDir
+
+    return RunDir.open(run_dir).read_meta()
+
+
 def select_best(rows: pd.DataFrame, verified: Verified | None = None) -> list[BestConfig]:
     """The best configuration per (target, device type) of ``rows`` (``cluster.store.select``)."""
     from cluster.store.select import select_best as select
@@ -87,14 +122,21 @@ def select_best(rows: pd.DataFrame, verified: Verified | None = None) -> list[Be
 
 def selected(run_dir: str | Path) -> list[BestConfig]:
     """The run's best configuration per (target, device type), as ``warpfleet show`` selects it."""
+    return select_best(read_results(run_dir), verified(run_dir))
+
+
+def verified(run_dir: str | Path) -> Verified:
+    """What the run's expensive checks found, as ``selected`` weighs it: ``trusted(row, baseline,
+    speedup)`` says whether a measured row counts (an agent's variant once its checks passed, a
+    candidate over 10x its baseline once its fresh-seed review did)."""
     from cluster.store.select import load_verified
 
-    return select_best(read_results(run_dir), load_verified(Path(run_dir)))
+    return load_verified(Path(run_dir))
 
 
 class _Lines(logging.Handler):
-    """A record's message alone, a line to ``write``: by default on stderr, what the CLI has always
-    printed (click's echo, so that a test's runner sees it)."""
+    """A record's message alone, a line to ``write``: by default on stderr, what the CLI prints off a
+    terminal (click's echo, so that a test's runner sees it)."""
 
     def __init__(self, write: Callable[[str], None] | None = None) -> None:
         super().__init__()
@@ -111,6 +153,17 @@ class _Lines(logging.Handler):
             self.handleError(record)
 
 
+def _terminal_handler() -> logging.Handler:
+    """rich's handler: the message as it is (no markup read in it), after the time (once a second)
+    and the level; no path."""
+    from rich.console import Console
+    from rich.logging import RichHandler
+
+    # A console of its own on stderr: while a sweep's progress bars show, rich prints what reaches
+    # stderr above them.
+    return RichHandler(console=Console(stderr=True), show_path=False, markup=False, log_time_format="%H:%M:%S")
+
+
 def _info_and_optuna_quiet() -> logging.Logger:
     import optuna
 
@@ -120,12 +173,19 @@ def _info_and_optuna_quiet() -> logging.Logger:
     return logger
 
 
-def configure_logging() -> None:
-    """What a sweep says, a line each on stderr; Optuna's own lines from warnings up. Once per
-    process is enough; again changes nothing."""
+def configure_logging(terminal: bool | None = None) -> None:
+    """What a sweep says, a line each on stderr; Optuna's own lines from warnings up. Where stderr
+    is a terminal (``terminal``: None asks it), through rich's handler (the time and the level
+    before each message, warnings in colour); elsewhere (a log file, a pipe, CI) the message alone,
+    a plain line. Once per process is enough; again changes nothing."""
     logger = _info_and_optuna_quiet()
-    if not any(isinstance(h, _Lines) and h.write is None for h in logger.handlers):
-        logger.addHandler(_Lines())
+    if any(h.get_name() == _STDERR for h in logger.handlers):
+        return
+    if terminal is None:
+        terminal = sys.stderr is not None and sys.stderr.isatty()
+    handler = _terminal_handler() if terminal else _Lines()
+    handler.set_name(_STDERR)
+    logger.addHandler(handler)
 
 
 @contextmanager

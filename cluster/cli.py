@@ -65,7 +65,7 @@ ACCEPT_CHANGES_HELP = ("With --resume: a target whose sources or spec changed si
 @click.version_option(package_name="warpfleet")
 def main() -> None:
     """Profile-guided tuning of CUDA (and C) programs, swept over a Ray cluster."""
-    configure_logging()  # what a sweep says, a line each on stderr; Optuna's own from warnings up
+    configure_logging()  # what a sweep says, a line each on stderr (rich on a terminal); Optuna's own from warnings up
     banner = logging.getLogger(RAY_AUTH_LOGGER)
     if _not_the_auth_banner not in banner.filters:
         banner.addFilter(_not_the_auth_banner)

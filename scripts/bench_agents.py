@@ -32,15 +32,19 @@ sys.path[:0] = [str(REPO), str(REPO / "scripts")]
 
 from bench_suite import noise  # noqa: E402
 
-from cluster.api import log_to  # noqa: E402
-from cluster.config import RunPlan, load_run  # noqa: E402
-from cluster.core.types import BestConfig  # noqa: E402
-from cluster.engine.driver import Sweep  # noqa: E402
+from cluster.api import (  # noqa: E402
+    BestConfig,
+    RunPlan,
+    configured,
+    create_run,
+    load_run,
+    log_to,
+    read_results,
+    read_table,
+    run_sweep,
+    select_best,
+)
 from cluster.outputs.optimize_report import optimization_results, write_report  # noqa: E402
-from cluster.store.results import read_results, read_table  # noqa: E402
-from cluster.store.rundir import RunDir  # noqa: E402
-from cluster.store.select import select_best  # noqa: E402
-from cluster.store.variants import VARIANT_SCHEMA, latest_outcomes  # noqa: E402
 
 SUITE = REPO / "configs" / "suite.yaml"
 
@@ -53,19 +57,14 @@ def agent_sweep(targets: list[str], trials: int, out: Path, search_s: float | No
                 profile_winners: bool = True) -> Path:
     plan = load_run(SUITE)
     chosen = tuple(t for t in plan.targets if not targets or t.name in targets)
-    config = plan.config.model_copy(update={
-        "output_dir": str(out / "runs"), "name": "suite-agents",
-        "search": plan.config.search.model_copy(update={"trials": trials, **budget(search_s)}),
-        "measure": plan.config.measure.model_copy(update={"final_top_k": 2, "final_runs": 3}),
-        "agents": plan.config.agents.model_copy(update={"enabled": True, "sanitizer_timeout_s": 90}),
-        **no_profile(plan.config, profile_winners),
-    })
-    plan = RunPlan(config, plan.file, chosen)
-    run_dir = RunDir.create(plan)
-    log(f"sweep with agents: {[t.name for t in chosen]}, {trials} trials each -> {run_dir.path}")
+    plan = configured(RunPlan(plan.config, plan.file, chosen), output_dir=str(out / "runs"), name="suite-agents",
+                      search={"trials": trials, **budget(search_s)}, measure={"final_top_k": 2, "final_runs": 3},
+                      agents={"enabled": True, "sanitizer_timeout_s": 90}, **no_profile(plan.config, profile_winners))
+    run = create_run(plan)
+    log(f"sweep with agents: {[t.name for t in chosen]}, {trials} trials each -> {run}")
     with log_to(log):
-        Sweep(plan, run_dir).run(show_progress=False)
-    return run_dir.path
+        run_sweep(plan, run)
+    return run
 
 
 def no_profile(config, profile_winners: bool) -> dict:
@@ -178,7 +177,7 @@ def _variants_cell(found: list[dict]) -> str:
 def verdicts(run: Path) -> str:
     """Each expert's verdict per program: accepted (with its evidence) or why it does not apply, one
     line per program and optimization (the first of its reasons; `+N more` counts the rest)."""
-    variants = latest_outcomes(read_table(run, "variants", VARIANT_SCHEMA))
+    variants = read_table(run, "variants")  # the latest record of each outcome
     lines = ["| program | optimization | verdict | evidence or reason |", "|---|---|---|---|"]
     for (target, optimization), group in variants.groupby(["target", "optimization"], sort=True):
         stages = group["stage"].value_counts().to_dict()
@@ -210,7 +209,7 @@ def winner_label(b: BestConfig | None, variants: pd.DataFrame) -> str:
 
 def table(run: Path, hand: dict[str, dict]) -> tuple[str, list[dict]]:
     rows = read_results(run)
-    variants = latest_outcomes(read_table(run, "variants", VARIANT_SCHEMA))
+    variants = read_table(run, "variants")
     best = {b.target: b for b in select_best(rows)}
     records = []
     for target in sorted(set(rows["target"])):

@@ -35,16 +35,11 @@ from typing import Any, TextIO
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from cluster.api import log_to
-from cluster.config import RunPlan, load_run
+from cluster.api import configured, create_run, load_run, log_to, read_results, run_meta, run_sweep, select_best
 from cluster.core.errors import ConfigError
-from cluster.engine.driver import Sweep
-from cluster.engine.evaluate import Evaluation, create_run_dir, plan_for
+from cluster.engine.evaluate import Evaluation, create_run_dir, plan_for  # `evaluate`'s steps: not in the API
 from cluster.outputs.compare import add_resources, build_matrices, load_run_dir, load_targets
 from cluster.outputs.compare_text import to_json, to_markdown
-from cluster.store.results import read_results
-from cluster.store.rundir import RunDir
-from cluster.store.select import select_best
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -110,9 +105,8 @@ def check_runs(args: argparse.Namespace) -> tuple[list[str], list[str]]:
     """The runs given, before anything is swept: (sweeps whose winners to evaluate, evaluation runs)."""
     sweeps, evaluations = [], []
     for path in [*([args.run] if args.run else []), *args.other]:
-        run_dir = RunDir.open(path)
-        meta = run_dir.read_meta()
-        if read_results(run_dir.path).empty:
+        meta = run_meta(path)
+        if read_results(path).empty:
             raise Failed(f"{path}: no results")
         (evaluations if meta.get("kind") == "evaluate" else sweeps).append(str(path))
     if sweeps:
@@ -121,28 +115,22 @@ def check_runs(args: argparse.Namespace) -> tuple[list[str], list[str]]:
 
 
 def sweep(args: argparse.Namespace, log: Log) -> Path:
-    plan = load_run(args.config)
-    config = plan.config
-    plan = RunPlan(config.model_copy(update={
-        "output_dir": str(args.out / "runs"),
-        "search": config.search.model_copy(update={"trials": args.trials}),
-        "measure": config.measure.model_copy(update={"final_top_k": args.final_top_k,
-                                                     "final_runs": args.final_runs}),
-        "profile": config.profile.model_copy(update={"candidates": "none"}),
-    }), plan.file, plan.targets)
-    run_dir = RunDir.create(plan)
-    log(f"sweep {plan.file}: {len(plan.targets)} targets, {args.trials} trials each, into {run_dir.path}")
+    plan = configured(load_run(args.config), output_dir=str(args.out / "runs"), search={"trials": args.trials},
+                      measure={"final_top_k": args.final_top_k, "final_runs": args.final_runs},
+                      profile={"candidates": "none"})
+    run_dir = create_run(plan)
+    log(f"sweep {plan.file}: {len(plan.targets)} targets, {args.trials} trials each, into {run_dir}")
     with log_to(log):
-        summary = Sweep(plan, run_dir).run(show_progress=False)
+        summary = run_sweep(plan, run_dir)
     if summary.skipped:
         raise Failed(f"the sweep left out: {'; '.join(summary.skipped)}")
-    best = select_best(read_results(run_dir.path))
+    best = select_best(read_results(run_dir))
     missing = sorted({t.name for t in plan.targets} - {b.target for b in best})
     if missing:
-        raise Failed(f"no correct candidate for {', '.join(missing)} (see {run_dir.path})")
+        raise Failed(f"no correct candidate for {', '.join(missing)} (see {run_dir})")
     for b in best:
         log(f"  {b.target} on {b.device_type}: {b.speedup:.2f}x ({' '.join([*b.flag_argv, *b.defines])})")
-    return run_dir.path
+    return run_dir
 
 
 def evaluate(sources: list[str], args: argparse.Namespace, log: Log) -> Path:

@@ -28,14 +28,11 @@ sys.path[:0] = [str(REPO), str(REPO / "scripts")]
 
 from bench_agents import budget, hand_speedups, log, no_profile, table, verdicts  # noqa: E402
 
-from cluster.api import log_to  # noqa: E402
+from cluster.api import RunPlan, configured, create_run, load_run, load_target, log_to, run_sweep  # noqa: E402
 from cluster.build.build import compile_candidate  # noqa: E402
-from cluster.config import RunPlan, load_run, load_target  # noqa: E402
 from cluster.core.types import Candidate, DeviceInfo, Phase, Status  # noqa: E402
-from cluster.engine.driver import Sweep  # noqa: E402
 from cluster.measure.measure import Reference, measure_candidate  # noqa: E402
 from cluster.outputs.optimize_report import write_report  # noqa: E402
-from cluster.store.rundir import RunDir  # noqa: E402
 
 PUBLIC = REPO / "configs" / "public.yaml"
 FOLDERS = REPO / "configs" / "public"
@@ -85,19 +82,15 @@ def public_sweep(targets: list[str], trials: int, agents: bool, out: Path,
                  search_s: float | None = None, profile_winners: bool = True) -> Path:
     plan = load_run(PUBLIC)
     chosen = tuple(t for t in plan.targets if not targets or t.name in targets)
-    config = plan.config.model_copy(update={
-        "output_dir": str(out / "runs"), "name": "public-agents" if agents else "public",
-        "search": plan.config.search.model_copy(update={"trials": trials, **budget(search_s)}),
-        "agents": plan.config.agents.model_copy(update={"enabled": agents, "sanitizer_timeout_s": 300}),
-        **no_profile(plan.config, profile_winners),
-    })
-    plan = RunPlan(config, plan.file, chosen)
-    run_dir = RunDir.create(plan)
-    log(f"sweep (agents {'on' if agents else 'off'}): {[t.name for t in chosen]}, {trials} trials each "
-        f"-> {run_dir.path}")
+    plan = configured(RunPlan(plan.config, plan.file, chosen), output_dir=str(out / "runs"),
+                      name="public-agents" if agents else "public", search={"trials": trials, **budget(search_s)},
+                      agents={"enabled": agents, "sanitizer_timeout_s": 300},
+                      **no_profile(plan.config, profile_winners))
+    run = create_run(plan)
+    log(f"sweep (agents {'on' if agents else 'off'}): {[t.name for t in chosen]}, {trials} trials each -> {run}")
     with log_to(log):
-        Sweep(plan, run_dir).run(show_progress=False)
-    return run_dir.path
+        run_sweep(plan, run)
+    return run
 
 
 def main() -> None:

@@ -76,27 +76,19 @@ def child(config: str, count: int, trials: int, out: Path, cpu: bool, search_s: 
           cores: str = "") -> dict:
     """One sweep with ``count`` measuring workers; runs in its own process (on ``cores``, where given:
     Ray's processes and the compiles inherit the affinity, and the compile slots are as many)."""
-    from cluster.api import log_to
-    from cluster.config import RunPlan, load_run
-    from cluster.engine.driver import Sweep
-    from cluster.store.rundir import RunDir
+    from cluster.api import configured, create_run, load_run, log_to, run_sweep
 
     pinned = parse_cores(cores)
     if pinned:
         os.sched_setaffinity(0, pinned)
-    plan = load_run(config)
     search = {"trials": trials, **({"time_budget_s": search_s} if search_s else {})}
-    update = {"output_dir": str(out / f"runs-{count}"),
-              "search": plan.config.search.model_copy(update=search),
-              "measure": plan.config.measure.model_copy(update={"final_top_k": 1, "final_runs": 2}),
-              "profile": plan.config.profile.model_copy(update={"candidates": "none"})}
     cluster = {**({"cpu_workers": count} if cpu else {}), **({"compile_workers": len(pinned)} if pinned else {})}
-    if cluster:
-        update["cluster"] = plan.config.cluster.model_copy(update=cluster)
-    plan = RunPlan(plan.config.model_copy(update=update), plan.file, plan.targets)
-    run_dir = RunDir.create(plan)
+    plan = configured(load_run(config), output_dir=str(out / f"runs-{count}"), search=search,
+                      measure={"final_top_k": 1, "final_runs": 2}, profile={"candidates": "none"},
+                      **({"cluster": cluster} if cluster else {}))
+    run_dir = create_run(plan)
     started = time.time()
-    (out / f"count-{count}.started.json").write_text(json.dumps({"run_dir": str(run_dir.path), "started": started}))
+    (out / f"count-{count}.started.json").write_text(json.dumps({"run_dir": str(run_dir), "started": started}))
     log_file = (out / f"count-{count}.log").open("a")
 
     def log(message: str) -> None:
@@ -105,7 +97,7 @@ def child(config: str, count: int, trials: int, out: Path, cpu: bool, search_s: 
 
     try:
         with log_to(log):
-            summary = Sweep(plan, run_dir).run(show_progress=False)
+            summary = run_sweep(plan, run_dir)
     except Exception as exc:
         log(f"the sweep failed: {type(exc).__name__}: {exc}")
         raise
@@ -113,7 +105,7 @@ def child(config: str, count: int, trials: int, out: Path, cpu: bool, search_s: 
     import ray
 
     compile_slots = plan.config.cluster.compile_workers or int(ray.cluster_resources().get("CPU", 1))
-    return figures(run_dir.path, count, started, wall, compile_slots, rows_written=summary.evaluated)
+    return figures(run_dir, count, started, wall, compile_slots, rows_written=summary.evaluated)
 
 
 def figures(run_dir: Path, count: int, started: float, wall: float, compile_slots: int | None,
@@ -121,8 +113,7 @@ def figures(run_dir: Path, count: int, started: float, wall: float, compile_slot
     """Every figure of one count, from its run directory's rows (also for a count that was killed)."""
     import pandas as pd
 
-    from cluster.store.results import read_results
-    from cluster.store.select import select_best
+    from cluster.api import read_results, select_best
 
     rows = read_results(run_dir)
     stamp = {c: pd.to_datetime(rows[c], utc=True).map(lambda t: t.timestamp() if not pd.isna(t) else None)

@@ -42,11 +42,8 @@ def point(workers: int, run_s: float, candidates: int, sampler: str, out: Path,
     import ray
     from ray.cluster_utils import Cluster
 
-    from cluster.config import RunPlan, load_run
-    from cluster.engine.driver import Sweep
-    from cluster.engine.simulate import Model, simulated_fleet
-    from cluster.store.results import read_results
-    from cluster.store.rundir import RunDir
+    from cluster.api import RunPlan, configured, create_run, load_run, read_results, run_sweep
+    from cluster.engine.simulate import Model, simulated_fleet  # the measurement is of the engine on a fake fleet
 
     per_node = 8
     compile_workers = compile_workers or workers + 2
@@ -58,22 +55,19 @@ def point(workers: int, run_s: float, candidates: int, sampler: str, out: Path,
     try:
         plan = load_run(REPO / "configs" / "demo.yaml")
         saxpy = tuple(t for t in plan.targets if t.name == "saxpy")
-        config = plan.config.model_copy(update={
-            "output_dir": str(out / f"runs-{workers}-{run_s}"), "targets": ["targets/saxpy/target.yaml"],
-            "search": plan.config.search.model_copy(update={"sampler": sampler, "trials": candidates}),
-            "cluster": plan.config.cluster.model_copy(update={"compile_workers": compile_workers}),
-            "measure": plan.config.measure.model_copy(update={"final_top_k": 1, "final_runs": 1}),
-            "profile": plan.config.profile.model_copy(update={"candidates": "none"})})
-        plan = RunPlan(config, plan.file, saxpy)
-        run_dir = RunDir.create(plan)
+        plan = configured(RunPlan(plan.config, plan.file, saxpy), output_dir=str(out / f"runs-{workers}-{run_s}"),
+                          targets=["targets/saxpy/target.yaml"], search={"sampler": sampler, "trials": candidates},
+                          cluster={"compile_workers": compile_workers}, measure={"final_top_k": 1, "final_runs": 1},
+                          profile={"candidates": "none"})
+        config = plan.config
+        run_dir = create_run(plan)
         modelled = Model(compile_s=run_s if compile_s is None else compile_s, run_s=run_s)
         fleet, compile_model = simulated_fleet(workers, modelled)
         started = time.time()
         cpu_before = _cpu_s()
-        summary = Sweep(plan, run_dir, fleet=fleet, compile=compile_model).run(
-            show_progress=False)
+        summary = run_sweep(plan, run_dir, fleet=fleet, compile=compile_model)
         driver_cpu_s = _cpu_s() - cpu_before
-        rows = read_results(run_dir.path)
+        rows = read_results(run_dir)
     finally:
         ray.shutdown()
         cluster.shutdown()
@@ -151,7 +145,7 @@ def main() -> None:
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     if args.from_run:
-        from cluster.store.results import read_results
+        from cluster.api import read_results
 
         figures = structure(read_results(args.from_run), int(args.workers))
         (args.out / "structure.json").write_text(json.dumps(figures, indent=1) + "\n")

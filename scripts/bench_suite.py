@@ -21,15 +21,13 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from cluster.api import RunPlan, create_run, log_to, read_results, run_sweep, select_best
+from cluster.api import RunPlan, create_run, log_to, read_results, read_table, run_sweep, select_best
 from cluster.build.build import compile_candidate
 from cluster.config import load_run, load_target
 from cluster.core.occupancy import limits_for, occupancy
 from cluster.core.types import Candidate, Phase, Stats, Status
 from cluster.measure.measure import measure_candidate
-from cluster.measure.profile import PROFILE_SCHEMA
 from cluster.platform.devices import gpu_device
-from cluster.store.results import read_table
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -98,7 +96,7 @@ def occupancy_check(run_dirs: list[str], compute_capability: str) -> list[dict]:
     limits = limits_for(compute_capability)
     out = []
     for run in run_dirs:
-        prof = read_table(Path(run), "profiles", PROFILE_SCHEMA)
+        prof = read_table(run, "profiles")
         if prof.empty:
             continue
         ok = prof[prof["status"] == "ok"]

@@ -30,6 +30,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pandas as pd
 import yaml
@@ -37,11 +38,11 @@ import yaml
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
+from cluster.api import read_results, read_table, select_best, verified  # noqa: E402
 from cluster.core.encodings import speedup  # noqa: E402
-from cluster.store.results import read_results, read_table  # noqa: E402
-from cluster.store.rundir import RunDir  # noqa: E402
-from cluster.store.select import Verified, load_verified, select_best  # noqa: E402
-from cluster.store.tables import JOBS_SCHEMA  # noqa: E402
+
+if TYPE_CHECKING:
+    from cluster.api import Verified
 
 
 def plain_config(config: Path, work: Path, no_sanitize_run: bool) -> Path:
@@ -83,7 +84,7 @@ def run_sweep(config: Path, budget: float, log: Path) -> tuple[Path, float, int]
     return Path(run), wall, done.returncode
 
 
-def verified_best(group, verified: Verified) -> float | None:
+def verified_best(group: pd.DataFrame, trust: Verified) -> float | None:
     """The best speedup the run measured on a candidate it trusts (the winner's selection aside)."""
     base = group[(group["phase"] == "baseline") & (group["status"] == "ok")]
     if base.empty:
@@ -92,7 +93,7 @@ def verified_best(group, verified: Verified) -> float | None:
     best = None
     for _, row in group[(group["status"] == "ok") & group["median"].notna()].iterrows():
         ratio = speedup(float(row["median"]), float(baseline["median"]), str(row["goal"]))
-        if ratio is not None and verified.trusted(row, baseline, ratio) and (best is None or ratio > best):
+        if ratio is not None and trust.trusted(row, baseline, ratio) and (best is None or ratio > best):
             best = ratio
     return best
 
@@ -116,10 +117,10 @@ def busy(jobs, started: float, ended: float) -> dict[str, float]:
 def report(run: Path) -> dict:
     meta = json.loads((run / "bench.json").read_text()) if (run / "bench.json").exists() else {}
     rows = read_results(run)
-    jobs = read_table(run, RunDir.JOBS, JOBS_SCHEMA)
+    jobs = read_table(run, "jobs")
     started = meta.get("started") or rows["started_at"].min().timestamp()
     ended = started + meta["wall_s"] if meta.get("wall_s") else rows["finished_at"].max().timestamp()
-    verified = load_verified(run)
+    trust = verified(run)
     winners = {(b.target, b.device_type): b for b in select_best(rows)}
     studies = []
     for (target, device), group in rows.groupby(["target", "device_type"], sort=True):
@@ -128,7 +129,7 @@ def report(run: Path) -> dict:
         winner = winners.get((target, device))
         final = group[(group["phase"] == "final") & (group["status"] == "ok")]
         remeasured = winner is not None and winner.candidate_key in set(final["candidate_key"])
-        best = verified_best(group, verified)
+        best = verified_best(group, trust)
         base_end = base["finished_at"].max().timestamp() - started if len(base) else None
         first = search["started_at"].min().timestamp() - started if len(search) else None
         studies.append({

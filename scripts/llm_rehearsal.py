@@ -34,7 +34,7 @@ from agents.patch import source_files, unified_diff  # noqa: E402
 from agents.workflow import Outcome, Plan, Verification, Verifier, run_workflow  # noqa: E402
 from agents.workflow.steps import Verdict, VerdictStatus  # noqa: E402
 from cluster.config import load_target  # noqa: E402
-from cluster.engine.verify import static_verdicts  # noqa: E402
+from cluster.engine.verify import static_verdicts  # noqa: E402  (the sweep's own static checks, rehearsed)
 
 
 class RehearsalVerifier(Verifier):
@@ -46,7 +46,7 @@ class RehearsalVerifier(Verifier):
     def verify(self, context: AnalysisContext, plan: Plan, proposal: Proposal) -> Verification:
         verdicts = static_verdicts(context.target, proposal)
         if self.build and proposal.files and not any(v.failed for v in verdicts):
-            from cluster.engine.agent_stage import build_report
+            from cluster.engine.agent_stage import build_report  # the LLM agents' build tool, as in a sweep
 
             report = build_report(context, dict(proposal.files))
             status = VerdictStatus.PASSED if report.startswith("build ok") else VerdictStatus.FAILED

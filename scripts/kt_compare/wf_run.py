@@ -1,7 +1,7 @@
 """One warpfleet sweep of a generated target (spaces.write_wf_target), as an evaluation trace.
 
-A real sweep: a run config written to disk and loaded by ``cluster.config.load_run``, run by
-``cluster.engine.driver.Sweep`` on the Ray instance the lane started (one measuring actor per GPU it was
+A real sweep: a run config written to disk and loaded by ``cluster.api.load_run``, run by
+``cluster.api.run_sweep`` on the Ray instance the lane started (one measuring actor per GPU it was
 given), its rows read back from the run's Parquet dataset and its winner from ``select_best``.
 The baseline is the first evaluation (so ``max_evals`` counts it), the search the rest; the final
 re-measure of the best few is part of the run's wall time but adds no evaluation.
@@ -46,25 +46,22 @@ def run_sweep(config_path: Path, space: KernelSpace, gpus: int, log: Any = print
     """Run the sweep (Ray must be up) and read its trace; any failure is a row, never a raise.
     ``fleet``: a ``KeptFleet`` whose measuring actors serve this run and the lane's next ones (as
     Kernel Tuner's lane keeps its process and CUDA context), or None for a fleet of this run's own."""
-    from cluster.api import log_to
-    from cluster.config import load_run
-    from cluster.engine.driver import Sweep
-    from cluster.store.results import read_results
-    from cluster.store.rundir import RunDir
+    from cluster.api import create_run, load_run, log_to, read_results
+    from cluster.api import run_sweep as sweep
 
     t0 = time.time()
     try:
         plan = load_run(config_path)
-        run_dir = RunDir.create(plan)
+        run_dir = create_run(plan)
         with log_to(log):
-            Sweep(plan, run_dir, **({"fleet": fleet} if fleet is not None else {})).run(show_progress=False)
+            sweep(plan, run_dir, **({"fleet": fleet} if fleet is not None else {}))
         wall = time.time() - t0
-        rows = read_results(run_dir.path)
+        rows = read_results(run_dir)
     except Exception as exc:
         return RunResult(wall_s=time.time() - t0, error=f"{type(exc).__name__}: {exc}"[-2000:],
                          workers_requested=gpus)
     result = trace(space, rows, t0, wall, gpus)
-    result.notes = f"run dir {run_dir.path.name}"
+    result.notes = f"run dir {run_dir.name}"
     return result
 
 
@@ -75,7 +72,7 @@ def _number(value: Any) -> float | None:
 def trace(space: KernelSpace, rows: pd.DataFrame, t0: float, wall: float, gpus: int) -> RunResult:
     """The baseline and search rows in the order their results came in (``finished_at``; a row
     whose build failed has none and goes last), and warpfleet's own selection as the winner."""
-    from cluster.store.select import select_best
+    from cluster.api import select_best
 
     if rows.empty:
         return RunResult(wall_s=wall, workers_requested=gpus, error="no rows")

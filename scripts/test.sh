@@ -9,4 +9,6 @@ python3 -m venv .venv
 .venv/bin/ruff check .
 source scripts/bubblewrap.sh  # the sandbox every build and run goes through
 .venv/bin/python -m cluster.cli doctor || echo "the sandbox does not work here: its tests skip, sweeps refuse to run"
-exec .venv/bin/python -m pytest "$@"
+# Two workers (pytest-xdist), whatever the cores: the suite waits on Ray, processes and builds as
+# much as it computes. Groups keep together what shares a worker's state (tests/conftest.py).
+exec .venv/bin/python -m pytest -n "${WF_TEST_WORKERS:-2}" --dist loadgroup "$@"

@@ -120,16 +120,30 @@ def _own_ray(item: pytest.Item) -> bool:
     return bool(OWN_RAY_FIXTURES & fixtures) or item.get_closest_marker("own_ray") is not None
 
 
+def _group(item: pytest.Item) -> str | None:
+    marker = item.get_closest_marker("xdist_group")
+    return marker.args[0] if marker and marker.args else marker.kwargs.get("name") if marker else None
+
+
 def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config, items: list[pytest.Item]) -> None:
-    """The tests that start a Ray instance of their own run last (in their order), so that the shared
-    one (ray_local) starts once: after each of them the next test started it again, seconds each."""
-    items[:] = [item for item in items if not _own_ray(item)] + [item for item in items if _own_ray(item)]
+    """The tests that start a Ray instance of their own run together (in their order), so that the
+    shared one (ray_local) starts once: after each of them the next test started it again, seconds
+    each. Under pytest-xdist (scripts/test.sh: ``-n 2 --dist loadgroup``) they are one group, run by
+    one worker, each worker having a shared instance of its own; the groups go first, the longest
+    work of the suite (the program suites' builds, the own instances' sweeps), so that the many
+    short tests fill the end on both workers."""
+    for item in items:
+        if _own_ray(item):
+            item.add_marker(pytest.mark.xdist_group("own_ray"))
+    builds = [item for item in items if _group(item) == "nvcc_builds"]
+    own = [item for item in items if _group(item) == "own_ray"]
+    items[:] = builds + own + [item for item in items if _group(item) not in ("nvcc_builds", "own_ray")]
 
 
 @pytest.fixture
 def ray_local() -> Iterator[None]:
     """A local Ray instance, started once and shared (a start costs seconds); the tests that start one
-    of their own shut it down, and run last (pytest_collection_modifyitems)."""
+    of their own shut it down, and run together (pytest_collection_modifyitems)."""
     init_local_ray()
     yield
 

@@ -1,44 +1,62 @@
-"""The nvcc builds of the program suites' tests (configs/public, configs/unseen): each baseline once,
-and each param's other value, the engine's way (``cluster.build.build.compile_candidate``). A
-module's selected tests name the builds they need; those start together on a pool of a worker a
-core, in the tests' order, and each test waits for its own (one at a time, they were a third of the
-suite's time)."""
+"""The nvcc builds of the program suites' tests (configs/public, configs/unseen), the engine's way
+(``cluster.build.build.compile_candidate``): the baselines that a module's selected tests need start
+together on a pool of a worker a core, in the tests' order, and each test waits for its own (one at
+a time, they were a third of the suite's time).
+
+Whether a param reaches the program is asked of the preprocessor (``preprocessed``): the engine's
+build command with ``-E``, a tenth of a build's time. A param that a source ``#define``s without an
+``#ifndef`` guard, or never uses, leaves the preprocessed program unchanged, which is what the
+suites' tests look for (``validate --build`` asks the same of whole builds)."""
 
 from __future__ import annotations
 
 import os
 import re
+import subprocess
+import tempfile
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
 
-from cluster.build.build import compile_candidate
+from cluster.build.build import build_command, compile_candidate
 from cluster.config import Target, load_target
 from cluster.core.types import BuildArtifact, Candidate, Scalar, Status
+from cluster.sandbox.sandbox import write_bundle
 
 ARCH = "sm_90"
 
-# nvcc names its temporary files tmpxft_<pid>_<counter>-...; the name lands in the host object.
-NVCC_TEMP_NAME = re.compile(rb"tmpxft_[0-9a-f]{8}_[0-9a-f]{8}")
+# The preprocessor's line markers (# 12 "file" 2) name the folder the sources were staged in.
+LINE_MARKER = re.compile(rb'^#(?: \d+| line \d+)(?: "[^"]*")?(?: \d+)*$', re.MULTILINE)
 
-BuildKey = tuple[Path, str | None]  # a target file, and the param given its other value (None: the baseline)
+
+def _candidate(target: Target, params: dict[str, Scalar]) -> Candidate:
+    return Candidate(target=target.name, toolchain="nvcc", device_type="t", arch=ARCH,
+                     source_hash=target.bundle.hash, flags=(), params=tuple(params.items()))
 
 
 def build(target: Target, params: dict[str, Scalar], root: Path) -> BuildArtifact:
-    candidate = Candidate(target=target.name, toolchain="nvcc", device_type="t", arch=ARCH,
-                          source_hash=target.bundle.hash, flags=(), params=tuple(params.items()))
+    candidate = _candidate(target, params)
     artifact = compile_candidate(target, candidate, root)
     assert artifact.status is Status.OK, f"{target.name} {params}: {artifact.error_tail}"
     assert artifact.binary
     return artifact
 
 
-def masked(artifact: BuildArtifact) -> bytes:
-    """The binary with nvcc's per-process temporary names masked: two builds of the same source and
-    defines are the same bytes."""
-    assert artifact.binary is not None
-    return NVCC_TEMP_NAME.sub(b"tmpxft_", artifact.binary)
+def preprocessed(target: Target, params: dict[str, Scalar], root: Path) -> bytes:
+    """The target's sources through nvcc's preprocessor as its build command passes them (the
+    engine's ``build_command``, with ``-E`` and its output on stdout instead of the binary), without
+    the line markers."""
+    root.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=root) as folder:
+        workdir = Path(folder)
+        write_bundle(target.bundle.files, workdir)
+        argv = build_command(target, _candidate(target, params), workdir)
+        at = argv.index("-o")
+        argv = [argv[0], "-E", *argv[1:at], *argv[at + 2:]]
+        result = subprocess.run(argv, cwd=workdir, capture_output=True, timeout=300, check=False)
+    assert result.returncode == 0, f"{target.name} {params}: {result.stderr.decode(errors='replace')[-2000:]}"
+    return LINE_MARKER.sub(b"", result.stdout)
 
 
 def other_value(target: Target, name: str) -> Scalar:
@@ -52,40 +70,32 @@ def other_value(target: Target, name: str) -> Scalar:
 
 
 class Builds:
-    """The builds of ``wanted``, started at once on a pool of a worker a core, in order; ``get``
-    waits for one (and starts one that was not wanted)."""
+    """The baselines of ``wanted`` (target files), started at once on a pool of a worker a core, in
+    order; ``get`` waits for one (and starts one that was not wanted)."""
 
-    def __init__(self, root: Path, wanted: list[BuildKey]) -> None:
+    def __init__(self, root: Path, wanted: list[Path]) -> None:
         self.root = root
         self.pool = ThreadPoolExecutor(max_workers=os.cpu_count() or 1, thread_name_prefix="nvcc")
-        self.futures: dict[BuildKey, Future[BuildArtifact]] = {}
-        for key in wanted:
-            self._start(key)
+        self.futures: dict[Path, Future[BuildArtifact]] = {}
+        for path in wanted:
+            self._start(path)
 
-    def _start(self, key: BuildKey) -> Future[BuildArtifact]:
-        if key not in self.futures:
-            path, name = key
+    def _start(self, path: Path) -> Future[BuildArtifact]:
+        if path not in self.futures:
             target = load_target(path)
-            params = target.baseline_params if name is None else \
-                {**target.baseline_params, name: other_value(target, name)}
-            self.futures[key] = self.pool.submit(build, target, params, self.root)
-        return self.futures[key]
+            self.futures[path] = self.pool.submit(build, target, target.baseline_params, self.root)
+        return self.futures[path]
 
-    def get(self, path: Path, name: str | None = None) -> BuildArtifact:
-        return self._start((path, name)).result()
+    def get(self, path: Path) -> BuildArtifact:
+        return self._start(path).result()
 
 
-def wanted(request: pytest.FixtureRequest, baseline_test: str, param_test: str) -> list[BuildKey]:
-    """The builds that the selected tests of the requesting module need, in the order they run:
-    ``baseline_test`` (parametrized by ``path``) needs the baseline, ``param_test`` (by ``path`` and
-    ``name``) the baseline and the param's other value."""
-    keys: list[BuildKey] = []
+def wanted(request: pytest.FixtureRequest, baseline_test: str) -> list[Path]:
+    """The baselines that the selected tests of the requesting module build (``baseline_test``,
+    parametrized by ``path``), in the order they run."""
+    paths: list[Path] = []
     for item in request.session.items:
         params = getattr(item, "callspec", None) and item.callspec.params
-        if item.module is not request.module or not params or "path" not in params:
-            continue
-        if item.originalname == baseline_test:
-            keys.append((params["path"], None))
-        elif item.originalname == param_test:
-            keys += [(params["path"], None), (params["path"], params["name"])]
-    return list(dict.fromkeys(keys))
+        if item.module is request.module and params and item.originalname == baseline_test:
+            paths.append(params["path"])
+    return list(dict.fromkeys(paths))

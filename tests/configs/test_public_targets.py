@@ -4,12 +4,12 @@ with only a user's edits (configs/public/<name>/NOTES.md lists them).
 Without a compiler: every target loads, the run config validates through the CLI and names every
 baseline, each program folder records its origin and licence, and the read-only markers pair up
 around the output file. With nvcc: every baseline builds for sm_90, and every param reaches the
-binary: a build with one other value differs from the baseline's. A param whose macro a source
-defines without an ``#ifndef`` guard fails that test, since the source's ``#define`` overrides the
-``-D``; the control test shows that such a build is identical to the baseline's once nvcc's
-per-process temporary file names are masked.
+program: its sources through the build command's preprocessor with one other value differ from the
+baseline's. A param whose macro a source defines without an ``#ifndef`` guard fails that test, since
+the source's ``#define`` overrides the ``-D``; the control test shows that such a program is the same
+as the baseline's once the preprocessor's line markers are dropped.
 
-Builds go the engine's way, on the pool of tests/configs/_builds.py.
+Builds and the preprocessor go the engine's way (tests/configs/_builds.py).
 """
 
 from __future__ import annotations
@@ -25,8 +25,11 @@ from click.testing import CliRunner
 from agents.patch import readonly_regions
 from cluster.cli import main
 from cluster.config import load_run, load_target
-from tests.configs._builds import Builds, build, masked, wanted
+from tests.configs._builds import Builds, other_value, preprocessed, wanted
 from tests.conftest import needs
+
+# One pytest-xdist worker runs the module: its builds start together on that worker's pool.
+pytestmark = pytest.mark.xdist_group("nvcc_builds")
 
 REPO = Path(__file__).resolve().parents[2]
 RUN_CONFIG = REPO / "configs" / "public.yaml"
@@ -107,8 +110,7 @@ PARAMS = [(path, name) for path in TARGET_FILES for name in load_target(path).sp
 
 @pytest.fixture(scope="module")
 def builds(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Builds]:
-    started = Builds(tmp_path_factory.mktemp("public-builds"), wanted(
-        request, "test_public_baseline_builds_for_sm90", "test_each_param_changes_the_binary"))
+    started = Builds(tmp_path_factory.mktemp("public-builds"), wanted(request, "test_public_baseline_builds_for_sm90"))
     yield started
     started.pool.shutdown(cancel_futures=True)
 
@@ -124,8 +126,11 @@ def test_public_baseline_builds_for_sm90(builds: Builds, path: Path) -> None:
 @pytest.mark.nvcc
 @needs("nvcc")
 @pytest.mark.parametrize(("path", "name"), PARAMS, ids=[f"{_id(p)}-{n}" for p, n in PARAMS])
-def test_each_param_changes_the_binary(builds: Builds, path: Path, name: str) -> None:
-    assert masked(builds.get(path, name)) != masked(builds.get(path)), f"-D{name} does not reach the binary"
+def test_each_param_reaches_the_program(tmp_path: Path, path: Path, name: str) -> None:
+    target = load_target(path)
+    other = {**target.baseline_params, name: other_value(target, name)}
+    assert preprocessed(target, other, tmp_path) != preprocessed(target, target.baseline_params, tmp_path), \
+        f"-D{name} does not reach the program"
 
 
 UNGUARDED = """
@@ -137,14 +142,17 @@ int main() { fill<<<1, WIDTH>>>(nullptr); return 0; }
 
 @pytest.mark.nvcc
 @needs("nvcc")
-def test_an_unguarded_macro_leaves_the_binary_unchanged(tmp_path: Path) -> None:
-    """The control of the test above: it can fail. The source's #define wins over -DWIDTH=8, and
-    two builds in different directories are the same bytes once nvcc's temporary names are masked."""
+def test_an_unguarded_macro_leaves_the_program_unchanged(tmp_path: Path) -> None:
+    """The control of the test above: it can fail. The source's #define wins over -DWIDTH=8, and the
+    two programs, staged in different folders, are the same once the preprocessor's line markers
+    are dropped; a guarded one differs."""
     folder = tmp_path / "unguarded"
     folder.mkdir()
     (folder / "unguarded.cu").write_text(UNGUARDED)
     spec = {"name": "unguarded", "sources": ["unguarded.cu"], "run": ["{binary}"], "params": {"WIDTH": [4, 8]}}
     (folder / "target.yaml").write_text(yaml.safe_dump(spec))
     target = load_target(folder / "target.yaml")
-    four, eight = build(target, {"WIDTH": 4}, tmp_path / "a"), build(target, {"WIDTH": 8}, tmp_path / "b")
-    assert masked(four) == masked(eight)
+    assert preprocessed(target, {"WIDTH": 4}, tmp_path / "a") == preprocessed(target, {"WIDTH": 8}, tmp_path / "b")
+    (folder / "unguarded.cu").write_text(UNGUARDED.replace("#define WIDTH 4", "#ifndef WIDTH\n#define WIDTH 4\n#endif"))
+    guarded = load_target(folder / "target.yaml")
+    assert preprocessed(guarded, {"WIDTH": 4}, tmp_path / "a") != preprocessed(guarded, {"WIDTH": 8}, tmp_path / "b")

@@ -6,11 +6,11 @@ loads with the settings a user's target has (no ``verify.sanitize_run``, one out
 params of 3 to 6 values, a seed unless its inputs are fixed), each folder records its origin (and,
 for a public program, its licence and edits), the README's table lists every target, and the
 read-only markers pair up around the output file and the program's own timing lines. With nvcc:
-every baseline builds for sm_90, and every param reaches the binary (a build with one other value
-differs from the baseline's; tests/configs/test_public_targets.py has the control that shows the
-comparison can fail).
+every baseline builds for sm_90, and every param reaches the program (its sources through the build
+command's preprocessor with one other value differ from the baseline's; tests/configs/
+test_public_targets.py has the control that shows the comparison can fail).
 
-Builds go the engine's way, on the pool of tests/configs/_builds.py.
+Builds and the preprocessor go the engine's way (tests/configs/_builds.py).
 """
 
 from __future__ import annotations
@@ -25,8 +25,11 @@ from click.testing import CliRunner
 from agents.patch import readonly_regions
 from cluster.cli import main
 from cluster.config import Target, load_run, load_target
-from tests.configs._builds import Builds, masked, wanted
+from tests.configs._builds import Builds, other_value, preprocessed, wanted
 from tests.conftest import needs
+
+# One pytest-xdist worker runs the module: its builds start together on that worker's pool.
+pytestmark = pytest.mark.xdist_group("nvcc_builds")
 
 REPO = Path(__file__).resolve().parents[2]
 RUN_CONFIG = REPO / "configs" / "unseen.yaml"
@@ -131,8 +134,7 @@ PARAMS = [(path, name) for path in TARGET_FILES for name in load_target(path).sp
 
 @pytest.fixture(scope="module")
 def builds(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Builds]:
-    started = Builds(tmp_path_factory.mktemp("unseen-builds"), wanted(
-        request, "test_unseen_baseline_builds_for_sm90", "test_each_param_changes_the_binary"))
+    started = Builds(tmp_path_factory.mktemp("unseen-builds"), wanted(request, "test_unseen_baseline_builds_for_sm90"))
     yield started
     started.pool.shutdown(cancel_futures=True)
 
@@ -147,5 +149,8 @@ def test_unseen_baseline_builds_for_sm90(builds: Builds, path: Path) -> None:
 @pytest.mark.nvcc
 @needs("nvcc")
 @pytest.mark.parametrize(("path", "name"), PARAMS, ids=[f"{_id(p)}-{n}" for p, n in PARAMS])
-def test_each_param_changes_the_binary(builds: Builds, path: Path, name: str) -> None:
-    assert masked(builds.get(path, name)) != masked(builds.get(path)), f"-D{name} does not reach the binary"
+def test_each_param_reaches_the_program(tmp_path: Path, path: Path, name: str) -> None:
+    target = load_target(path)
+    other = {**target.baseline_params, name: other_value(target, name)}
+    assert preprocessed(target, other, tmp_path) != preprocessed(target, target.baseline_params, tmp_path), \
+        f"-D{name} does not reach the program"

@@ -2,16 +2,13 @@
 
 from __future__ import annotations
 
-import dataclasses
-import re
 import time
-from collections.abc import Mapping
 from pathlib import Path
 
+from cluster.build.kernel import compile_kernel
 from cluster.config import Target
 from cluster.core.placeholders import expand
 from cluster.core.types import BuildArtifact, Candidate, Status
-from cluster.build.kernel import compile_kernel
 from cluster.sandbox.isolation import node_sandbox
 from cluster.sandbox.sandbox import Sandbox, read_output, run_command, scratch_dir, write_bundle
 from cluster.sandbox.untrusted_dir import UntrustedDir

@@ -16,9 +16,9 @@ import re
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 
+from cluster.build.build import compile_candidate
 from cluster.config import Target
 from cluster.core.types import BuildArtifact, Candidate, Phase, Scalar, Status
-from cluster.build.build import compile_candidate
 from cluster.toolchains import get_toolchain
 
 NVCC_TEMP_NAME = re.compile(rb"tmpxft_[0-9a-f]{8}_[0-9a-f]{8}")

@@ -9,6 +9,10 @@ python3 -m venv .venv
 .venv/bin/ruff check .
 source scripts/bubblewrap.sh  # the sandbox every build and run goes through
 .venv/bin/python -m cluster.cli doctor || echo "the sandbox does not work here: its tests skip, sweeps refuse to run"
-# Two workers (pytest-xdist), whatever the cores: the suite waits on Ray, processes and builds as
-# much as it computes. Groups keep together what shares a worker's state (tests/conftest.py).
-exec .venv/bin/python -m pytest -n "${WF_TEST_WORKERS:-2}" --dist loadgroup "$@"
+# One process by default. WF_TEST_WORKERS=2 runs two pytest-xdist workers (about 9 minutes instead of
+# 12 on 2 cores), but the load one worker puts on the other fails an honest variant's clock check now
+# and then (clock_mismatch: the baseline's clock is taken once; README, Development): not for CI yet.
+if [[ "${WF_TEST_WORKERS:-0}" != 0 ]]; then
+    exec .venv/bin/python -m pytest -n "$WF_TEST_WORKERS" --dist loadgroup "$@"
+fi
+exec .venv/bin/python -m pytest "$@"

@@ -128,7 +128,7 @@ def _group(item: pytest.Item) -> str | None:
 def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config, items: list[pytest.Item]) -> None:
     """The tests that start a Ray instance of their own run together (in their order), so that the
     shared one (ray_local) starts once: after each of them the next test started it again, seconds
-    each. Under pytest-xdist (scripts/test.sh: ``-n 2 --dist loadgroup``) they are one group, run by
+    each. Under pytest-xdist (scripts/test.sh with WF_TEST_WORKERS: ``--dist loadgroup``) they are one group, run by
     one worker, each worker having a shared instance of its own; the groups go first, the longest
     work of the suite (the program suites' builds, the own instances' sweeps), so that the many
     short tests fill the end on both workers."""

@@ -122,7 +122,9 @@ def _own_ray(item: pytest.Item) -> bool:
 
 def _group(item: pytest.Item) -> str | None:
     marker = item.get_closest_marker("xdist_group")
-    return marker.args[0] if marker and marker.args else marker.kwargs.get("name") if marker else None
+    if marker is None:
+        return None
+    return marker.args[0] if marker.args else marker.kwargs.get("name")
 
 
 def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config, items: list[pytest.Item]) -> None:

@@ -14,14 +14,12 @@ import pytest
 import yaml
 
 from cluster.build.build import compile_candidate
-from cluster.config import SandboxSpec, load_target
+from cluster.config import load_target
 from cluster.core.types import Candidate, Phase, Status
 from cluster.measure.measure import measure_candidate
 from cluster.platform.devices import cpu_device
 from cluster.runners._base import Invocation, ProcessRunner
 from cluster.runners.persistent import PersistentRunner
-from cluster.sandbox.isolation import start_bubblewrap
-from cluster.sandbox.sandbox import SandboxError, Unsandboxed
 from cluster.sandbox.untrusted_dir import Refused, UntrustedDir
 
 # Run 1 writes its output and its metric, and leaves links to the victim where the worker keeps its
@@ -42,16 +40,6 @@ ATTACK = textwrap.dedent(r"""
     }
 """)
 SECRET = b"the worker's file: the venv's .pth, the target's source\n"
-
-
-@pytest.fixture(params=["bwrap", "bare"])
-def sandbox(request):
-    if request.param == "bare":
-        return Unsandboxed()
-    try:
-        return start_bubblewrap(SandboxSpec(pids=64, memory_mb=1024))
-    except SandboxError as exc:
-        pytest.skip(f"no sandbox here: {exc}")
 
 
 def _target(tmp_path: Path, runner: str, victim: Path):

@@ -10,15 +10,14 @@ import pytest
 import yaml
 
 from cluster.build.build import compile_candidate
-from cluster.config import SandboxSpec, load_target
+from cluster.config import load_target
 from cluster.core.limits import Limits
 from cluster.core.types import Candidate, Phase, Status
 from cluster.measure.measure import measure_candidate
 from cluster.platform.devices import cpu_device
 from cluster.runners._base import ProcessRunner
 from cluster.runners.persistent import PersistentRunner
-from cluster.sandbox.isolation import start_bubblewrap
-from cluster.sandbox.sandbox import SandboxError, Unsandboxed, run_command
+from cluster.sandbox.sandbox import run_command
 
 BOMB = textwrap.dedent(r"""
     #include <stdio.h>
@@ -36,16 +35,6 @@ BOMB = textwrap.dedent(r"""
     }
 """)
 RUN_TIMEOUT = 300  # far longer than 200,000 files take: a timeout would mean the limit never acted
-
-
-@pytest.fixture(params=["bwrap", "bare"])
-def sandbox(request):
-    if request.param == "bare":
-        return Unsandboxed()
-    try:
-        return start_bubblewrap(SandboxSpec(pids=64, memory_mb=1024))
-    except SandboxError as exc:
-        pytest.skip(f"no sandbox here: {exc}")
 
 
 @pytest.mark.parametrize("runner", ["process", "persistent"])

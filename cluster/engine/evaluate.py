@@ -31,7 +31,7 @@ from cluster.core.errors import ConfigError
 from cluster.core.types import Candidate, DeviceInfo, Measurement, Phase, Scalar, Status
 from cluster.engine.driver import init_ray, run_flows
 from cluster.engine.flow import Flow, Stage
-from cluster.engine.jobs import Build, Job, JobKind, JobResult
+from cluster.engine.jobs import BaselineBuild, Build, Job, JobKind, JobResult
 from cluster.engine.scheduler import Scheduler
 from cluster.engine.workers import start_fleet, stop_fleet
 from cluster.measure.measure import Reference
@@ -252,7 +252,8 @@ class EvaluationFlow(Flow):
     def _submit(self, build: Build, reference: ray.ObjectRef | None) -> None:
         study = self.study
         kind = JobKind.BASELINE if reference is None else JobKind.EVALUATE
-        job = Job(kind, study.name, study.workers, study.device, (build,), runs=self.runs, reference=reference)
+        job = Job(kind, study.name, study.workers, study.device, (build,), runs=self.runs, reference=reference,
+                  baseline=study.baseline_build)
         self.awaited.add(job.seq)
         self.scheduler.submit(job)
 
@@ -266,6 +267,7 @@ class EvaluationFlow(Flow):
         if job.kind is JobKind.BASELINE and measurement and measurement.status is Status.OK and stats:
             study.reference = ray.put(Reference(measurement.outputs, measurement.clock))
             study.baseline_median = stats.median
+            study.baseline_build = BaselineBuild(study.target_ref, job.candidate, job.binary_refs[0])
         self.writer.append(make_row(self.run_id, job.candidate, result.artifact, measurement, study.baseline_median,
                                     study.target.spec.metric.goal, unit=study.target.spec.metric.unit,
                                     max_noise=self.config.measure.max_noise, objective=self.config.search.objective))
@@ -290,6 +292,7 @@ class _Study:
     origins: list[Origin]
     reference: ray.ObjectRef | None = None
     baseline_median: float | None = None
+    baseline_build: BaselineBuild | None = None  # the configurations' fresh baseline clock (measure.beside)
 
     @property
     def name(self) -> str:

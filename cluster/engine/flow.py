@@ -35,7 +35,7 @@ from cluster.engine.checks import DeepChecks, Trust
 from cluster.engine.context import SweepContext
 from cluster.engine.finals import Finals
 from cluster.engine.gate import Gate
-from cluster.engine.jobs import URGENT, Job, JobKind, JobResult
+from cluster.engine.jobs import URGENT, BaselineBuild, Job, JobKind, JobResult
 from cluster.engine.studies import Evaluated, StudyState, save_reference
 from cluster.engine.study_jobs import StudyJobs
 from cluster.measure.measure import Reference
@@ -214,6 +214,9 @@ class StudyFlow(Flow):
                                                                   float(base[0].get("iqr") or 0.0), 1))
 
     def _after_baseline(self) -> None:
+        if self.state.baseline_build is None:  # kept in the object store for the study's measurements
+            refs = self.ctx.scheduler.build_refs(self.jobs.build())
+            self.state.baseline_build = BaselineBuild(self.state.target_ref, self.state.baseline_candidate(), refs[1])
         if self.ctx.agents is not None and not self.agents_done:
             self._start_agents()
         self._advance(Stage.SEARCH)

@@ -20,6 +20,7 @@ import ray
 
 from cluster.config import Target
 from cluster.core.types import BuildArtifact, Candidate, DeviceInfo, Measurement, Status
+from cluster.measure.measure import Baseline
 
 
 class JobKind(StrEnum):
@@ -82,6 +83,20 @@ class Build:
     candidate: Candidate
 
 
+@dataclass(frozen=True)
+class BaselineBuild:
+    """A study's baseline build in the object store, handed to each of its measurements: a worker
+    fetches it only to run the baseline beside a candidate whose claimed time the clock does not
+    bear out (``cluster.measure.measure.beside``)."""
+
+    target_ref: ray.ObjectRef
+    candidate: Candidate
+    binary_ref: ray.ObjectRef
+
+    def fetch(self) -> Baseline:
+        return Baseline(ray.get(self.target_ref), self.candidate, ray.get(self.binary_ref))
+
+
 @dataclass(eq=False)
 class Job:
     """A unit of worker time. ``builds[0]`` is what the job is about; a cheat check or a review
@@ -96,6 +111,7 @@ class Job:
     first_seed: int = 0
     reference: ray.ObjectRef | None = None  # None for a baseline: it makes the reference
     reusable: bool = False  # may take the measurement of a build already measured the same way
+    baseline: BaselineBuild | None = None  # a measurement's: the baseline to time beside it if need be
     args: dict[str, Any] = field(default_factory=dict)
     priority: int | None = None  # default: PRIORITY[kind]
     label: str = ""  # what it is about, for the log: "memcheck, racecheck on unroll kernel.cu:12"

@@ -388,7 +388,8 @@ class Scheduler:
         if job.kind in MEASURES:
             return worker.measure.remote(main.target_ref, main.candidate, binary, job.reference, job.runs,
                                          job.compiled_at, job.first_seed, job.args.get("stop_above"),
-                                         job.args.get("max_samples"), job.args.get("telemetry", True))
+                                         job.args.get("max_samples"), job.args.get("telemetry", True),
+                                         job.baseline)
         method = getattr(worker, METHOD[job.kind])
         if job.kind in (JobKind.GUARD, JobKind.REVIEW):  # against the baseline's build
             base = job.builds[1]

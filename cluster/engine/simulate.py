@@ -75,7 +75,7 @@ class SimulatedWorker:
 
     def measure(self, target: Target, candidate: Candidate, binary: bytes | None, reference: Reference | None,
                 runs: int, submitted_at: float, first_seed: int = 0, stop_above: float | None = None,
-                max_samples: int | None = None, telemetry: bool = True) -> Measurement:
+                max_samples: int | None = None, telemetry: bool = True, baseline: object = None) -> Measurement:
         started = time.time()
         time.sleep(self.run_s * runs)
         # A deterministic time per configuration, so that the search has something to find.

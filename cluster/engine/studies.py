@@ -37,6 +37,7 @@ from cluster.core.encodings import (
 from cluster.core.errors import ConfigError
 from cluster.core.registry import SAMPLERS
 from cluster.core.types import Candidate, Clock, DeviceInfo, Phase, RunOutputs, Scalar, Status, study_name
+from cluster.engine.jobs import BaselineBuild
 from cluster.measure.measure import Reference
 from cluster.store.journal import BatchedJournalStorage
 from cluster.store.rundir import RunDir, break_stale_lock
@@ -160,6 +161,7 @@ class StudyState:
     objective: str = "time"
     generation: int = 1  # the target's study generation (RunDir.start_new_studies)
     reference: ray.ObjectRef | None = None
+    baseline_build: BaselineBuild | None = None  # for the measurements' fresh baseline clock (measure.beside)
     baseline_median: float | None = None
     baseline_run_s: float | None = None  # the baseline's time a run on its worker (the time plan's unit)
     disabled: str = ""  # why the study stopped (its baseline failed)

@@ -35,6 +35,8 @@ class StudyJobs:
 
     def job(self, kind: JobKind, *builds: Build, **fields: Any) -> Job:
         state = self.state
+        if kind in (JobKind.SEARCH, JobKind.VERIFY, JobKind.FINAL):
+            fields.setdefault("baseline", state.baseline_build)
         return Job(kind, state.name, state.workers, state.device, tuple(builds), **fields)
 
     def submit(self, job: Job) -> Future[JobResult]:

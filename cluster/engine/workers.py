@@ -20,6 +20,7 @@ from cluster.config.env import scratch_root
 from cluster.core.errors import ConfigError
 from cluster.core.registry import RUNNERS
 from cluster.core.types import BuildArtifact, Candidate, DeviceInfo, Measurement, Status, Verdict, VerdictStatus
+from cluster.engine.jobs import BaselineBuild
 from cluster.measure.guardrails import cheat_checks, reverify_fresh_seeds
 from cluster.measure.measure import Reference, measure_candidate
 from cluster.measure.profile import DEFAULT_LAUNCHES, LaunchFilter, Profile, profile_candidate
@@ -77,13 +78,14 @@ class MeasureWorker:
     def measure(self, target: Target, candidate: Candidate, binary: bytes | None,
                 reference: Reference | None, runs: int, submitted_at: float, first_seed: int = 0,
                 stop_above: float | None = None, max_samples: int | None = None,
-                telemetry: bool = True) -> Measurement:
+                telemetry: bool = True, baseline: BaselineBuild | None = None) -> Measurement:
+        """``baseline``: fetched only if the candidate's claimed time needs a fresh baseline clock."""
         queue_s = max(0.0, time.time() - submitted_at)
         artifact = BuildArtifact(candidate.key, Status.OK, binary)
         monitor = Monitor(self.nvml) if self.nvml and telemetry else None  # measure.search_telemetry
         result = measure_candidate(target, candidate, artifact, self.device, reference, runs,
                                    self.runner(candidate.runner), monitor, first_seed, stop_above,
-                                   max_samples)
+                                   max_samples, baseline.fetch if baseline else None)
         return dataclasses.replace(result, queue_s=queue_s)
 
     def sanitize(self, target: Target, candidate: Candidate, binary: bytes | None, tools: tuple[str, ...],

@@ -15,19 +15,24 @@ of the baseline's untimed time, whichever is largest. A claim too small to show 
 never fail a candidate that claims next to nothing. Setup that dominates a run (inputs generated,
 a CUDA context made) raises the floor with it, so an honest candidate is never judged by a small
 timed region inside a large run; the rule compares savings, never the share of the run that is
-timed. A candidate that fails it is re-run up to ``CONFIRM_RUNS`` times (medians again) before it
-is ``clock_mismatch``.
+timed. A candidate that fails it is re-run up to ``CONFIRM_RUNS`` times (medians again); one that
+still fails is judged once more against the baseline run in turn with it (``measure.beside``: the
+load of the moment on both sides) before it is ``clock_mismatch``.
 
 What it cannot see (README, Security): a claimed saving under ``2 * floor`` a run (a
 program that times a few microseconds, or prints a per-iteration average); a program that takes
 more samples when faster (the harness's time-based stopping rule: its samples add up to about the
 same time, and so claim no saving here); and a node whose load falls sharply between the baseline's
-runs and the candidate's (the baseline's clock is taken once, at the study's start). Metrics that
+runs and the candidate's (a small lie can then pass against the study's first clock, which is only
+re-taken for a claim that fails it). Metrics that
 are not times (a rate to maximize, cycles) and the kernel runner (its samples are warpfleet's own
 CUDA events around the launch, not the program's words) are not checked.
 """
 
 from __future__ import annotations
+
+import statistics
+from collections.abc import Sequence
 
 from cluster.config import MetricSpec
 from cluster.core.types import Clock
@@ -58,6 +63,25 @@ def clock_problem(candidate: Clock, baseline: Clock) -> str | None:
             f"{_ms(candidate.wall_s)} against the baseline's {_ms(baseline.wall_s)}, {_ms(seen)} less: a saving "
             f"that real shows at least {FRACTION:.0%} of itself, less {_ms(floor)} of noise (its metric is not "
             f"what its runs took)")
+
+
+def paired_problem(candidate_claims: Sequence[float], candidate_walls: Sequence[float],
+                   baseline_claims: Sequence[float], baseline_walls: Sequence[float]) -> str | None:
+    """The rule again, on runs of the baseline and the candidate made in turn (pair ``i``: the
+    baseline's run ``i`` and the candidate's): the seen saving is the median of the pairs' wall
+    differences, which a load common to both cancels, and its floor the pairs' own noise (twice the
+    median absolute deviation of the differences, ``FLOOR_S`` at the least). This is a second
+    chance, so it asks more than the first judgement: the saving must show, at least ``FRACTION``
+    of the claim less the floor *and* above the floor; a noise that hides the saving is no pass."""
+    claimed = statistics.median(baseline_claims) - statistics.median(candidate_claims)
+    differences = [b - c for b, c in zip(baseline_walls, candidate_walls, strict=True)]
+    seen = statistics.median(differences)
+    floor = max(FLOOR_S, 2 * statistics.median(abs(d - seen) for d in differences))
+    if seen >= max(FRACTION * claimed - floor, floor):
+        return None
+    return (f"run in turn with the baseline ({len(differences)} pairs), its samples add up to "
+            f"{_ms(claimed)} less a run than the baseline's, but warpfleet's own clock saw it take {_ms(seen)} "
+            f"less (the median of the pairs, whose noise is {_ms(floor)}): its metric is not what its runs took")
 
 
 def _ms(seconds: float) -> str:

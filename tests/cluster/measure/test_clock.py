@@ -15,7 +15,7 @@ from cluster.build.build import compile_candidate
 from cluster.config import load_target
 from cluster.core.types import Candidate, Clock, Phase, Status
 from cluster.measure.clock import clock_problem
-from cluster.measure.measure import Reference, measure_candidate
+from cluster.measure.measure import Baseline, Reference, measure_candidate
 from cluster.platform.devices import cpu_device
 from cluster.runners._base import ProcessRunner
 from cluster.runners.persistent import PersistentRunner
@@ -73,13 +73,19 @@ def write_target(folder: Path, runner: str = "process", setup_ms: int = 0) -> Pa
     return path
 
 
-def _measure(target, runner, mode: int, reference: Reference | None, runs: int):
+def _build(target, mode: int):
     params = {**target.baseline_params, "MODE": mode}
     candidate = Candidate(target.name, "cc", "host", "host", target.bundle.hash, (("opt_level", "-O1"),),
                           tuple(params.items()), Phase.SEARCH, runner=target.runner)
     artifact = compile_candidate(target, candidate)
     assert artifact.status is Status.OK, artifact.error_tail
-    return measure_candidate(target, candidate, artifact, cpu_device("w"), reference, runs, runner)
+    return candidate, artifact
+
+
+def _measure(target, runner, mode: int, reference: Reference | None, runs: int, baseline=None):
+    candidate, artifact = _build(target, mode)
+    return measure_candidate(target, candidate, artifact, cpu_device("w"), reference, runs, runner,
+                             baseline=baseline)
 
 
 @pytest.mark.parametrize("runner", ["process", "persistent"])
@@ -98,6 +104,39 @@ def test_a_lying_metric_is_a_clock_mismatch_and_an_honest_faster_candidate_passe
     assert "warpfleet's own clock" in liar.error_tail and len(liar.samples) == 3 * 3  # confirmed on 3 runs
     assert honest.status is Status.OK, honest.error_tail
     assert max(honest.samples) < min(baseline.samples)
+
+
+@pytest.mark.parametrize("runner", ["process", "persistent"])
+def test_a_claim_is_judged_again_beside_the_baseline_when_the_load_changed(tmp_path, runner):
+    """The baseline's clock is taken once, at the study's start; a node loaded later stretches every
+    run's wall time (process starts, above all). Here the stale clock says the baseline's runs took
+    60 ms for its 120 ms of samples (as if timed then): against it the honest candidate's saving
+    does not show, but the baseline run in turn with it shows it, and the liar stays a liar."""
+    target = load_target(write_target(tmp_path / "t", runner))
+    runs = ProcessRunner() if runner == "process" else PersistentRunner(cuda=False)
+    base_candidate, base_artifact = _build(target, 0)
+    fetched = []
+
+    def baseline() -> Baseline:
+        fetched.append(1)
+        return Baseline(target, base_candidate, base_artifact.binary)
+
+    try:
+        first = measure_candidate(target, base_candidate, base_artifact, cpu_device("w"), None, 1, runs)
+        stale = Reference(first.outputs, Clock(claimed_s=0.120, wall_s=0.060))
+        judged_once = _measure(target, runs, 1, stale, 1)
+        honest = _measure(target, runs, 1, stale, 1, baseline)
+        liar = _measure(target, runs, 2, stale, 1, baseline)
+        fetched_for_both = len(fetched)
+        fair = _measure(target, runs, 1, Reference(first.outputs, first.clock), 1, baseline)
+    finally:
+        runs.close()
+    assert judged_once.status is Status.CLOCK_MISMATCH, judged_once.error_tail  # the stale clock alone
+    assert honest.status is Status.OK, honest.error_tail
+    assert liar.status is Status.CLOCK_MISMATCH and "judged again beside the baseline" in liar.error_tail
+    assert fetched_for_both == 2 and len(fetched) == 2  # a claim the clock bears out never runs the baseline
+    assert len(honest.samples) == 3 * 3  # its own confirming runs' samples: the baseline's are not its
+    assert fair.status is Status.OK and len(fair.samples) == 3  # one run: its claim showed at once
 
 
 def test_setup_that_dominates_the_run_does_not_reject_an_honest_candidate(tmp_path):
@@ -145,6 +184,7 @@ def test_a_lying_metric_never_wins_a_sweep_and_an_honest_one_does(tmp_path):
     rows = read_results(run)
     search = rows[rows["phase"] == "search"].set_index("p_MODE")
     assert search.loc[2, "status"] == Status.CLOCK_MISMATCH.value, rows[["phase", "p_MODE", "status", "error_tail"]]
+    assert "judged again beside the baseline" in search.loc[2, "error_tail"]  # the worker ran it in turn
     assert search.loc[1, "status"] == Status.OK.value
     assert not ((rows["p_MODE"] == 2) & (rows["phase"] == "final")).any()  # never re-measured as a contender
     [best] = select_best(rows)

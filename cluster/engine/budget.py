@@ -12,7 +12,10 @@ The reserve of a device type is what its studies still need after their search, 
 with ``SAFETY`` to spare: their finals, and the expensive checks the finals wait for less what the
 check lane does beside the rest of the search (its share of the time left). It is estimated again
 on every turn of the loop, so that it follows the times actually measured; once a type's search
-closes it stays closed.
+closes it stays closed. While some of a type's studies have no time of their own yet (their
+baselines are still queued: planned with the type's slowest run, ``typical_run``), a guess never
+closes the search: it closes on them only if the studies already measured no longer fit by
+themselves, or once every study has its own time.
 """
 
 from __future__ import annotations
@@ -92,21 +95,28 @@ class TimePlan:
         self.typical = {device_type: max(found) for device_type, found in runs.items()}
         finals: dict[str, float] = defaultdict(float)
         checks: dict[str, float] = defaultdict(float)
+        known: dict[str, tuple[float, float]] = defaultdict(lambda: (0.0, 0.0))  # the studies with a time of their own
+        guessed: set[str] = set()  # device types with a study planned on a guess
         for flow in flows:
             if not flow.done:
                 f, c = flow.work_left()
                 finals[flow.device_type] += f
                 checks[flow.device_type] += c
+                if getattr(flow, "run_estimate", None) is None:
+                    guessed.add(flow.device_type)
+                else:
+                    kf, kc = known[flow.device_type]
+                    known[flow.device_type] = (kf + f, kc + c)
         for device_type in finals:
             n = max(1, workers(device_type))
             after = SAFETY * finals[device_type] / n
-            # the checks run beside the search too, at their lane's share of the workers' time
-            overlap = CHECK_SHARE * max(0.0, self.time_left(now) - after - MARGIN_S)
-            self.reserve[device_type] = after + max(0.0, SAFETY * checks[device_type] / n - overlap) + MARGIN_S
+            self.reserve[device_type] = self._reserve(finals[device_type], checks[device_type], n, now)
             if device_type in self.closed:
                 continue
             mine = [f for f in flows if f.device_type == device_type]
             searching = any(f.in_search() for f in mine)
+            if device_type in guessed and now + self._reserve(*known[device_type], n, now) < self.deadline:
+                continue  # the baselines still queued will say what they need: no closing on a guess
             if searching and now + self.reserve[device_type] >= self.deadline:
                 self.closed[device_type] = now
                 if not any(f.searched() for f in mine) and after + MARGIN_S >= self.time_left(now):
@@ -117,6 +127,12 @@ class TimePlan:
                     continue
                 log.info(f"time budget: {self.time_left(now):.0f} s left, {math.ceil(self.reserve[device_type])} s "
                          f"kept for the finals and their checks on {device_type}: the search stops")
+
+    def _reserve(self, finals: float, checks: float, workers: int, now: float) -> float:
+        after = SAFETY * finals / workers
+        # the checks run beside the search too, at their lane's share of the workers' time
+        overlap = CHECK_SHARE * max(0.0, self.time_left(now) - after - MARGIN_S)
+        return after + max(0.0, SAFETY * checks / workers - overlap) + MARGIN_S
 
     def elapsed(self, now: float | None = None) -> float:
         return (time.monotonic() if now is None else now) - self.started_at

@@ -19,6 +19,7 @@ import dataclasses
 import json
 import logging
 import queue
+import statistics
 import time
 from abc import ABC, abstractmethod
 from concurrent.futures import Future
@@ -127,7 +128,8 @@ class StudyFlow(Flow):
         self.admitted: queue.SimpleQueue[tuple[AcceptedVariant, Future[tuple[Verdict, ...]]]] = queue.SimpleQueue()
         self.closed = False
         self.kernels: tuple = ()
-        self.run_estimate: float | None = None  # worker-seconds a run of the baseline takes (the plan's unit)
+        self.run_estimate: float | None = None  # worker-seconds a run takes (the plan's unit): ``_timed``
+        self.run_times: list[float] = []  # a run's worker-seconds in each full measurement (not the search's)
         self.job_overhead = 0.0  # worker-seconds of a job besides its runs (staging, the sandbox's start)
         self.profile_s: float | None = None  # Nsight Compute on this study's program, worker-seconds a job
         agents = ctx.config.agents
@@ -207,8 +209,8 @@ class StudyFlow(Flow):
         """A resumed study's time a run, from its rows (the baseline's run over its runs)."""
         base = [r for r in self.rows if r.get("phase") == Phase.BASELINE.value and r.get("status") == "ok"]
         if base and base[0].get("run_s") and base[0].get("n_samples"):
-            self.run_estimate = (float(base[0]["run_s"]) + float(base[0].get("verify_s") or 0.0)) / max(
-                1, self.ctx.config.measure.runs)
+            self._timed((float(base[0]["run_s"]) + float(base[0].get("verify_s") or 0.0)) / max(
+                1, self.ctx.config.measure.runs))
         if base and base[0].get("median") is not None:
             self.stats.setdefault(base[0]["candidate_key"], Stats(float(base[0]["median"]), float(base[0]["median"]),
                                                                   float(base[0].get("iqr") or 0.0), 1))
@@ -476,6 +478,8 @@ class StudyFlow(Flow):
         if job.kind is JobKind.FINAL:
             self.finals.measured(job.candidate.key, measurement, extended=job.reference is None)
         stats = measurement.stats if measurement is not None and measurement.status is Status.OK else None
+        if stats is not None and job.kind in (JobKind.VERIFY, JobKind.FINAL) and measurement is not None:
+            self._timed((measurement.run_s + measurement.verify_s) / max(1, job.runs))
         if stats is not None and job.kind in (JobKind.BASELINE, JobKind.SEARCH, JobKind.VERIFY):
             self.stats[job.candidate.key] = stats
             if job.kind is not JobKind.BASELINE:
@@ -519,9 +523,16 @@ class StudyFlow(Flow):
         and the job's own overhead (staging, the sandbox's start, the telemetry)."""
         measured = measurement.run_s + measurement.verify_s
         on_worker = measurement.finished_at - measurement.started_at  # the actor's own clock
-        self.run_estimate = measured / max(1, job.runs)
+        self._timed(measured / max(1, job.runs))
         self.job_overhead = max(0.0, (on_worker if on_worker > 0 else job.service_s) - measured)
         self.checks.run_s = measurement.run_s / max(1, job.runs)
+
+    def _timed(self, run_s: float) -> None:
+        """A run's time in a measurement that samples fully (the baseline's, a variant's verification,
+        a final; not the search's, whose samples are capped): the plan's unit is their median, so that
+        the one-time costs of a worker's first run (its runner's start, the driver's) fade out."""
+        self.run_times.append(run_s)
+        self.run_estimate = statistics.median(self.run_times)
 
     def _referenced(self, result: JobResult) -> None:
         """The baseline's outputs on seeds it had not run (references/ lost, or the finals' seeds)."""

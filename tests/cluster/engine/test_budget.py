@@ -75,3 +75,29 @@ def test_a_study_not_yet_measured_is_planned_with_the_slowest_run_of_its_device_
     plan, _ = plan_with(left_s=600.0)
     plan.update([Study(run_estimate=0.5), Study(run_estimate=2.0), Study(run_estimate=None)], lambda d: 1)
     assert plan.typical_run("H100") == 2.0 and plan.typical_run("A100") == 1.0
+
+
+def test_a_guess_for_studies_whose_baselines_are_queued_never_closes_the_search():
+    """Seen on an H100 (2026-11-27): the first two baselines of seven measured, the other five planned
+    with the slowest run (a first run that paid the worker's start-up): 473 s of finals guessed, no
+    search at all, and the sweep ended at 260 s of its 600. A guess waits for the studies' own times."""
+    measured = [Study(finals=20.0) for _ in range(2)]
+    queued = [Study(finals=100.0, run_estimate=None) for _ in range(5)]
+    plan, lines = plan_with(left_s=550.0)
+    plan.update([*measured, *queued], lambda device_type: 1)
+    assert plan.search_open("H100") and lines == []  # 2 x 20 fits: the 5 x 100 is a guess
+    for study in queued:  # their baselines are in: their own times, which fit
+        study.run_estimate, study.finals = 0.5, 10.0
+    plan.update([*measured, *queued], lambda device_type: 1)
+    assert plan.search_open("H100")
+    for study in queued:  # ... or do not: then it closes
+        study.finals = 100.0
+    plan.update([*measured, *queued], lambda device_type: 1)
+    assert not plan.search_open("H100") and "the search stops" in lines[0]
+
+
+def test_studies_already_measured_that_do_not_fit_close_the_search_whatever_the_guesses():
+    measured = [Study(finals=200.0) for _ in range(2)]  # 600 s of reserve by themselves
+    plan, lines = plan_with(left_s=550.0)
+    plan.update([*measured, Study(finals=1.0, run_estimate=None)], lambda device_type: 1)
+    assert not plan.search_open("H100")

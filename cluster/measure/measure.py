@@ -7,6 +7,7 @@ run passed, the time the samples claim against warpfleet's own clock (``cluster.
 
 from __future__ import annotations
 
+import itertools
 import math
 import re
 import statistics
@@ -22,7 +23,7 @@ from cluster.config import MetricSpec, OutputSpec, Target, VerifySpec
 from cluster.core.compare import compare
 from cluster.core.placeholders import names_in
 from cluster.core.types import BuildArtifact, Candidate, Clock, DeviceInfo, Measurement, RunOutputs, Status
-from cluster.measure.clock import CONFIRM_RUNS, clock_problem, paired_problem, seconds_per_unit
+from cluster.measure.clock import CONFIRM_RUNS, PAIRS, clock_problem, paired_problem, seconds_per_unit
 from cluster.measure.telemetry import Monitor
 from cluster.runners._base import Invocation, ProcessRunner, Runner, Staged
 from cluster.sandbox.sandbox import read_output
@@ -232,7 +233,7 @@ def measure_candidate(
                 last = first_seed + CONFIRM_RUNS  # a claim the clock does not bear out: confirmed on more runs
         problem = _clock_problem(clock(), reference)
         if problem and baseline is not None and reference is not None:
-            again, seconds = beside(staged, runner, baseline(), reference, CONFIRM_RUNS, first_seed)
+            again, seconds = beside(staged, runner, baseline(), reference, first_seed=first_seed)
             run_s += seconds
             problem = again and f"{problem}; judged again beside the baseline: {again}"
         if problem:
@@ -240,31 +241,36 @@ def measure_candidate(
         return done(Status.OK)
 
 
-def beside(staged: Staged, runner: Runner, baseline: Baseline, reference: Reference, runs: int,
-           first_seed: int = 0) -> tuple[str | None, float]:
-    """``runs`` runs of the baseline and the candidate in turn (baseline, candidate, baseline, ...)
-    on the same seeds, both under the load of the moment, and the candidate's claim judged on them
-    (``clock.paired_problem``); and the seconds the runs took. A run that fails or gives no valid
-    metric ends it with the claim unsupported."""
+def beside(staged: Staged, runner: Runner, baseline: Baseline, reference: Reference,
+           rounds: tuple[int, ...] = PAIRS, first_seed: int = 0) -> tuple[str | None, float]:
+    """Runs of the baseline and the candidate in turn (baseline, candidate, baseline, ...) on the
+    same seeds, both under the load of the moment, and the candidate's claim judged on them
+    (``clock.paired_problem``): ``rounds[0]`` pairs, then each next round's more while it fails;
+    and the seconds the runs took. A run that fails or gives no valid metric ends it with the
+    claim unsupported."""
     metric = staged.target.spec.metric
     unit = seconds_per_unit(metric) or 0.0
     claims: tuple[list[float], list[float]] = ([], [])
     walls: tuple[list[float], list[float]] = ([], [])
-    seconds = 0.0
+    seconds, problem, indices = 0.0, None, itertools.count(first_seed)
     params = dict(baseline.candidate.params)
     with runner.stage(baseline.target, params, baseline.candidate.arch, baseline.binary, prefix="beside-") as base:
-        for index in range(first_seed, first_seed + runs):
-            seed = index % len(reference.runs) if reference.runs else index
-            for side, which in enumerate((base, staged)):
-                result = which.run(Invocation(seed=seed))
-                seconds += result.seconds
-                found = parse_samples(result.stdout, metric) if result.ok and not result.timed_out else []
-                problem = metric_problem(found, metric)
-                if problem:
-                    return f"{('the baseline', 'it')[side]}, run in turn with the other: {problem}", seconds
-                claims[side].append(sum(found) * unit)
-                walls[side].append(result.seconds)
-    return paired_problem(claims[1], walls[1], claims[0], walls[0]), seconds
+        for pairs in rounds:
+            for index in itertools.islice(indices, pairs):
+                seed = index % len(reference.runs) if reference.runs else index
+                for side, which in enumerate((base, staged)):
+                    result = which.run(Invocation(seed=seed))
+                    seconds += result.seconds
+                    found = parse_samples(result.stdout, metric) if result.ok and not result.timed_out else []
+                    invalid = metric_problem(found, metric)
+                    if invalid:
+                        return f"{('the baseline', 'it')[side]}, run in turn with the other: {invalid}", seconds
+                    claims[side].append(sum(found) * unit)
+                    walls[side].append(result.seconds)
+            problem = paired_problem(claims[1], walls[1], claims[0], walls[0])
+            if problem is None:
+                return None, seconds
+    return problem, seconds
 
 
 def _clock(claims: list[float], walls: list[float]) -> Clock | None:

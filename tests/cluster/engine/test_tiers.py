@@ -153,7 +153,7 @@ def test_a_time_budget_ends_the_sweep_in_time_with_re_measured_winners(tmp_path,
                              started_at=started)
     rows = read_results(run_dir.path)
     search, finals = rows[rows["phase"] == "search"], rows[rows["phase"] == "final"]
-    assert len(search) >= 10 and summary.unfinished == ()
+    assert len(search) >= 3 and summary.unfinished == ()  # about 30 idle; 5 under two spinning processes
     assert set(finals["status"]) == {"ok"} and len(set(finals["candidate_key"])) >= 2  # the baseline and a winner
     [best] = select_best(rows)
     assert best.source_hash == fast and best.reason != ""

@@ -14,7 +14,7 @@ import yaml
 from cluster.build.build import compile_candidate
 from cluster.config import load_target
 from cluster.core.types import Candidate, Clock, Phase, Status
-from cluster.measure.clock import clock_problem
+from cluster.measure.clock import clock_problem, paired_problem
 from cluster.measure.measure import Baseline, Reference, measure_candidate
 from cluster.platform.devices import cpu_device
 from cluster.runners._base import ProcessRunner
@@ -23,8 +23,9 @@ from cluster.store.results import read_results
 from cluster.store.select import select_best
 
 # The work is sleeping, so that a busy test machine stretches no side: MODE 0 (the baseline) and
-# MODE 2 (the liar) sleep 40 ms a sample, MODE 1 (honest, faster) 10 ms; SETUP ms before the timed
-# loop, untimed, as a program's inputs or a CUDA context would be.
+# MODE 2 (the liar) sleep 100 ms a sample, MODE 1 (honest, faster) 25 ms; SETUP ms before the timed
+# loop, untimed, as a program's inputs or a CUDA context would be. (At 40 ms a sample, a process start
+# under two spinning processes took so long that the floor for the noise left the liar's claim unjudged.)
 PROGRAM = textwrap.dedent(r"""
     #include <stdio.h>
     #include <time.h>
@@ -47,7 +48,7 @@ PROGRAM = textwrap.dedent(r"""
         work(SETUP);
         for (int i = 0; i < 3; i++) {
             double start = now_ms();
-            work(MODE == 1 ? 10.0 : 40.0);
+            work(MODE == 1 ? 25.0 : 100.0);
             double took = now_ms() - start;
             if (MODE == 2) printf("@warpfleet time_ms=0.000001\n");
             else printf("@warpfleet time_ms=%.4f\n", took);
@@ -110,7 +111,7 @@ def test_a_lying_metric_is_a_clock_mismatch_and_an_honest_faster_candidate_passe
 def test_a_claim_is_judged_again_beside_the_baseline_when_the_load_changed(tmp_path, runner):
     """The baseline's clock is taken once, at the study's start; a node loaded later stretches every
     run's wall time (process starts, above all). Here the stale clock says the baseline's runs took
-    60 ms for its 120 ms of samples (as if timed then): against it the honest candidate's saving
+    150 ms for its 300 ms of samples (as if timed then): against it the honest candidate's saving
     does not show, but the baseline run in turn with it shows it, and the liar stays a liar."""
     target = load_target(write_target(tmp_path / "t", runner))
     runs = ProcessRunner() if runner == "process" else PersistentRunner(cuda=False)
@@ -123,7 +124,7 @@ def test_a_claim_is_judged_again_beside_the_baseline_when_the_load_changed(tmp_p
 
     try:
         first = measure_candidate(target, base_candidate, base_artifact, cpu_device("w"), None, 1, runs)
-        stale = Reference(first.outputs, Clock(claimed_s=0.120, wall_s=0.060))
+        stale = Reference(first.outputs, Clock(claimed_s=0.300, wall_s=0.150))
         judged_once = _measure(target, runs, 1, stale, 1)
         honest = _measure(target, runs, 1, stale, 1, baseline)
         liar = _measure(target, runs, 2, stale, 1, baseline)
@@ -140,8 +141,8 @@ def test_a_claim_is_judged_again_beside_the_baseline_when_the_load_changed(tmp_p
 
 
 def test_setup_that_dominates_the_run_does_not_reject_an_honest_candidate(tmp_path):
-    """900 ms of untimed setup around a 120 ms timed region: the honest candidate saves 90 ms of
-    1020, which the floor (a quarter of the untimed time) leaves unjudged either way."""
+    """900 ms of untimed setup around a 300 ms timed region: the honest candidate saves 225 ms of
+    1200, which the floor (a quarter of the untimed time) leaves unjudged either way."""
     target = load_target(write_target(tmp_path / "t", setup_ms=900))
     runs = ProcessRunner()
     baseline = _measure(target, runs, 0, None, 2)
@@ -166,6 +167,17 @@ def test_the_rule_compares_savings_with_a_floor_for_noise():
     assert clock_problem(Clock(0.030, 0.110), spread) is None and clock_problem(Clock(0.0, 0.140), spread)
 
 
+def test_runs_in_turn_are_judged_on_the_median_of_their_pairs_and_noise_lets_no_lie_through():
+    """A burst of load on the second pair (500 ms more on both sides) cancels in its difference; a
+    noisy node raises no floor, so the liar, whose runs take what the baseline's take, fails."""
+    claims = [0.300] * 3
+    baseline_walls = [0.33, 0.85, 0.32]
+    assert paired_problem([0.075] * 3, [0.10, 0.60, 0.11], claims, baseline_walls) is None  # 225 claimed, ~225 seen
+    assert "the pairs' median" in paired_problem([1e-9] * 3, [0.33, 0.80, 0.30], claims, baseline_walls)
+    # half the claim less 5 ms must show: 225 claimed, 100 seen is not enough
+    assert paired_problem([0.075] * 3, [0.23, 0.75, 0.22], claims, baseline_walls) is not None
+
+
 @pytest.mark.usefixtures("ray_local")
 def test_a_lying_metric_never_wins_a_sweep_and_an_honest_one_does(tmp_path):
     write_target(tmp_path / "t")
@@ -188,6 +200,6 @@ def test_a_lying_metric_never_wins_a_sweep_and_an_honest_one_does(tmp_path):
     assert search.loc[1, "status"] == Status.OK.value
     assert not ((rows["p_MODE"] == 2) & (rows["phase"] == "final")).any()  # never re-measured as a contender
     [best] = select_best(rows)
-    assert best.params["MODE"] == 1 and 3.0 < best.speedup < 5.0, best  # 40 ms a sample against 10
+    assert best.params["MODE"] == 1 and 3.0 < best.speedup < 5.0, best  # 100 ms a sample against 25
     exported = CliRunner().invoke(main, ["export", str(run), "--format", "json"])
     assert exported.exit_code == 0 and '"MODE": 1' in exported.output, exported.output

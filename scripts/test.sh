@@ -9,10 +9,9 @@ python3 -m venv .venv
 .venv/bin/ruff check .
 source scripts/bubblewrap.sh  # the sandbox every build and run goes through
 .venv/bin/python -m cluster.cli doctor || echo "the sandbox does not work here: its tests skip, sweeps refuse to run"
-# One process by default. WF_TEST_WORKERS=2 runs two pytest-xdist workers (about 9 minutes instead of
-# 12 on 2 cores), but the load one worker puts on the other fails an honest variant's clock check now
-# and then (clock_mismatch: the baseline's clock is taken once; README, Development): not for CI yet.
-if [[ "${WF_TEST_WORKERS:-0}" != 0 ]]; then
-    exec .venv/bin/python -m pytest -n "$WF_TEST_WORKERS" --dist loadgroup "$@"
+# Two pytest-xdist workers by default (the tests with a Ray of their own, and the program suites'
+# builds, are groups that each stay on one worker); WF_TEST_WORKERS=N for N, 0 for one process.
+if [[ "${WF_TEST_WORKERS:-2}" != 0 ]]; then
+    exec .venv/bin/python -m pytest -n "${WF_TEST_WORKERS:-2}" --dist loadgroup "$@"
 fi
 exec .venv/bin/python -m pytest "$@"

@@ -16,6 +16,12 @@ closes it stays closed. While some of a type's studies have no time of their own
 baselines are still queued: planned with the type's slowest run, ``typical_run``), a guess never
 closes the search: it closes on them only if the studies already measured no longer fit by
 themselves, or once every study has its own time.
+
+The finals fit the budget: once every study of a type has its own time, finals that would take more
+than ``FINALS_SHARE`` of the time left are made smaller, one step at a time down ``sizes``: fewer
+runs each (down to ``MIN_FINAL_RUNS``), then fewer finalists (down to one, beside the baseline), so
+that the search keeps the rest (on an H100, eight public programs of 3-4 s a run had their search
+closed at once by finals of four candidates times five runs).
 """
 
 from __future__ import annotations
@@ -35,6 +41,14 @@ SAFETY = 1.5  # the reserve is this many times the estimate: finals queue behind
 DEFAULT_RUN_S = 1.0  # a run's time where no study of the device type has been measured yet
 MARGIN_S = 3.0  # and this much more: the last job's results, the last flush
 GRACE_FRACTION, GRACE_MAX_S = 0.02, 15.0  # past the deadline, the loop waits at most this for the finals
+FINALS_SHARE = 0.5  # of the time left, at most, for the finals (and their checks) when the plan first sees them all
+MIN_FINAL_RUNS = 3  # runs of a final, at the least, where the budget shrinks the finals
+
+
+def sizes(top_k: int, runs: int) -> list[tuple[int, int]]:
+    """The finals' sizes, (finalists, runs each), from the configured one down to the smallest."""
+    steps = [(top_k, r) for r in range(runs, min(runs, MIN_FINAL_RUNS) - 1, -1)]
+    return steps + [(k, steps[-1][1]) for k in range(top_k - 1, 0, -1)]
 
 
 class Planned(Protocol):
@@ -60,8 +74,11 @@ def grace_s(budget_s: float) -> float:
 
 
 class TimePlan:
-    def __init__(self, budget_s: float, started_at: float | None = None) -> None:
+    def __init__(self, budget_s: float, started_at: float | None = None, finals: tuple[int, int] = (3, 5)) -> None:
+        """``finals``: the configured finals, (measure.final_top_k, measure.final_runs)."""
         self.budget_s = budget_s
+        self.finals = finals
+        self.size: dict[str, tuple[int, int]] = {}  # device type -> its finals' size, where made smaller
         self.started_at = time.monotonic() if started_at is None else started_at
         self.deadline = self.started_at + budget_s
         self.hard_stop = self.deadline + grace_s(budget_s)
@@ -81,6 +98,32 @@ class TimePlan:
     def may_wait(self, device_type: str, needed_s: float) -> bool:
         """Whether finals may still wait ``needed_s`` more (for a check) and end by the deadline."""
         return self.time_left() > needed_s * SAFETY
+
+    def finals_size(self, device_type: str) -> tuple[int, int]:
+        """(finalists, runs each) for the finals of the device type's studies."""
+        return self.size.get(device_type, self.finals)
+
+    def _fit_finals(self, device_type: str, after: float, now: float) -> float:
+        """Make the type's finals smaller until they take at most ``FINALS_SHARE`` of the time left;
+        returns the reserve's finals part at the size chosen (``after`` is at the current size)."""
+        current = self.finals_size(device_type)
+        ladder = sizes(*self.finals)
+        share = FINALS_SHARE * self.time_left(now)
+        chosen = current
+        for size in ladder[ladder.index(current) if current in ladder else 0:]:
+            chosen = size
+            if after * self._ratio(size, current) <= share:
+                break
+        if chosen != current:
+            self.size[device_type] = chosen
+            log.info(f"time budget: finals of {chosen[0]} candidate{'s' * (chosen[0] > 1)} and the baseline, "
+                     f"{chosen[1]} runs each, on {device_type} (measure asks {self.finals[0]} and {self.finals[1]}): "
+                     f"about {math.ceil(after * self._ratio(chosen, current))} s of {self.time_left(now):.0f} s left")
+        return after * self._ratio(chosen, current)
+
+    @staticmethod
+    def _ratio(size: tuple[int, int], current: tuple[int, int]) -> float:
+        return (size[0] + 1) * size[1] / ((current[0] + 1) * current[1])
 
     def typical_run(self, device_type: str) -> float:
         return self.typical.get(device_type, DEFAULT_RUN_S)
@@ -117,6 +160,10 @@ class TimePlan:
             searching = any(f.in_search() for f in mine)
             if device_type in guessed and now + self._reserve(*known[device_type], n, now) < self.deadline:
                 continue  # the baselines still queued will say what they need: no closing on a guess
+            if searching and after > FINALS_SHARE * self.time_left(now):
+                finals[device_type] = self._fit_finals(device_type, after, now) * n / SAFETY
+                after = SAFETY * finals[device_type] / n
+                self.reserve[device_type] = self._reserve(finals[device_type], checks[device_type], n, now)
             if searching and now + self.reserve[device_type] >= self.deadline:
                 self.closed[device_type] = now
                 if not any(f.searched() for f in mine) and after + MARGIN_S >= self.time_left(now):

@@ -134,7 +134,8 @@ class Sweep:
         ready_at = time.monotonic()
         tables = Tables(self.run_dir.path, self.config.flush_interval_s)
         budget = self.config.search.time_budget_s
-        plan = TimePlan(budget, self.started_at) if budget else None
+        finals = (max(1, self.config.measure.final_top_k), self.config.measure.final_runs)
+        plan = TimePlan(budget, self.started_at, finals) if budget else None
         agents = self._agent_stage(tables)
         restored = {s.name: agents.restore(s) for s in states} if agents else {}
         existing = read_results(self.run_dir.path)

@@ -43,7 +43,22 @@ class Finals:
 
     @property
     def wanted(self) -> int:
-        return max(1, self.flow.ctx.config.measure.final_top_k)
+        """Finalists besides the baseline: ``measure.final_top_k``, or fewer where the time budget
+        made the finals smaller (``TimePlan.finals_size``)."""
+        return self._size()[0]
+
+    @property
+    def runs(self) -> int:
+        """Runs of each final, on seeds 1..runs: ``measure.final_runs``, or fewer (as ``wanted``)."""
+        return self._size()[1]
+
+    def _size(self) -> tuple[int, int]:
+        measure, plan = self.flow.ctx.config.measure, self.flow.ctx.plan
+        configured = (max(1, measure.final_top_k), measure.final_runs)
+        if plan is None:
+            return configured
+        size = plan.finals_size(self.flow.device_type)
+        return min(configured[0], size[0]), min(configured[1], size[1])
 
     # -- entering ------------------------------------------------------------------------------
     def enter(self) -> None:
@@ -58,7 +73,7 @@ class Finals:
             self._submit(state.baseline_candidate(), extend=True)  # its outputs: the finals' references
             return
         if missing:  # its final ran before a resume whose references/ were lost
-            have = self.flow.ctx.config.measure.final_runs + 1 - missing
+            have = self.runs + 1 - missing
             flow.submit(flow.jobs.job(JobKind.REFERENCE, flow.jobs.build(), runs=missing, first_seed=have,
                                        label=f"the baseline's outputs on seeds {have}..{have + missing - 1}"))
             return
@@ -69,7 +84,7 @@ class Finals:
         spec = self.flow.state.target.spec
         if "seed" not in names_in(spec.run) or self.reference is None:
             return 0
-        return max(0, self.flow.ctx.config.measure.final_runs + 1 - len(self.reference.runs))
+        return max(0, self.runs + 1 - len(self.reference.runs))
 
     def referenced(self, measurement: Measurement, first_seed: int | None = None) -> None:
         """The baseline's outputs on the missing seeds are in (from ``first_seed`` on; default: the
@@ -135,14 +150,14 @@ class Finals:
 
     def _submit(self, candidate: Candidate, extend: bool = False) -> None:
         """Its final; ``extend``: the baseline's, with no reference (its outputs become the finals')."""
-        flow, measure = self.flow, self.flow.ctx.config.measure
+        flow = self.flow
         source = flow.state.source_of(candidate)[0]
         build = flow.jobs.build(source, candidate.with_phase(Phase.FINAL))
         baseline = candidate.key == flow.state.baseline_candidate().key
         if not baseline:
             self.finalists.append(candidate.key)
         self.outstanding.add(candidate.key)
-        flow.submit(flow.jobs.job(JobKind.FINAL, build, runs=measure.final_runs, first_seed=1,
+        flow.submit(flow.jobs.job(JobKind.FINAL, build, runs=self.runs, first_seed=1,
                                    reference=None if extend else flow.state.reference,
                                    label="the baseline" if baseline else ""))
 
@@ -160,11 +175,10 @@ class Finals:
     # -- the time plan -------------------------------------------------------------------------
     def work_left(self, run_s: float, overhead_s: float = 0.0) -> float:
         """Worker-seconds its finals still take: ``run_s`` a run, ``overhead_s`` a job besides its runs."""
-        measure = self.flow.ctx.config.measure
         if not self.entered:
             measured = sum(1 for c in self.flow.state.ranked() if c.key != self.flow.state.baseline_candidate().key)
             finals = min(self.wanted, max(1, measured)) + 1
         else:
             room = max(0, self.wanted - len(self.finalists) - len(self.holding)) if self.pool else 0
             finals = len(self.outstanding) + len(self.holding) + room
-        return finals * (overhead_s + measure.final_runs * run_s)
+        return finals * (overhead_s + self.runs * run_s)

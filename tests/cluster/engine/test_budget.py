@@ -7,7 +7,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 
-from cluster.engine.budget import MARGIN_S, SAFETY, TimePlan, grace_s
+from cluster.engine.budget import FINALS_SHARE, MARGIN_S, SAFETY, TimePlan, grace_s, sizes
 from cluster.engine.jobs import CHECK_SHARE
 from tests.conftest import logged_lines
 
@@ -32,9 +32,10 @@ class Study:
         return self.measured
 
 
-def plan_with(left_s: float, budget: float = 600.0) -> tuple[TimePlan, list[str]]:
+def plan_with(left_s: float, budget: float = 600.0, finals: tuple[int, int] = (1, 3)) -> tuple[TimePlan, list[str]]:
+    """``finals``: the configured finals' size; by default the smallest, which the plan cannot shrink."""
     lines = logged_lines()
-    plan = TimePlan(budget, time.monotonic() - (budget - left_s))
+    plan = TimePlan(budget, time.monotonic() - (budget - left_s), finals)
     return plan, lines
 
 
@@ -100,4 +101,22 @@ def test_studies_already_measured_that_do_not_fit_close_the_search_whatever_the_
     measured = [Study(finals=200.0) for _ in range(2)]  # 600 s of reserve by themselves
     plan, lines = plan_with(left_s=550.0)
     plan.update([*measured, Study(finals=1.0, run_estimate=None)], lambda device_type: 1)
-    assert not plan.search_open("H100")
+    assert not plan.search_open("H100") and "the search stops" in lines[0]
+
+
+def test_finals_that_would_take_more_than_their_share_are_made_smaller_runs_first():
+    """Seen on an H100 (2026-11-27): eight public programs of 3-4 s a run, finals of three candidates
+    and the baseline times five runs: 840 s of reserve in a 600 s budget, the search closed at once.
+    The finals shrink until they take half the time left: fewer runs (not under 3), then fewer
+    finalists (not under 1)."""
+    assert sizes(3, 5) == [(3, 5), (3, 4), (3, 3), (2, 3), (1, 3)] and sizes(1, 2) == [(1, 2)]
+    studies = [Study(finals=70.0) for _ in range(8)]  # 4 finals x 5 runs x 3.5 s each
+    plan, lines = plan_with(left_s=550.0, finals=(3, 5))
+    plan.update(studies, lambda device_type: 1)
+    assert plan.finals_size("H100") == (1, 3) and plan.search_open("H100")  # 840 s x 6/20 = 252 s
+    assert "finals of 1 candidate and the baseline, 3 runs each" in lines[0]
+    assert plan.reserve["H100"] <= FINALS_SHARE * 550.0 + MARGIN_S
+    small = [Study(finals=10.0) for _ in range(8)]  # 120 s: under half of 550, as configured
+    plan, _ = plan_with(left_s=550.0, finals=(3, 5))
+    plan.update(small, lambda device_type: 1)
+    assert plan.finals_size("H100") == (3, 5) and plan.size == {}

@@ -36,7 +36,9 @@ def test_evaluation_measures_each_winner_after_a_baseline_of_its_own(runs):
     assert list(rows["phase"])[:1] == ["baseline"] and (rows["status"] == "ok").all(), shown
     evaluated = rows[rows["phase"] == "evaluate"]
     assert set(evaluated["flags"]) == {"-O3", "-O2 -fno-inline"}, shown
-    assert (evaluated["n_samples"] == 10).all()  # measure.final_runs runs of 5 samples
+    # measure.final_runs runs of 5 samples, or 3 where a claim the clock did not bear out at first was
+    # confirmed on a third run (and then judged again beside the baseline: measure.clock)
+    assert evaluated["n_samples"].isin([10, 15]).all(), shown
     assert set(rows["device_type"]) == {runs["here"]}
     meta = json.loads((runs["e"] / "meta.json").read_text())
     assert meta["kind"] == "evaluate"

@@ -38,6 +38,7 @@ from cluster.core.types import BuildArtifact, DeviceInfo, Measurement, Status
 from cluster.engine.jobs import MEASURES, METHOD, URGENT, WEIGHT, Build, Job, JobKind, JobResult, Lane
 from cluster.engine.workers import compile_task
 
+FIRST_SEARCH_HOLD_S = 60.0  # at most this long the check lane waits for a study's first search candidate
 BUILD_CACHE = 512  # builds whose binaries stay in the object store for later jobs (finals, profiles)
 EMA = 0.2  # weight of the newest compile or run time in the look-ahead's estimates
 LOOKAHEAD_SPARE = 1.25  # compiles in flight beyond what the workers finish during one, for its spread
@@ -80,6 +81,11 @@ class Scheduler:
         self.closed = False
         self.weight = dict(weights or WEIGHT)
         self.turns: dict[tuple[str, Lane, str], int] = defaultdict(int)
+        # Studies whose first search job is submitted and not yet done: (device type, when submitted).
+        # The check lane waits for them (FIRST_SEARCH_HOLD_S at most): a long check (Nsight Compute on
+        # a baseline, 62 s on an H100) on the only worker held every study's first search behind it.
+        self.first_search: dict[str, tuple[str, float]] = {}
+        self.searched: set[str] = set()
 
     # -- submitting ------------------------------------------------------------------------------
     def submit(self, job: Job) -> None:
@@ -91,6 +97,8 @@ class Scheduler:
             return
         job.submitted_at = time.time()
         self.counts[(job.device_type, job.kind)] += 1
+        if job.kind is JobKind.SEARCH and job.study not in self.searched:
+            self.first_search.setdefault(job.study, (job.device_type, job.submitted_at))
         for build in job.builds:
             self._build(build)
         self._check_built(job)
@@ -304,6 +312,9 @@ class Scheduler:
 
     def _finish(self, result: JobResult) -> None:
         self.counts[(result.job.device_type, result.job.kind)] -= 1
+        if result.job.kind is JobKind.SEARCH:
+            self.searched.add(result.job.study)
+            self.first_search.pop(result.job.study, None)
         self.finished.append(result)
 
     @staticmethod
@@ -345,7 +356,8 @@ class Scheduler:
     def _next(self, device_type: str) -> Job | None:
         """The job a free worker of this type takes next, or None: an urgent one first, then the
         critical lane, else the shared lane furthest behind in virtual time (the check lane within
-        its share of the workers while other work waits, and not before the type's baselines)."""
+        its share of the workers while other work waits, and not before the type's baselines and
+        each of its studies' first search candidate)."""
         tops = {lane: heap[0] for lane in Lane if (heap := self.ready.get((device_type, lane)))}
         tops = {lane: top for lane, top in tops.items()
                 if all(w in self.dead for w in top[1].workers) or self._free(top[1])}
@@ -356,6 +368,8 @@ class Scheduler:
             return tops[Lane.CRITICAL][1]
         if Lane.CHECK in tops and self.counts[(device_type, JobKind.BASELINE)]:
             del tops[Lane.CHECK]  # baselines first: every study waits for its own, none behind a long check
+        if Lane.CHECK in tops and self._first_search_waits(device_type):
+            del tops[Lane.CHECK]  # then each study's first search candidate (compiling or queued)
         if Lane.CHECK in tops and len(tops) > 1:
             checking = sum(1 for j in self.running.values() if j.device_type == device_type and j.lane is Lane.CHECK)
             if checking >= max(1, math.floor(self.weight[Lane.CHECK] * len(self.workers_of(device_type)))):
@@ -363,6 +377,11 @@ class Scheduler:
         if not tops:
             return None
         return tops[min(tops, key=lambda lane: self._virtual(device_type, lane))][1]
+
+    def _first_search_waits(self, device_type: str) -> bool:
+        now = time.time()
+        return any(kind == device_type and now - since < FIRST_SEARCH_HOLD_S
+                   for kind, since in self.first_search.values())
 
     def _virtual(self, device_type: str, lane: Lane) -> float:
         """A lane's virtual time, its jobs on the workers counted for the time they have run so far."""

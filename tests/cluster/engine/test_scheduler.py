@@ -10,6 +10,7 @@ import shutil
 import tempfile
 import textwrap
 import threading
+import time
 import types
 from collections.abc import Iterator
 from pathlib import Path
@@ -23,8 +24,8 @@ from agents.workflow import Analyst, Finding, Level, Plan, Planner, Steps, Trans
 from cluster.config import load_run
 from cluster.core.types import DeviceInfo, Measurement, Status
 from cluster.engine.driver import Sweep
-from cluster.engine.jobs import LANE, PRIORITY, URGENT, Build, Job, JobKind, Lane
-from cluster.engine.scheduler import Scheduler
+from cluster.engine.jobs import LANE, PRIORITY, URGENT, Build, Job, JobKind, JobResult, Lane
+from cluster.engine.scheduler import FIRST_SEARCH_HOLD_S, Scheduler
 from cluster.store.results import read_results
 from cluster.store.rundir import RunDir
 
@@ -272,3 +273,27 @@ def test_drop_takes_queued_search_jobs_back_and_close_answers_every_waiting_futu
     assert waiting.future.result().failure is Status.WORKER_LOST
     late = scheduler.submit_threadsafe(Job(JobKind.VERIFY, "s", [0], device("A"), waiting.builds))
     assert late.done() and "ended" in late.result().error
+
+
+def test_the_checks_wait_for_each_studys_first_search_candidate():
+    """Seen on an H100 (2026-11-27, the public suite on one GPU): Nsight Compute on one study's
+    baseline (62 s) took the only worker while every study's first search candidate was compiling,
+    and each came 72 to 101 s after its baseline. The check lane now waits while a study has a first
+    search job submitted and not done (compiling or queued), for FIRST_SEARCH_HOLD_S at the most."""
+    a = device("A").device_type
+    scheduler = Scheduler([FakeActor()], [device("A")], per_worker=1, cpu_slots=4)
+    profile = ready_job(scheduler, JobKind.PROFILE, study="x")
+    scheduler.first_search["y"] = (a, time.time())  # as submit() records it: y's first search compiles
+    assert scheduler._next(a) is None  # the worker waits for it rather than start a long check
+    search = ready_job(scheduler, JobKind.SEARCH, study="y")
+    assert scheduler._next(a) is search
+    heapq.heappop(scheduler.ready[(a, Lane.SEARCH)])
+    scheduler.counts[(a, JobKind.SEARCH)] += 1
+    scheduler._finish(JobResult(search, search.artifacts[0]))
+    assert scheduler._next(a) is profile and "y" in scheduler.searched
+    scheduler.first_search["z"] = (a, time.time() - FIRST_SEARCH_HOLD_S - 1)  # compiling for too long
+    assert scheduler._next(a) is profile
+    scheduler.first_search["z"] = (a, time.time())
+    assert scheduler._next(a) is None
+    scheduler.first_search["z"] = ("another GPU", time.time())  # another device type's study holds nothing here
+    assert scheduler._next(a) is profile

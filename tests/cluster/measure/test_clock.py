@@ -23,9 +23,10 @@ from cluster.store.results import read_results
 from cluster.store.select import select_best
 
 # The work is sleeping, so that a busy test machine stretches no side: MODE 0 (the baseline) and
-# MODE 2 (the liar) sleep 100 ms a sample, MODE 1 (honest, faster) 25 ms; SETUP ms before the timed
-# loop, untimed, as a program's inputs or a CUDA context would be. (At 40 ms a sample, a process start
-# under two spinning processes took so long that the floor for the noise left the liar's claim unjudged.)
+# MODE 2 (the liar) sleep 250 ms a sample, MODE 1 (honest, faster) 62.5 ms, two samples a run; SETUP
+# ms before the timed loop, untimed, as a program's inputs or a CUDA context would be. (At 3 x 40 ms
+# and at 3 x 100 ms a run, a process start under two spinning processes and two test workers took so
+# long that the floor for the noise, a quarter of the untimed time, left the liar's claim unjudged.)
 PROGRAM = textwrap.dedent(r"""
     #include <stdio.h>
     #include <time.h>
@@ -46,9 +47,9 @@ PROGRAM = textwrap.dedent(r"""
     }
     int main(void) {
         work(SETUP);
-        for (int i = 0; i < 3; i++) {
+        for (int i = 0; i < 2; i++) {
             double start = now_ms();
-            work(MODE == 1 ? 25.0 : 100.0);
+            work(MODE == 1 ? 62.5 : 250.0);
             double took = now_ms() - start;
             if (MODE == 2) printf("@warpfleet time_ms=0.000001\n");
             else printf("@warpfleet time_ms=%.4f\n", took);
@@ -102,7 +103,7 @@ def test_a_lying_metric_is_a_clock_mismatch_and_an_honest_faster_candidate_passe
     finally:
         runs.close()
     assert liar.status is Status.CLOCK_MISMATCH, (liar.status, liar.error_tail)
-    assert "warpfleet's own clock" in liar.error_tail and len(liar.samples) == 3 * 3  # confirmed on 3 runs
+    assert "warpfleet's own clock" in liar.error_tail and len(liar.samples) == 3 * 2  # confirmed on 3 runs
     assert honest.status is Status.OK, honest.error_tail
     assert max(honest.samples) < min(baseline.samples)
 
@@ -111,7 +112,7 @@ def test_a_lying_metric_is_a_clock_mismatch_and_an_honest_faster_candidate_passe
 def test_a_claim_is_judged_again_beside_the_baseline_when_the_load_changed(tmp_path, runner):
     """The baseline's clock is taken once, at the study's start; a node loaded later stretches every
     run's wall time (process starts, above all). Here the stale clock says the baseline's runs took
-    150 ms for its 300 ms of samples (as if timed then): against it the honest candidate's saving
+    250 ms for its 500 ms of samples (as if timed then): against it the honest candidate's saving
     does not show, but the baseline run in turn with it shows it, and the liar stays a liar."""
     target = load_target(write_target(tmp_path / "t", runner))
     runs = ProcessRunner() if runner == "process" else PersistentRunner(cuda=False)
@@ -124,7 +125,7 @@ def test_a_claim_is_judged_again_beside_the_baseline_when_the_load_changed(tmp_p
 
     try:
         first = measure_candidate(target, base_candidate, base_artifact, cpu_device("w"), None, 1, runs)
-        stale = Reference(first.outputs, Clock(claimed_s=0.300, wall_s=0.150))
+        stale = Reference(first.outputs, Clock(claimed_s=0.500, wall_s=0.250))
         judged_once = _measure(target, runs, 1, stale, 1)
         honest = _measure(target, runs, 1, stale, 1, baseline)
         liar = _measure(target, runs, 2, stale, 1, baseline)
@@ -136,13 +137,13 @@ def test_a_claim_is_judged_again_beside_the_baseline_when_the_load_changed(tmp_p
     assert honest.status is Status.OK, honest.error_tail
     assert liar.status is Status.CLOCK_MISMATCH and "judged again beside the baseline" in liar.error_tail
     assert fetched_for_both == 2 and len(fetched) == 2  # a claim the clock bears out never runs the baseline
-    assert len(honest.samples) == 3 * 3  # its own confirming runs' samples: the baseline's are not its
-    assert fair.status is Status.OK and len(fair.samples) == 3  # one run: its claim showed at once
+    assert len(honest.samples) == 3 * 2  # its own confirming runs' samples: the baseline's are not its
+    assert fair.status is Status.OK and len(fair.samples) == 2  # one run: its claim showed at once
 
 
 def test_setup_that_dominates_the_run_does_not_reject_an_honest_candidate(tmp_path):
-    """900 ms of untimed setup around a 300 ms timed region: the honest candidate saves 225 ms of
-    1200, which the floor (a quarter of the untimed time) leaves unjudged either way."""
+    """900 ms of untimed setup around a 500 ms timed region: the honest candidate saves 375 ms of
+    1400, which the floor (a quarter of the untimed time) leaves unjudged either way."""
     target = load_target(write_target(tmp_path / "t", setup_ms=900))
     runs = ProcessRunner()
     baseline = _measure(target, runs, 0, None, 2)
@@ -200,6 +201,6 @@ def test_a_lying_metric_never_wins_a_sweep_and_an_honest_one_does(tmp_path):
     assert search.loc[1, "status"] == Status.OK.value
     assert not ((rows["p_MODE"] == 2) & (rows["phase"] == "final")).any()  # never re-measured as a contender
     [best] = select_best(rows)
-    assert best.params["MODE"] == 1 and 3.0 < best.speedup < 5.0, best  # 100 ms a sample against 25
+    assert best.params["MODE"] == 1 and 3.0 < best.speedup < 5.0, best  # 250 ms a sample against 62.5
     exported = CliRunner().invoke(main, ["export", str(run), "--format", "json"])
     assert exported.exit_code == 0 and '"MODE": 1' in exported.output, exported.output

@@ -104,26 +104,23 @@ class TimePlan:
         return self.size.get(device_type, self.finals)
 
     def _fit_finals(self, device_type: str, after: float, now: float) -> float:
-        """Make the type's finals smaller until they take at most ``FINALS_SHARE`` of the time left;
-        returns the reserve's finals part at the size chosen (``after`` is at the current size)."""
+        """Make the type's finals smaller, down ``sizes``, until their reserve (``after`` at the
+        current size) is at most ``FINALS_SHARE`` of the time left; returns the factor by which the
+        size chosen scales them (finalists and the baseline, times runs each)."""
         current = self.finals_size(device_type)
         ladder = sizes(*self.finals)
-        share = FINALS_SHARE * self.time_left(now)
-        chosen = current
-        for size in ladder[ladder.index(current) if current in ladder else 0:]:
-            chosen = size
-            if after * self._ratio(size, current) <= share:
-                break
+
+        def scale(size: tuple[int, int]) -> float:
+            return (size[0] + 1) * size[1] / ((current[0] + 1) * current[1])
+
+        fits = [s for s in ladder[ladder.index(current):] if after * scale(s) <= FINALS_SHARE * self.time_left(now)]
+        chosen = fits[0] if fits else ladder[-1]
         if chosen != current:
             self.size[device_type] = chosen
             log.info(f"time budget: finals of {chosen[0]} candidate{'s' * (chosen[0] > 1)} and the baseline, "
                      f"{chosen[1]} runs each, on {device_type} (measure asks {self.finals[0]} and {self.finals[1]}): "
-                     f"about {math.ceil(after * self._ratio(chosen, current))} s of {self.time_left(now):.0f} s left")
-        return after * self._ratio(chosen, current)
-
-    @staticmethod
-    def _ratio(size: tuple[int, int], current: tuple[int, int]) -> float:
-        return (size[0] + 1) * size[1] / ((current[0] + 1) * current[1])
+                     f"about {math.ceil(after * scale(chosen))} s of {self.time_left(now):.0f} s left")
+        return scale(chosen)
 
     def typical_run(self, device_type: str) -> float:
         return self.typical.get(device_type, DEFAULT_RUN_S)
@@ -161,7 +158,7 @@ class TimePlan:
             if device_type in guessed and now + self._reserve(*known[device_type], n, now) < self.deadline:
                 continue  # the baselines still queued will say what they need: no closing on a guess
             if searching and after > FINALS_SHARE * self.time_left(now):
-                finals[device_type] = self._fit_finals(device_type, after, now) * n / SAFETY
+                finals[device_type] *= self._fit_finals(device_type, after, now)
                 after = SAFETY * finals[device_type] / n
                 self.reserve[device_type] = self._reserve(finals[device_type], checks[device_type], n, now)
             if searching and now + self.reserve[device_type] >= self.deadline:

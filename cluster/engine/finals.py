@@ -54,11 +54,9 @@ class Finals:
 
     def _size(self) -> tuple[int, int]:
         measure, plan = self.flow.ctx.config.measure, self.flow.ctx.plan
-        configured = (max(1, measure.final_top_k), measure.final_runs)
-        if plan is None:
-            return configured
-        size = plan.finals_size(self.flow.device_type)
-        return min(configured[0], size[0]), min(configured[1], size[1])
+        if plan is not None:  # made from the same settings (driver), smaller where the budget asks
+            return plan.finals_size(self.flow.device_type)
+        return max(1, measure.final_top_k), measure.final_runs
 
     # -- entering ------------------------------------------------------------------------------
     def enter(self) -> None:

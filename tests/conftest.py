@@ -127,6 +127,7 @@ def _group(item: pytest.Item) -> str | None:
     return marker.args[0] if marker.args else marker.kwargs.get("name")
 
 
+@pytest.hookimpl(tryfirst=True)  # before pytest-xdist's own, which reads the groups
 def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config, items: list[pytest.Item]) -> None:
     """The tests that start a Ray instance of their own run together (in their order), so that the
     shared one (ray_local) starts once: after each of them the next test started it again, seconds
@@ -140,6 +141,22 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
     builds = [item for item in items if _group(item) == "nvcc_builds"]
     own = [item for item in items if _group(item) == "own_ray"]
     items[:] = builds + own + [item for item in items if _group(item) not in ("nvcc_builds", "own_ray")]
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Under ``--dist loadgroup`` pytest-xdist marks each grouped test's id with its group; pytest 9.2
+    ignores the mark of pytest-xdist 3.8 and older (pytest-dev/pytest-xdist#1386) and the groups are
+    spread over the workers: each worker then builds every program suite's baselines, and the
+    own-Ray tests run at once. Stop in one line (the test extra pins a pytest that works)."""
+    if config.getoption("dist", "no") != "loadgroup" or hasattr(config, "workerinput"):
+        return
+    import xdist
+
+    xdist_version = tuple(int(part) for part in xdist.__version__.split(".")[:2] if part.isdigit())
+    if pytest.version_tuple[:2] >= (9, 2) and xdist_version <= (3, 8):
+        raise pytest.UsageError(
+            f"pytest {pytest.__version__} with pytest-xdist {xdist.__version__} loses --dist loadgroup's groups "
+            "(pytest-dev/pytest-xdist#1386): pip install -e '.[test]' installs a pytest that keeps them")
 
 
 @pytest.fixture

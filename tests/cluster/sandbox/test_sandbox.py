@@ -103,7 +103,10 @@ def test_file_size_limit_stops_the_writer_with_sigxfsz(tmp_path):
 
 
 def test_disk_limit_kills_a_writer_of_many_small_files(tmp_path):
-    code = "for i in range(1000): open(f'fill-{i:04d}.bin', 'wb').write(b'x' * 2**20)"  # 1 GB if not stopped
+    # 1 GB over 10 s if not stopped: at full speed (1 GB in 0.6 s here) it had finished before a look
+    # of the watcher's on a loaded machine, found over the limit only afterwards
+    code = ("import time\nfor i in range(1000):\n"
+            "    open(f'fill-{i:04d}.bin', 'wb').write(b'x' * 2**20); time.sleep(0.01)")
     result = run_command([PY, "-c", code], tmp_path, 60, limits=Limits(file_mb=100, disk_mb=20))
     assert not result.ok and result.returncode == -signal.SIGKILL and result.limit_exceeded == "disk"
     assert result.describe() == "killed by SIGKILL: disk limit of 20 MB exceeded"

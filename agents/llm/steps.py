@@ -87,6 +87,7 @@ def _situation(context: AnalysisContext) -> str:
 class _LLMStep:
     step: str
     concurrent = False  # one conversation (and budget) at a time: its findings are taken in turn
+    computes_here = False  # it waits on the endpoint: never behind the experts' computing (COMPUTING)
 
     def __init__(self, kit: Kit, optimization: str, level: Level = Level.KERNEL, prompt: str | None = None,
                  values: Mapping[str, str] | None = None) -> None:

@@ -13,10 +13,25 @@ import threading
 import traceback
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 
 from agents._base import AnalysisContext, Proposal
 from agents.workflow.steps import Finding, Level, Plan, Steps, Verification, Verifier
+
+# The rule-based experts' analyses, plans and transformations, and the static checks of their
+# proposals, are Python computing (tree-sitter walks, source models): one thread at a time in a
+# process. Threads give them no parallelism (the GIL), and many at once starve the rest of the
+# process: a sweep's driver loop shares it, and on an H100 the public suite's only GPU stood idle
+# for 43 s while eight studies' agents (fifty threads) walked their parse trees. Waits (a
+# verification's jobs, an LLM's endpoint) are outside it.
+COMPUTING = threading.RLock()
+
+
+def computing(agent: object) -> AbstractContextManager[object]:
+    """``COMPUTING`` for an agent whose work is computing here; nothing for one that waits on a
+    service (``computes_here`` False: an LLM's steps)."""
+    return COMPUTING if getattr(agent, "computes_here", True) else nullcontext()
 
 
 @dataclass(frozen=True)
@@ -97,7 +112,8 @@ def run_workflow(context: AnalysisContext, steps: Sequence[Steps], verifier: Ver
 
     def one(step: Steps) -> list[Outcome]:
         try:
-            findings = step.analyst.analyse(context)
+            with computing(step.analyst):
+                findings = step.analyst.analyse(context)
         except Exception as exc:  # an agent's failure is a value
             level = getattr(step.analyst, "level", Level.KERNEL)
             missing = Finding(step.analyst.name, level, "", False, reason="analysis failed")
@@ -164,7 +180,8 @@ def _pursue(context: AnalysisContext, step: Steps, finding: Finding, verifier: V
     if not finding.applies:
         return [base]
     try:
-        plan = step.planner.plan(context, finding)
+        with computing(step.planner):
+            plan = step.planner.plan(context, finding)
     except Exception as exc:
         return [Outcome(finding, step.analyst.name, planner=step.planner.name, error=_failure("plan", exc))]
     if plan is None:
@@ -175,7 +192,8 @@ def _pursue(context: AnalysisContext, step: Steps, finding: Finding, verifier: V
     tries = 1 + (retries if step.transformer.takes_feedback else 0)
     for attempt in range(tries):
         try:
-            proposals = step.transformer.transform(context, plan, feedback)
+            with computing(step.transformer):
+                proposals = step.transformer.transform(context, plan, feedback)
         except Exception as exc:
             results.append(Outcome(finding, plan=plan, attempt=attempt, error=_failure("transform", exc), **names))
             feedback = results[-1].error

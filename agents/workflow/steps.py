@@ -64,6 +64,7 @@ class Analyst(ABC):
     """Step 1, performance analysis: which optimizations apply where, with the evidence."""
 
     name: str
+    computes_here: bool = True  # its work is Python computing in this process (an LLM's: waiting on a service)
     # Whether its findings depend on the baseline's profile (``AnalysisContext.metrics``): such an
     # analyst waits for Nsight Compute; the others (ptxas, the source) start at once.
     uses_profile: bool = False
@@ -84,6 +85,7 @@ class Planner(ABC):
 
     name: str
     concurrent: bool = True  # findings may be planned in threads at once (an LLM's conversation: no)
+    computes_here: bool = True  # see Analyst
 
     @abstractmethod
     def plan(self, context: AnalysisContext, finding: Finding) -> Plan | None:
@@ -96,6 +98,7 @@ class Transformer(ABC):
     name: str
     takes_feedback: bool = False  # whether a retry with the verification failure can differ
     concurrent: bool = True  # findings may be transformed in threads at once (an LLM's conversation: no)
+    computes_here: bool = True  # see Analyst
 
     @abstractmethod
     def transform(self, context: AnalysisContext, plan: Plan, feedback: str | None = None) -> list[Proposal]:

@@ -24,6 +24,7 @@ from agents.cuda_source import analyze
 from agents.depgraph import check, extract
 from agents.patch import MarkerError, readonly_regions, source_files
 from agents.source_model import HostOpKind
+from agents.workflow.engine import COMPUTING
 from agents.workflow.steps import Plan, Verifier
 from cluster.build.build import compile_candidate
 from cluster.config import Target
@@ -94,10 +95,13 @@ def contracts_verdict(target: Target, proposal: Proposal) -> Verdict:
 
 
 def static_verdicts(target: Target, proposal: Proposal) -> list[Verdict]:
-    guards = guard_verdict(target, proposal)
-    if guards.failed or not proposal.files:
-        return [guards]
-    return [guards, depgraph_verdict(target, proposal), contracts_verdict(target, proposal)]
+    """The checks that need no build, as the experts' computing is: one thread at a time
+    (``agents.workflow.engine.COMPUTING``)."""
+    with COMPUTING:
+        guards = guard_verdict(target, proposal)
+        if guards.failed or not proposal.files:
+            return [guards]
+        return [guards, depgraph_verdict(target, proposal), contracts_verdict(target, proposal)]
 
 
 # -- the variant as a target --------------------------------------------------------------------

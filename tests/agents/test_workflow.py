@@ -205,3 +205,67 @@ def test_a_verification_that_raised_is_tried_again_for_the_same_change():
     first, second = run_workflow(CONTEXT, [Steps.of(agent)], verifier)
     assert first.stage == "error" and "worker lost" in first.error
     assert second.accepted and verifier.calls == 2
+
+
+class Busy(Agent):
+    """Records how many of its kind compute at once (each analysis and transformation holds a
+    moment), while the verifications of its proposals overlap freely."""
+
+    inside = 0
+    most = 0
+    lock = __import__("threading").Lock()
+
+    def __init__(self, name, computes_here=True):
+        super().__init__([finding(name)], [[Proposal("scripted", "good", (("k.cu", name),))]])
+        self.name, self.computes_here = name, computes_here
+
+    def _busy(self):
+        import time
+
+        with Busy.lock:
+            Busy.inside += 1
+            Busy.most = max(Busy.most, Busy.inside)
+        time.sleep(0.05)
+        with Busy.lock:
+            Busy.inside -= 1
+
+    def analyse(self, context):
+        self._busy()
+        return self.findings
+
+    def transform(self, context, plan, feedback=None):
+        self._busy()
+        return super().transform(context, plan, feedback)
+
+
+class Waits(ByText):
+    """Each verification waits until ``at_once`` are waiting together (a GPU job's wait)."""
+
+    def __init__(self, at_once):
+        import threading
+
+        super().__init__()
+        self.barrier = threading.Barrier(at_once, timeout=10)
+
+    def verify(self, context, plan, proposal):
+        self.barrier.wait()
+        return super().verify(context, plan, proposal)
+
+
+def test_the_experts_compute_one_thread_at_a_time_and_their_verifications_overlap():
+    # Many threads of Python computing gain nothing (the GIL) and starved the driver's loop that
+    # shares their process: an expert's analysis and transformation take COMPUTING in turn, while
+    # the verifications (waits on the GPU) run at once: all four wait together here.
+    Busy.inside = Busy.most = 0
+    agents = [Busy(f"e{i}") for i in range(4)]
+    outcomes = run_workflow(CONTEXT, [Steps.of(a) for a in agents], Waits(4), parallel=4)
+    assert [o.stage for o in outcomes] == ["accepted"] * 4
+    assert Busy.most == 1
+
+
+def test_an_agent_that_waits_on_a_service_does_not_take_the_experts_turn():
+    Busy.inside = Busy.most = 0
+    agents = [Busy(f"llm{i}", computes_here=False) for i in range(3)]
+    outcomes = run_workflow(CONTEXT, [Steps.of(a) for a in agents], Waits(3), parallel=3)
+    assert [o.stage for o in outcomes] == ["accepted"] * 3
+    assert Busy.most > 1  # at once, as LLM calls are

@@ -60,6 +60,8 @@ class StudyView(Protocol):
     rows: list[dict[str, Any]]  # the study's rows, for its selection
     stats: dict[str, Stats]  # candidate key -> the samples' statistics of its ok row
     awaited: set[int]  # the current stage's jobs (by seq) not yet in
+    run_estimate: float | None  # worker-seconds a run takes, once measured (the time plan's unit)
+    job_overhead: float  # worker-seconds of a job besides its runs
 
     def submit(self, job: Job) -> None:
         """Queue one of the current stage's jobs."""

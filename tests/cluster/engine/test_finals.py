@@ -1,0 +1,64 @@
+"""A study's finals (cluster.engine.finals) under a time budget: a finalist given up because its
+checks could not finish in time is taken back when they pass while its final still fits, and the
+study waits for them only so long. The flow and the gate are test doubles; the time plan is real."""
+
+from __future__ import annotations
+
+import time
+from types import SimpleNamespace
+
+from cluster.engine.budget import SAFETY, TimePlan
+from cluster.engine.checks import Trust
+from cluster.engine.finals import Finals
+from tests.conftest import logged_lines
+
+RUN_S, OVERHEAD_S, RUNS = 1.0, 0.5, 5
+FINAL_S = OVERHEAD_S + RUNS * RUN_S  # one finalist's final
+
+
+class Gate:
+    def __init__(self, trust: Trust) -> None:
+        self.trust_is = trust
+
+    def trust(self, candidate, ask: bool = True) -> Trust:
+        return self.trust_is
+
+
+def finals_with_one_given_up(trust: Trust, time_left_s: float) -> tuple[Finals, list[str]]:
+    plan = TimePlan(1000.0, started_at=time.monotonic() - (1000.0 - time_left_s), finals=(3, RUNS))
+    candidate = SimpleNamespace(key="k")
+    flow = SimpleNamespace(name="s@H100", device_type="H100", ctx=SimpleNamespace(plan=plan, config=SimpleNamespace(
+                               measure=SimpleNamespace(final_top_k=3, final_runs=RUNS))),
+                           state=SimpleNamespace(candidates={"k": candidate}), run_estimate=RUN_S,
+                           job_overhead=OVERHEAD_S, awaited=set())
+    finals = Finals(flow, Gate(trust))  # type: ignore[arg-type]
+    finals.reference_ready, finals.gave_up = True, ["k"]
+    submitted: list[str] = []
+    finals._submit = lambda c, extend=False: submitted.append(c.key)  # type: ignore[method-assign]
+    return finals, submitted
+
+
+def test_a_given_up_finalist_whose_checks_pass_in_time_has_its_final():
+    lines = logged_lines()
+    finals, submitted = finals_with_one_given_up(Trust.PASSED, time_left_s=100.0)
+    finals.step()
+    assert submitted == ["k"] and finals.gave_up == []
+    assert any("its checks passed after all" in line and "back in the finals" in line for line in lines)
+
+
+def test_the_study_waits_for_its_given_up_finalists_checks_while_a_final_fits():
+    finals, submitted = finals_with_one_given_up(Trust.PENDING, time_left_s=SAFETY * FINAL_S + 20)
+    assert finals.step() is False and submitted == []  # not done: its checks may still pass
+
+
+def test_the_study_ends_when_no_final_fits_any_more():
+    finals, submitted = finals_with_one_given_up(Trust.PENDING, time_left_s=SAFETY * FINAL_S - 1)
+    assert finals.step() is True and submitted == []
+    finals.gate.trust_is = Trust.PASSED  # too late now: no final for it
+    finals.step()
+    assert submitted == []
+
+
+def test_a_given_up_finalist_whose_checks_failed_is_dropped():
+    finals, submitted = finals_with_one_given_up(Trust.FAILED, time_left_s=100.0)
+    assert finals.step() is True and submitted == [] and finals.gave_up == []

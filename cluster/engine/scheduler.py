@@ -35,9 +35,10 @@ import ray
 from ray.exceptions import ActorUnavailableError, RayActorError, RayError
 
 from cluster.core.types import BuildArtifact, DeviceInfo, Measurement, Status
-from cluster.engine.jobs import MEASURES, METHOD, URGENT, WEIGHT, Build, Job, JobKind, JobResult, Lane
+from cluster.engine.jobs import LANE, MEASURES, METHOD, URGENT, WEIGHT, Build, Job, JobKind, JobResult, Lane
 from cluster.engine.workers import compile_task
 
+CRITICAL_KINDS = frozenset(kind for kind, lane in LANE.items() if lane is Lane.CRITICAL)
 FIRST_SEARCH_HOLD_S = 60.0  # at most this long the check lane waits for a study's first search candidate
 BUILD_CACHE = 512  # builds whose binaries stay in the object store for later jobs (finals, profiles)
 EMA = 0.2  # weight of the newest compile or run time in the look-ahead's estimates
@@ -356,18 +357,18 @@ class Scheduler:
     def _next(self, device_type: str) -> Job | None:
         """The job a free worker of this type takes next, or None: an urgent one first, then the
         critical lane, else the shared lane furthest behind in virtual time (the check lane within
-        its share of the workers while other work waits, and not before the type's baselines and
-        each of its studies' first search candidate)."""
+        its share of the workers while other work waits; no check, urgent or not, while a baseline
+        or final of the type waits for a worker, nor before each study's first search candidate)."""
         tops = {lane: heap[0] for lane in Lane if (heap := self.ready.get((device_type, lane)))}
         tops = {lane: top for lane, top in tops.items()
                 if all(w in self.dead for w in top[1].workers) or self._free(top[1])}
+        if Lane.CHECK in tops and self._critical_waits(device_type):
+            del tops[Lane.CHECK]  # baselines and finals first (compiling or queued), urgent checks too
         urgent = [top for top in tops.values() if top[0][0] == URGENT]
         if urgent:
             return min(urgent, key=lambda top: top[0])[1]
         if Lane.CRITICAL in tops:
             return tops[Lane.CRITICAL][1]
-        if Lane.CHECK in tops and self.counts[(device_type, JobKind.BASELINE)]:
-            del tops[Lane.CHECK]  # baselines first: every study waits for its own, none behind a long check
         if Lane.CHECK in tops and self._first_search_waits(device_type):
             del tops[Lane.CHECK]  # then each study's first search candidate (compiling or queued)
         if Lane.CHECK in tops and len(tops) > 1:
@@ -377,6 +378,18 @@ class Scheduler:
         if not tops:
             return None
         return tops[min(tops, key=lambda lane: self._virtual(device_type, lane))][1]
+
+    def _critical_waits(self, device_type: str) -> bool:
+        """Whether a critical job (a baseline, a final, a reference) of the type is submitted and not
+        yet on a worker. A check started then holds it for as long as the check runs: on an H100 a
+        117 s compute-sanitizer run of one study's baseline started while two studies' finals were
+        compiling, and the public suite's time budget ended with seven studies before their finals."""
+        submitted = sum(self.counts[(device_type, kind)] for kind in CRITICAL_KINDS)
+        if not submitted:
+            return False
+        dispatched = sum(1 for job in self.running.values()
+                         if job.device_type == device_type and job.kind in CRITICAL_KINDS)
+        return submitted > dispatched
 
     def _first_search_waits(self, device_type: str) -> bool:
         now = time.time()

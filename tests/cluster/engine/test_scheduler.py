@@ -297,3 +297,22 @@ def test_the_checks_wait_for_each_studys_first_search_candidate():
     assert scheduler._next(a) is None
     scheduler.first_search["z"] = ("another GPU", time.time())  # another device type's study holds nothing here
     assert scheduler._next(a) is profile
+
+
+def test_no_check_starts_while_a_baseline_or_final_waits_for_a_worker():
+    """Seen on an H100 (2026-11-27, the public suite on one GPU, 600 s): a 117 s compute-sanitizer run
+    (urgent: a finalist's) started while two studies' finals were compiling; they ran after it, and
+    the budget ended with seven studies before their finals. A check, urgent or not, now waits while
+    a critical job of its type is submitted and not on a worker; one already running holds nothing."""
+    a = device("A").device_type
+    scheduler = Scheduler([FakeActor(), FakeActor()], [device("A")] * 2, per_worker=1, cpu_slots=4)
+    scheduler.searched.add("s")
+    check = ready_job(scheduler, JobKind.SANITIZE, workers=(0, 1))
+    scheduler.promote("s", frozenset({JobKind.SANITIZE}))
+    assert check.priority == URGENT and scheduler._next(a) is check
+    scheduler.counts[(a, JobKind.FINAL)] += 1  # a final submitted: compiling
+    assert scheduler._next(a) is None
+    final = ready_job(scheduler, JobKind.FINAL, workers=(0, 1))
+    assert scheduler._next(a) is final  # built: it goes first
+    scheduler._dispatch()  # the final on one worker, then the check on the other
+    assert sorted(j.kind for j in scheduler.running.values()) == [JobKind.FINAL, JobKind.SANITIZE]

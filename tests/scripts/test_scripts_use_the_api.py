@@ -15,6 +15,12 @@ INTERNAL = ("cluster.engine", "cluster.store")
 ALLOWED = {
     ("scripts/bench_sim.py", "cluster.engine.simulate"):
         "the measurement is of the engine itself, on simulate's fake fleet and compiles",
+    ("scripts/bench_driver_loop.py", "cluster.engine.simulate"):
+        "the measurement is of the driver's loop itself, on simulate's fake fleet and compiles",
+    ("scripts/bench_driver_loop.py", "cluster.engine.scheduler"):
+        "the loop's iterations, timed between the scheduler's polls",
+    ("scripts/bench_driver_loop.py", "cluster.engine.verify"):
+        "--no-lock: the static checks without the agents' COMPUTING lock, to show what it saves",
     ("scripts/kt_compare/lanes.py", "cluster.engine.workers"):
         "KeptFleet keeps a lane's measuring actors across its runs, as Kernel Tuner keeps its process",
     ("scripts/llm_rehearsal.py", "cluster.engine.verify"):

@@ -1,0 +1,1 @@
+../../public/polybench_utilities/polybench.c

@@ -1,0 +1,1 @@
+../polybench_utilities/polybench.h

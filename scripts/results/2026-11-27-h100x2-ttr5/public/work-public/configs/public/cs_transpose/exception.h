@@ -1,0 +1,1 @@
+../cuda_samples_common/exception.h

@@ -1,0 +1,1 @@
+../../public/cuda_samples_common/exception.h

@@ -5,8 +5,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 python3 -m venv .venv
 .venv/bin/python -m pip install -q --upgrade pip
-# --no-compile: Python compiles what the tests import, not every file of every package (17 s of 43 here)
-.venv/bin/python -m pip install -q --no-compile -e ".[test,kernels]"  # kernels: NVRTC, so that the kernel targets compile here too
+.venv/bin/python -m pip install -q -e ".[test,kernels]"  # kernels: NVRTC, so that the kernel targets compile here too
 .venv/bin/ruff check .
 source scripts/bubblewrap.sh  # the sandbox every build and run goes through
 .venv/bin/python -m cluster.cli doctor || echo "the sandbox does not work here: its tests skip, sweeps refuse to run"

@@ -1,1 +1,0 @@
-../../public/polybench_utilities/polybenchUtilFuncts.h

@@ -1,1 +1,0 @@
-../cuda_samples_common/helper_string.h

@@ -1,1 +1,0 @@
-../polybench_utilities/polybenchUtilFuncts.h

@@ -1,1 +1,0 @@
-../../public/cuda_samples_common/helper_string.h

@@ -1,1 +1,0 @@
-../cuda_samples_common/exception.h

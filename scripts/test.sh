@@ -7,6 +7,9 @@ python3 -m venv .venv
 .venv/bin/python -m pip install -q --upgrade pip
 .venv/bin/python -m pip install -q -e ".[test,kernels]"  # kernels: NVRTC, so that the kernel targets compile here too
 .venv/bin/ruff check .
+# The project's own bytecode, once: where PYTHONDONTWRITEBYTECODE is set (this machine and CI set it)
+# every process the tests start (Ray's workers, the CLI, the sandbox's hosts) compiled it anew.
+.venv/bin/python -m compileall -q -j 0 agents cluster search_spaces tests scripts >/dev/null
 source scripts/bubblewrap.sh  # the sandbox every build and run goes through
 .venv/bin/python -m cluster.cli doctor || echo "the sandbox does not work here: its tests skip, sweeps refuse to run"
 # Two pytest-xdist workers by default (the tests with a Ray of their own, and the program suites'

@@ -61,8 +61,11 @@ class SourceBundle:
 
     files: tuple[tuple[str, bytes], ...]  # (path relative to the target's folder, content)
 
-    @property
+    @functools.cached_property
     def hash(self) -> str:
+        """Computed once a bundle: the driver's loop asks for its studies' baseline candidates, and
+        so for this hash, many times an iteration (a test's 45 s sweep spent 22 s of its driver's
+        CPU here)."""
         h = hashlib.sha256()
         for path, content in sorted(self.files):
             h.update(path.encode() + b"\0" + hashlib.sha256(content).digest())

@@ -202,7 +202,8 @@ class Finals:
     def work_left(self, run_s: float, overhead_s: float = 0.0) -> float:
         """Worker-seconds its finals still take: ``run_s`` a run, ``overhead_s`` a job besides its runs."""
         if not self.entered:
-            measured = sum(1 for c in self.flow.state.ranked() if c.key != self.flow.state.baseline_candidate().key)
+            baseline = self.flow.state.baseline_candidate().key
+            measured = sum(1 for c in self.flow.state.ranked() if c.key != baseline)
             finals = min(self.wanted, max(1, measured)) + 1
         else:
             room = max(0, self.wanted - len(self.finalists) - len(self.holding)) if self.pool else 0

@@ -45,8 +45,8 @@ class Gate:
         """The candidates the finals would take now: the best few, a failed variant's left out."""
         state = self.flow.state
         wanted = max(1, self.flow.ctx.config.measure.final_top_k)
-        best = [c.key for c in state.ranked() if c.source_hash not in state.retired
-                and c.key != state.baseline_candidate().key]
+        baseline = state.baseline_candidate().key  # once: a candidate's key is not cheap, the ranking long
+        best = [c.key for c in state.ranked() if c.source_hash not in state.retired and c.key != baseline]
         return set(best[:wanted])
 
     def beats_baseline(self, candidate: Candidate) -> bool:

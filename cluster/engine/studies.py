@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import itertools
 import json
+import logging
 import random
 import re
 import time
@@ -263,6 +264,8 @@ class StudyState:
         assert self.search is not None and self.storage is not None
         old = self.study
         name = search_study_name(self.name, self.run_id, self.signature())
+        if old is not None and old.study_name == name:
+            return  # the space did not grow (a register value it had already): the search stays
         study = create_study(self.search, self.target, name, self.storage)
         self.study = study
         if study.trials:
@@ -368,10 +371,20 @@ class StudyState:
 
     def _tell(self, study: optuna.Study, trial_number: int, result: Evaluated) -> None:
         values = result.values(self.objective)
-        if values is not None:
-            storage_retry(lambda: study.tell(trial_number, values))
-        else:
-            storage_retry(lambda: study.tell(trial_number, state=optuna.trial.TrialState.FAIL))
+        try:
+            if values is not None:
+                storage_retry(lambda: study.tell(trial_number, values))
+            else:
+                storage_retry(lambda: study.tell(trial_number, state=optuna.trial.TrialState.FAIL))
+        except ValueError:
+            # A trial already finished (Optuna: "Cannot tell a FAIL trial"): the sampler's record is
+            # off by one trial, the rows are whole; a sweep must not end on it.
+            trial = next((t for t in study.get_trials(deepcopy=False) if t.number == trial_number), None)
+            if trial is None or not trial.state.is_finished():
+                raise
+            logging.getLogger(__name__).warning(
+                f"{self.name}: trial {trial_number} of {study.study_name} was already {trial.state.name}; "
+                f"its result ({result.status.value}) is in the rows only")
 
     def record(self, candidate: Candidate, result: Evaluated) -> None:
         """A candidate's result is in: remember it and answer every trial that asked for it (a
@@ -390,7 +403,8 @@ class StudyState:
         copied = False
         for study, number in self.asked.pop(candidate.key, []):
             self._tell(study, number, result)
-            if study is not self.study and not copied and self.study is not None:
+            if (self.study is not None and study.study_name != self.study.study_name  # the search moved on
+                    and not copied):
                 trial = self._as_trial(candidate.key, result)
                 if trial is not None:
                     storage_retry(lambda trial=trial: self.study.add_trial(trial))
@@ -432,8 +446,15 @@ class StudyState:
         """Trials left running by an interrupted driver: told their result if their candidate has a
         row, else failed and enqueued again so that the candidate is evaluated exactly once."""
         assert self.study is not None
+        # Trials this driver asked and still waits for are in flight, not left running: their
+        # result is told when it comes (a space that grew back to an earlier study's, say, by a
+        # variant retired). Failed here, that tell raised and ended the sweep.
+        in_flight = {number for asked in self.asked.values() for study, number in asked
+                     if study.study_name == self.study.study_name}
         for trial in self.study.get_trials(deepcopy=False):
             key = trial.user_attrs.get("key")
+            if trial.state is optuna.trial.TrialState.RUNNING and trial.number in in_flight:
+                continue
             if trial.state is optuna.trial.TrialState.RUNNING:
                 if key in self.results:
                     self.tell(trial.number, self.results[key])

@@ -122,3 +122,64 @@ def test_a_grid_over_a_param_of_many_values_reaches_every_value(tmp_path):
         seen.add((dict(candidate.flags)["opt_level"], dict(candidate.params)["N"]))
         state.record(candidate, Evaluated(Status.OK, 1.0))
     assert seen == {(o, v) for o in ("-O1", "-O2") for v in values}
+
+
+def _growing(tmp_path) -> StudyState:
+    """A study whose space may grow (``widen``), on real Optuna storage, its first Optuna study open."""
+    target = load_target(write_target(tmp_path))
+    state = StudyState(target, None, DeviceInfo("gpu", "fake gpu", "sm_90"), [0], None, "sm_90",
+                       space_size=target.space_size(), search=SearchSpec(seed=3),
+                       storage=optuna.storages.InMemoryStorage(), run_id="run-1")
+    state.open_study()
+    return state
+
+
+def _with_flag_option(state: StudyState, name: str, option: str | None) -> None:
+    import dataclasses
+
+    space = state.target.space
+    initial = tuple(state._initial_flags[name])
+    flags = {**space.flags, name: initial + ((option,) if option else ())}
+    state.target = dataclasses.replace(state.target, space=dataclasses.replace(space, flags=flags))
+
+
+def test_a_space_that_did_not_grow_keeps_its_study_and_the_trial_in_flight(tmp_path):
+    """On an H100 the register expert proposed a -maxrregcount value the space had: the search
+    'moved' to a study of the same name, which failed the trial being measured as one an
+    interrupted driver left running; its result then raised 'Cannot tell a FAIL trial' and ended
+    the sweep 39 s in."""
+    state = _growing(tmp_path)
+    first = state.study
+    _, candidate = state.ask()
+    state.pending.add(candidate.key)
+    state.widen()
+    assert state.study is first
+    state.record(candidate, Evaluated(Status.OK, 2.0))
+    [trial] = first.trials
+    assert trial.state is optuna.trial.TrialState.COMPLETE and trial.values == [2.0]
+
+
+def test_a_space_grown_back_to_an_earlier_study_leaves_its_trials_in_flight_running(tmp_path):
+    state = _growing(tmp_path)
+    _, in_flight = state.ask()
+    state.pending.add(in_flight.key)
+    name = state.study.study_name
+    _with_flag_option(state, "opt_level", "-Os")  # grown: a study of its own
+    state.widen()
+    assert state.study.study_name != name
+    _with_flag_option(state, "opt_level", None)  # and back (a variant retired, say): the first study again
+    state.widen()
+    assert state.study.study_name == name
+    state.record(in_flight, Evaluated(Status.OK, 3.0))
+    told = [t for t in state.study.trials if t.user_attrs.get("key") == in_flight.key]
+    assert [t.state for t in told] == [optuna.trial.TrialState.COMPLETE] and told[0].values == [3.0]
+
+
+def test_a_result_for_a_trial_already_finished_is_kept_in_the_rows_and_the_sweep_goes_on(tmp_path, caplog):
+    state = _growing(tmp_path)
+    trial, candidate = state.ask()
+    state.pending.add(candidate.key)
+    state.study.tell(trial.number, state=optuna.trial.TrialState.FAIL)  # however it came to be
+    state.record(candidate, Evaluated(Status.OK, 2.0))
+    assert state.results[candidate.key].median == 2.0 and state.top(1) == [candidate]
+    assert "already FAIL" in caplog.text

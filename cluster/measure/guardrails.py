@@ -28,7 +28,6 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
-import math
 import re
 import statistics
 import threading
@@ -42,6 +41,7 @@ from cluster.config import Target
 from cluster.core.encodings import SUSPECT_SPEEDUP, suspect_speedup  # noqa: F401  (re-exported: the 10x rule)
 from cluster.core.placeholders import names_in
 from cluster.core.types import BuildArtifact, RunOutputs, Verdict, VerdictStatus
+from cluster.measure.clock import median_bounds
 from cluster.measure.measure import PROTOCOL_PREFIX, parse_samples, verify_outputs
 from cluster.runners._base import Invocation, ProcessRunner, Runner, Staged
 from cluster.sandbox.sandbox import read_output, scratch_dir, write_bundle
@@ -201,7 +201,7 @@ def check_untimed_work(target: Target, baseline: BuildArtifact, candidate: Build
     The runs are made in pairs, baseline then candidate, and each pair's growth counts. Where the
     median growth of ``repeats`` pairs passes the tolerance, ``confirm`` more pairs are made, and
     the variant fails only if moved work shows in nearly all of them: the sign test's lower
-    confidence bound on the median growth (``_median_lower_bound``) must pass the tolerance too.
+    confidence bound on the median growth (``clock.median_bounds``) must pass the tolerance too.
     Work moved is there in every run; a loaded node's noise, tens of milliseconds either way, is
     not (an honest variant's median grew 50 ms over nine pairs with two test workers and two
     spinning processes on two cores). The tolerance is half a baseline sample, a quarter of the
@@ -251,7 +251,7 @@ def check_untimed_work(target: Target, baseline: BuildArtifact, candidate: Build
         more(confirm)
         gained, growth, tolerance = moved()
     grown = statistics.median(growth) if growth else 0.0
-    if gained and grown > tolerance and _median_lower_bound(growth) > tolerance:
+    if gained and grown > tolerance and median_bounds(growth)[0] > tolerance:
         beyond = sum(g > tolerance for g in growth)
         return Verdict(name, VerdictStatus.FAILED,
                        f"its samples take {1e3 * gained:.1f} ms less than the baseline's, but the rest of the run "
@@ -259,20 +259,6 @@ def check_untimed_work(target: Target, baseline: BuildArtifact, candidate: Build
                        f"pairs of runs): work outside the timed region")
     return Verdict(name, VerdictStatus.PASSED)
 
-
-def _median_lower_bound(ordered: Sequence[float], confidence: float = 0.95) -> float:
-    """A lower bound on the median of the distribution that ``ordered`` (ascending) was drawn from,
-    at ``confidence`` (the sign test's, no assumption on the distribution): the (k+1)-th smallest
-    value, k the most values that may lie below the median with chance at most 1 - confidence.
-    Minus infinity where there are too few values for any bound (fewer than five at 95%)."""
-    n = len(ordered)
-    below, chance = -1, 0.0
-    while below + 1 < n:
-        chance += math.comb(n, below + 1) / 2 ** n
-        if chance > 1.0 - confidence:
-            break
-        below += 1
-    return ordered[below] if below >= 0 else -math.inf
 
 
 _TIMING_CALLS = (r"\bclock_gettime\b", r"\bgettimeofday\b", r"\bstd::chrono\b", r"\bchrono::", r"\bclock\s*\(",

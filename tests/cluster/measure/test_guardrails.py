@@ -187,16 +187,6 @@ def test_untimed_work_fails_growth_in_nearly_every_pair(unguarded: Target, growt
     assert f"in {beyond} of 9 pairs of runs" in verdict.detail and "outside the timed region" in verdict.detail
 
 
-def test_the_median_lower_bound_is_the_sign_tests() -> None:
-    from cluster.measure.guardrails import _median_lower_bound
-
-    assert _median_lower_bound([1.0, 2.0, 3.0, 4.0]) == float("-inf")  # too few for 95%
-    assert _median_lower_bound([1.0, 2.0, 3.0, 4.0, 5.0]) == 1.0  # 1/32 that all five lie above the median
-    assert _median_lower_bound([float(v) for v in range(9)]) == 1.0  # 10/512 for at most one below
-    assert _median_lower_bound([float(v) for v in range(12)]) == 2.0  # 79/4096
-    assert _median_lower_bound([float(v) for v in range(9)], confidence=0.99) == 0.0
-
-
 def test_edited_timing_code_is_caught_by_timing_code(unguarded: Target) -> None:
     text = (FIXTURES / "unguarded" / "timing_edit.c").read_text()
     cheat = variant(unguarded, "timing_edit.c")

@@ -12,17 +12,14 @@ A claimed saving must show in the wall clock: ``W >= FRACTION * S - floor``, the
 wall clock's own noise: ``FLOOR_S``, the spread of the baseline's run times (``Clock``), or ``UNTIMED_SHARE``
 of the baseline's untimed time, whichever is largest. A claim too small to show above the floor
 (``FRACTION * S <= floor``) is not judged: a run slower than the baseline's by noise alone must
-never fail a candidate that claims next to nothing; but a claim of ``LARGE_CLAIM`` of the baseline's
-time or more (2x and beyond) goes to the runs in turn below in any case (``large_claim``, where
-the worker has the baseline's build at hand).
-Setup that dominates a run (inputs generated,
+never fail a candidate that claims next to nothing. Setup that dominates a run (inputs generated,
 a CUDA context made) raises the floor with it, so an honest candidate is never judged by a small
 timed region inside a large run; the rule compares savings, never the share of the run that is
 timed. A candidate that fails it is re-run up to ``CONFIRM_RUNS`` times (medians again); one that
 still fails is judged once more on runs made in turn with the baseline (``measure.beside``, the
 load of the moment on both sides; ``paired_problem``) before it is ``clock_mismatch``.
 
-What it cannot see (README, Security): a claimed saving under ``2 * floor`` a run, below 2x (a
+What it cannot see (README, Security): a claimed saving under ``2 * floor`` a run (a
 program that times a few microseconds, or prints a per-iteration average); a program that takes
 more samples when faster (the harness's time-based stopping rule: its samples add up to about the
 same time, and so claim no saving here); and a node whose load falls sharply between the baseline's
@@ -44,7 +41,6 @@ from cluster.core.types import Clock
 FRACTION = 0.5  # of a claimed saving that must show in the wall clock
 FLOOR_S = 0.005  # the wall clock's noise at the least: a process start in bubblewrap varies by milliseconds
 UNTIMED_SHARE = 0.25  # ... or this share of the baseline's time outside its samples (start-up noise grows with it)
-LARGE_CLAIM = 0.5  # of the baseline's claimed time: a claim this large is also judged on runs in turn
 CONFIRM_RUNS = 3  # runs a candidate gets, at the least, before its claim is found unsupported
 PAIRS = (3, 6)  # runs in turn with the baseline (measure.beside): a first round, and more where it fails
 SECONDS = {"s": 1.0, "ms": 1e-3, "us": 1e-6, "µs": 1e-6, "ns": 1e-9}
@@ -69,18 +65,6 @@ def clock_problem(candidate: Clock, baseline: Clock) -> str | None:
             f"{_ms(candidate.wall_s)} against the baseline's {_ms(baseline.wall_s)}, {_ms(seen)} less: a saving "
             f"that real shows at least {FRACTION:.0%} of itself, less {_ms(floor)} of noise (its metric is not "
             f"what its runs took)")
-
-
-def large_claim(candidate: Clock, baseline: Clock) -> str | None:
-    """A claim to halve the baseline's time or more (``LARGE_CLAIM``), or None: the worker judges it
-    beside the baseline as well (``paired_problem``), even where ``clock_problem`` passed it, since
-    that rule leaves such a claim unjudged where the noise is high and lets it through where the
-    load fell after the baseline's runs. On a loaded machine a liar won a sweep both ways."""
-    claimed = baseline.claimed_s - candidate.claimed_s
-    if FRACTION * claimed > FLOOR_S and claimed >= LARGE_CLAIM * baseline.claimed_s:
-        return (f"its samples add up to {_ms(candidate.claimed_s)} a run against the baseline's "
-                f"{_ms(baseline.claimed_s)}, a claim of half or more")
-    return None
 
 
 def paired_problem(candidate_claims: Sequence[float], candidate_walls: Sequence[float],

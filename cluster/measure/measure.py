@@ -23,13 +23,7 @@ from cluster.config import MetricSpec, OutputSpec, Target, VerifySpec
 from cluster.core.compare import compare
 from cluster.core.placeholders import names_in
 from cluster.core.types import BuildArtifact, Candidate, Clock, DeviceInfo, Measurement, RunOutputs, Status
-from cluster.measure.clock import (
-    CONFIRM_RUNS,
-    PAIRS,
-    clock_problem,
-    paired_problem,
-    seconds_per_unit,
-)
+from cluster.measure.clock import CONFIRM_RUNS, PAIRS, clock_problem, paired_problem, seconds_per_unit
 from cluster.measure.telemetry import Monitor
 from cluster.runners._base import Invocation, ProcessRunner, Runner, Staged
 from cluster.sandbox.sandbox import read_output

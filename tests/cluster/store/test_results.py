@@ -396,6 +396,51 @@ def test_a_damaged_part_is_named_in_one_line_by_show_and_export_and_check_moves_
     assert pd.read_parquet(run / "results").shape[0] == 1
 
 
+def test_a_part_is_encoded_in_pyarrows_memory_and_written_in_one_call(tmp_path, targets, monkeypatch):
+    """Given a Python file, pyarrow takes the GIL for each of its hundreds of small writes, and in a
+    sweep's driver, beside the agents' computing threads, a part took seconds while the loop stood
+    still (BENCHMARKS.md, H100 host). Every part, a flush's and a widening's rewrites, is encoded
+    into a pyarrow buffer and reaches its file in one write."""
+    saxpy = targets[0]
+    real_write_table, sinks = pq.write_table, []
+
+    def recording(table, where, *args, **kwargs):
+        sinks.append(where)
+        return real_write_table(table, where, *args, **kwargs)
+
+    writes: list[int] = []  # per file opened, its writes
+
+    class Counted:
+        def __init__(self, file):
+            self.file = file
+            writes.append(0)
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            self.file.close()
+
+        def write(self, data):
+            writes[-1] += 1
+            return self.file.write(data)
+
+        def __getattr__(self, name):
+            return getattr(self.file, name)
+
+    monkeypatch.setattr(parts_module.pq, "write_table", recording)
+    monkeypatch.setattr(parts_module, "open", lambda path, mode: Counted(open(path, mode)),  # noqa: SIM115
+                        raising=False)
+    with ResultWriter(tmp_path, results_schema([saxpy])) as writer:
+        writer.append(_row(saxpy, {"BLOCK": 64, "MODE": "fast"}))
+        writer.flush()
+        writer.widen(results_schema([saxpy, _variant(tmp_path, saxpy)]))  # the first part rewritten
+        writer.append(_row(saxpy, {"BLOCK": "wide", "MODE": "fast", "WF_SPLIT": 2}, trial=1))
+    assert len(sinks) == 3 and all(isinstance(sink, pa.NativeFile) for sink in sinks)
+    assert writes == [1, 1, 1]
+    assert read_results(tmp_path)["p_WF_SPLIT"].tolist()[1] == 2
+
+
 def test_the_writer_waits_out_a_machine_that_cannot_start_threads(tmp_path, targets, monkeypatch):
     """Seen under a fork bomb: pyarrow's "Failed to launch worker thread" in the driver. The flush
     waits and tries again; no row is lost; another error still propagates with the rows kept."""

@@ -68,6 +68,7 @@ class _Checked:
     verdicts: list[Verdict] = field(default_factory=list)
     outstanding: int = 0
     started: float = 0.0
+    value: float = 0.0  # what it may gain its study (``Gate.gain``): its jobs' place in the check lane
     # The admission that waits for these verdicts (the agents' thread: feedback for a retry); while
     # one waits, its outcome's record carries them, and no record of the checks' own is written.
     tickets: list[Future[tuple[Verdict, ...]]] = field(default_factory=list)
@@ -113,9 +114,11 @@ class DeepChecks:
     def pending(self) -> list[str]:
         return [h for h, c in self.variants.items() if c.trust is Trust.PENDING]
 
-    def request(self, source_hash: str, why: str, ticket: Future[tuple[Verdict, ...]] | None = None) -> Trust:
+    def request(self, source_hash: str, why: str, ticket: Future[tuple[Verdict, ...]] | None = None,
+                value: float = 0.0) -> Trust:
         """The expensive checks of an admitted variant, once; its trust now. ``ticket`` gets their
-        verdicts once they are in (at once, where they ran before)."""
+        verdicts once they are in (at once, where they ran before); ``value``: what it may gain the
+        study, the checks' place in their lane (the most valuable first)."""
         checked = self.variants.get(source_hash)
         if checked is None:
             _resolve(ticket, ())
@@ -130,13 +133,13 @@ class DeepChecks:
             checked.trust = Trust.PASSED
             self._answer(checked)
             return checked.trust
-        checked.trust, checked.started = Trust.PENDING, time.monotonic()
+        checked.trust, checked.started, checked.value = Trust.PENDING, time.monotonic(), value
         log.info(f"{self.jobs.state.name}: {checked.variant.label}: {why}: compute-sanitizer and the cheat checks "
                  f"before it can be a final")
         if self.guardrails:
             files = changed_files(self.jobs.state.target, checked.variant.target)
-            self._expect(checked, self.jobs.guard(checked.variant.target, files, label=checked.variant.label),
-                         self._guarded)
+            self._expect(checked, self.jobs.guard(checked.variant.target, files, label=checked.variant.label,
+                                                  value=checked.value), self._guarded)
         if self.tools:
             self._sanitize(checked, self.tools)
         return checked.trust
@@ -167,7 +170,7 @@ class DeepChecks:
     def _sanitize(self, checked: _Checked, tools: tuple[str, ...]) -> None:
         budgets = self._budgets(tools)
         future = self.jobs.sanitize(checked.variant.target, tools, self.cap_s, budgets,
-                                    label=f"{', '.join(tools)} on {checked.variant.label}")
+                                    label=f"{', '.join(tools)} on {checked.variant.label}", value=checked.value)
         self._expect(checked, future, lambda c, done: self._sanitized(c, done, budgets))
 
     def _sanitized(self, checked: _Checked, done: JobResult, budgets: dict[str, float]) -> None:
@@ -183,7 +186,7 @@ class DeepChecks:
         self._waiting_for_baseline.append((checked, results, budgets))
         if not self._baseline_asked:
             self._baseline_asked = True
-            future = self.jobs.sanitize(None, self.tools, self.cap_s, None,
+            future = self.jobs.sanitize(None, self.tools, self.cap_s, None, value=checked.value,
                                         label="the baseline, against a variant's sanitizer findings")
             future.add_done_callback(self._baseline_sanitized)
 

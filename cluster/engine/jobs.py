@@ -114,6 +114,9 @@ class Job:
     baseline: BaselineBuild | None = None  # a measurement's: the baseline to time beside it if need be
     args: dict[str, Any] = field(default_factory=dict)
     priority: int | None = None  # default: PRIORITY[kind]
+    # What finishing it may gain its study (a check: the speedup its candidate would bring over the
+    # study's best that needs none, ``Gate.gain``): within a priority, the most valuable first.
+    value: float = 0.0
     label: str = ""  # what it is about, for the log: "memcheck, racecheck on unroll kernel.cu:12"
     future: Future[JobResult] | None = None  # for a thread waiting on it (the agents' stage)
     # Filled in as it moves along:
@@ -143,8 +146,9 @@ class Job:
         return self.device.device_type
 
     @property
-    def rank(self) -> tuple[int, int, int]:
-        return (PRIORITY[self.kind] if self.priority is None else self.priority, self.turn, self.seq)
+    def rank(self) -> tuple[float, ...]:
+        """(priority, -value, turn, seq): the heaps' order."""
+        return (PRIORITY[self.kind] if self.priority is None else self.priority, -self.value, self.turn, self.seq)
 
     @property
     def lane(self) -> Lane:

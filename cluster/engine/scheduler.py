@@ -10,8 +10,10 @@ worker-seconds its jobs take over its weight, and a free worker serves the lane 
 furthest behind; a lane that had no work comes back at the others' virtual time, so that idleness
 earns no credit. While other work waits, at most the check lane's share of a type's workers run
 checks at once (at least one); while a baseline of the type is still to come (compiling or
-queued), no check starts. An ``URGENT`` job goes first in any lane. Within a lane the studies take
-turns: each job's ``turn`` is its study's count of jobs in that lane.
+queued), no check starts. An ``URGENT`` job goes first in any lane. Within a lane and priority, the
+job of most ``value`` goes first (a check: what its candidate may gain, so that the largest wins are
+confirmed first when time is short), then the studies take turns: each job's ``turn`` is its
+study's count of jobs in that lane.
 
 Nothing here ends a sweep: a lost compile task, a dead worker or a lost node becomes a result
 with a status. A worker that dies under a job is probed until Ray has restarted it (or declared
@@ -64,7 +66,7 @@ class Scheduler:
         self.dead: set[int] = set()
         self.isolated: set[int] = set()  # workers running a suspect job alone
         self.probes: dict[ray.ObjectRef, tuple[int, float]] = {}
-        self.ready: dict[tuple[str, Lane], list[tuple[tuple[int, int], Job]]] = defaultdict(list)
+        self.ready: dict[tuple[str, Lane], list[tuple[tuple[float, ...], Job]]] = defaultdict(list)
         self.vtime: dict[tuple[str, Lane], float] = defaultdict(float)  # fair queueing of the lanes
         self.on_worker: list[list[Job]] = [[] for _ in self.workers]  # dispatched, in order: the first runs
         self.last_done = [0.0] * len(self.workers)  # when each worker finished its last job
@@ -192,7 +194,7 @@ class Scheduler:
                 return
         self._push(job)
 
-    def _push(self, job: Job, rank: tuple[int, int, int] | None = None) -> None:
+    def _push(self, job: Job, rank: tuple[float, ...] | None = None) -> None:
         key = (job.device_type, job.lane)
         if rank is None:
             job.turn = self.turns[(job.device_type, job.lane, job.study)]
@@ -286,7 +288,7 @@ class Scheduler:
             job.attempts += job.alone
             job.suspect = True
             if job.attempts < self.max_attempts:
-                self._push(job, (URGENT, 0, job.seq))  # first, on a live worker
+                self._push(job, (URGENT, -job.value, 0, job.seq))  # first, on a live worker
                 return
             self._finish(JobResult(job, job.artifacts[0], failure=Status.QUARANTINED,
                                    error=f"quarantined: its measuring worker died {job.attempts} times: {exc}"[-4096:]))

@@ -183,11 +183,13 @@ class FakeActor:
         return types.SimpleNamespace(remote=lambda *args, **kwargs: object())
 
 
-def ready_job(scheduler: Scheduler, kind: JobKind, study: str = "s", workers=(0,), priority=None) -> Job:
+def ready_job(scheduler: Scheduler, kind: JobKind, study: str = "s", workers=(0,), priority=None,
+              value: float = 0.0) -> Job:
     from cluster.core.types import BuildArtifact, Candidate
 
     candidate = Candidate("t", "nvcc", device("A").device_type, "sm_90", f"{kind}{len(scheduler.running)}", (), ())
-    job = Job(kind, study, list(workers), device("A"), (Build(None, None, candidate),), priority=priority)
+    job = Job(kind, study, list(workers), device("A"), (Build(None, None, candidate),), priority=priority,
+              value=value)
     job.artifacts, job.binary_refs = [BuildArtifact(candidate.key, Status.OK)], [None]
     scheduler._push(job)
     return job
@@ -255,6 +257,25 @@ def test_an_urgent_check_goes_first_and_promote_makes_a_studys_checks_urgent():
     assert scheduler._next(a).kind is JobKind.SEARCH
     scheduler.promote("finalist", frozenset({JobKind.GUARD}))
     assert scheduler._next(a) is guard and guard.priority == URGENT
+
+
+def test_the_check_lane_takes_the_most_valuable_check_first():
+    """Seen on an H100 (2026-11-27, eight unseen programs, a 300 s budget): the checks queued in
+    turn, a 1.01x variant's 72 s compute-sanitizer run went first, and a 1.91x variant's checks and
+    a 3.92x variant's final missed the deadline. A check's value is what its candidate may gain;
+    an urgent check still goes before any other, and among the urgent the most valuable."""
+    a = device("A").device_type
+    scheduler = Scheduler([FakeActor()], [device("A")], per_worker=1, cpu_slots=4)
+    small = ready_job(scheduler, JobKind.SANITIZE, study="small", value=1.01)
+    ready_job(scheduler, JobKind.SANITIZE, study="small", value=1.01)
+    large = ready_job(scheduler, JobKind.GUARD, study="large", value=1.91)
+    assert scheduler._next(a) is large  # not the first queued, nor the turns' order
+    scheduler.promote("small")
+    assert scheduler._next(a) is small
+    scheduler.promote("large")
+    assert scheduler._next(a) is large
+    search = ready_job(scheduler, JobKind.SEARCH, value=0.0)
+    assert search.rank[:2] == (PRIORITY[JobKind.SEARCH], 0.0)  # other jobs: their order as before
 
 
 def test_drop_takes_queued_search_jobs_back_and_close_answers_every_waiting_future():

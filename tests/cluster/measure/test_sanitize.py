@@ -50,12 +50,13 @@ class RecordingJobs:
     each budget a variant's run was given is recorded."""
 
     def __init__(self, baseline_seconds: float) -> None:
-        self.baseline_seconds, self.budgets = baseline_seconds, []
+        self.baseline_seconds, self.budgets, self.values = baseline_seconds, [], []
         self.state = type("S", (), {"name": "study", "target": type("T", (), {"name": "prog"})()})()
 
-    def sanitize(self, variant, tools, timeout, timeouts, label=""):
+    def sanitize(self, variant, tools, timeout, timeouts, label="", value=0.0):
         from cluster.core.types import BuildArtifact
 
+        self.values.append(value)
         if variant is None:
             value = tuple(SanitizerResult(t, "clean", seconds=self.baseline_seconds) for t in tools)
         else:
@@ -82,8 +83,9 @@ def test_a_variants_budget_is_the_larger_of_the_floor_and_a_multiple_of_the_base
         checks = DeepChecks(jobs, ("memcheck",), cap, False, written.append)
         checks.run_s = 0.01
         checks.add(AcceptedVariant(target, "variant", {}, True), None)
-        checks.request(target.bundle.hash, "faster")
+        checks.request(target.bundle.hash, "faster", value=1.7)
         assert jobs.budgets[0] == {"memcheck": SANITIZER_FLOOR_S}
+        assert set(jobs.values) == {1.7}  # the variant's runs and the baseline's take its place in the lane
         if again is None:  # the baseline's own budget is the floor: the timeout stands, a failed check
             assert len(jobs.budgets) == 1 and checks.trust(target.bundle.hash) is Trust.FAILED
         else:

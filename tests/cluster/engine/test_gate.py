@@ -1,0 +1,34 @@
+"""The gate's worth of a candidate (cluster.engine.gate): what trusting it may gain its study, the
+place of its expensive checks in their lane. The flow is a test double."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import pytest
+
+from cluster.engine.gate import Gate
+
+
+def gate_of(goal: str, baseline: float, measured: dict[str, tuple[float, str]]) -> Gate:
+    """A study whose candidates (key: (median, source)) were measured; "own" is the target's sources."""
+    better = (lambda k: measured[k][0]) if goal == "minimize" else (lambda k: -measured[k][0])
+    state = SimpleNamespace(
+        goal=goal, baseline_median=baseline, variants={"variant-a": object(), "variant-b": object()},
+        results={k: SimpleNamespace(median=m) for k, (m, _) in measured.items()},
+        ranked=lambda: [SimpleNamespace(key=k, source_hash=measured[k][1]) for k in sorted(measured, key=better)])
+    return Gate(SimpleNamespace(state=state), {})  # type: ignore[arg-type]
+
+
+def test_a_candidates_gain_is_over_the_best_of_the_targets_own_sources():
+    """A variant at 5 ms where the flags already reached 8 ms gains 1.6x, not the 2x over the
+    baseline's 10 ms; a second variant does not raise the bar (its own checks are pending too)."""
+    gate = gate_of("minimize", 10.0, {"base": (10.0, "own"), "flags": (8.0, "own"),
+                                      "a": (5.0, "variant-a"), "b": (4.0, "variant-b")})
+    assert gate.gain(5.0) == pytest.approx(1.6) and gate.gain(4.0) == pytest.approx(2.0)
+    assert gate.gain(9.0) < 1.0  # slower than the best it would replace: least valuable
+    only_baseline = gate_of("minimize", 10.0, {"base": (10.0, "own"), "a": (5.0, "variant-a")})
+    assert only_baseline.gain(5.0) == pytest.approx(2.0)
+    rate = gate_of("maximize", 100.0, {"base": (100.0, "own"), "flags": (150.0, "own"), "a": (300.0, "variant-a")})
+    assert rate.gain(300.0) == pytest.approx(2.0)
+    assert gate.gain(None) == 0.0

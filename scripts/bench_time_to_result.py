@@ -18,6 +18,12 @@ started (seconds from the command's start), rows per phase, whether it reached a
 measured (a variant's candidates count once its expensive checks passed; a 10x candidate once its
 review passed). Per worker: the share of the command's wall clock it spent on jobs, checks included.
 Writes DIR/ttr-<run>.json and DIR/ttr-<run>.md, and prints the table.
+
+`--stacks` also samples the sweep's main thread every 50 ms (scripts/driver_stacks, a
+sitecustomize that only a `cluster.cli sweep` process runs) into DIR/stacks/, and adds where the
+driver's loop spent its time: waiting for its workers (``poll``), writing Parquet parts, the Optuna
+journal, the rest; and its longest stretch away from its workers. The sampler costs the loop a
+stack walk every 50 ms: compare runs made with it only with each other.
 """
 
 from __future__ import annotations
@@ -67,21 +73,54 @@ def plain_config(config: Path, work: Path, no_sanitize_run: bool) -> Path:
     return out
 
 
-def run_sweep(config: Path, budget: float, log: Path) -> tuple[Path, float, int]:
+def run_sweep(config: Path, budget: float, log: Path, stacks: Path | None = None) -> tuple[Path, float, int]:
     """`warpfleet sweep CONFIG --time-budget S --no-progress`: the run directory, the command's wall
-    clock and its exit status."""
+    clock and its exit status. ``stacks``: a folder for the main thread's samples (``driver_time``)."""
     command = [sys.executable, "-m", "cluster.cli", "sweep", str(config), "--time-budget", str(budget),
                "--no-progress"]
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    if stacks is not None:
+        path = os.pathsep.join(p for p in (str(REPO / "scripts" / "driver_stacks"), env.get("PYTHONPATH")) if p)
+        env.update(PYTHONPATH=path, WF_STACKS_DIR=str(stacks))
     started = time.time()
     with log.open("w") as out:
-        done = subprocess.run(command, cwd=REPO, stdout=out, stderr=subprocess.STDOUT,
-                              env={**os.environ, "PYTHONUNBUFFERED": "1"}, check=False)
+        done = subprocess.run(command, cwd=REPO, stdout=out, stderr=subprocess.STDOUT, env=env, check=False)
     wall = time.time() - started
     run = next(line.split(": ", 1)[1].strip() for line in log.read_text().splitlines()
                if line.startswith("run directory: "))
     (Path(run) / "bench.json").write_text(json.dumps({"command": command, "started": started, "wall_s": wall,
-                                                       "exit": done.returncode, "budget_s": budget}))
+                                                       "exit": done.returncode, "budget_s": budget,
+                                                       "stacks": str(stacks) if stacks else None}))
     return Path(run), wall, done.returncode
+
+
+# Where the driver's main thread was, by the innermost frame of warpfleet's own that a sample shows.
+WHERE = (("poll", ("scheduler.py", "poll")), ("parquet parts", ("parts.py", "")),
+         ("parquet parts", ("results.py", "flush")), ("optuna journal", ("journal.py", "")))
+
+
+def driver_time(stacks: Path) -> dict[str, float]:
+    """From the main thread's samples (scripts/driver_stacks): seconds by where it was (``WHERE``,
+    else "other"), and the longest run of samples away from ``poll`` (the loop not looking at its
+    workers, from its first poll on). Each sample stands for the time since the one before (a
+    sampler held up counts)."""
+    seconds: dict[str, float] = {}
+    longest = away = 0.0
+    looping = False  # from the loop's first poll on (not Ray's start, the imports)
+    for path in sorted(stacks.glob("stacks-*.txt")):
+        for line in path.read_text().splitlines():
+            kind, _, gap, stack = [*line.split(" ", 3), "", "", ""][:4]
+            if kind != "M":
+                continue
+            frames = [f.split(":") for f in stack.split(" <- ")]
+            where = next((name for name, (file, function) in WHERE
+                          if any(f[0] == file and (not function or f[-1] == function) for f in frames)), "other")
+            step = float(gap)
+            seconds[where] = seconds.get(where, 0.0) + step
+            looping = looping or where == "poll"
+            away = 0.0 if where == "poll" else away + step
+            longest = max(longest, away if looping else 0.0)
+    return {**{k: round(v, 1) for k, v in sorted(seconds.items())}, "longest_away_from_poll": round(longest, 1)}
 
 
 def verified_best(group: pd.DataFrame, trust: Verified) -> float | None:
@@ -140,9 +179,11 @@ def report(run: Path) -> dict:
             "best_verified": best, "share": winner.speedup / best if winner is not None and best else None,
             "winner_source": "variant" if winner is not None and winner.is_variant else "flags/params"})
     kinds = jobs.groupby("kind")["service_s"].sum().round(1).to_dict() if len(jobs) else {}
+    stacks = meta.get("stacks")
     return {"run": run.name, "budget_s": meta.get("budget_s"), "wall_s": round(ended - started, 1),
             "exit": meta.get("exit"), "busy": busy(jobs, started, ended) if len(jobs) else {},
-            "worker_s_by_kind": kinds, "studies": studies}
+            "worker_s_by_kind": kinds, "studies": studies,
+            "driver_s": driver_time(Path(stacks)) if stacks and Path(stacks).is_dir() else None}
 
 
 def markdown(result: dict) -> str:
@@ -161,6 +202,9 @@ def markdown(result: dict) -> str:
     lines += ["", "workers busy: " + ", ".join(f"{w} {b:.0%}" for w, b in result["busy"].items()),
               "worker seconds by job kind: " + ", ".join(f"{k} {v}" for k, v in result["worker_s_by_kind"].items()),
               ""]
+    if result.get("driver_s"):
+        lines[-1:] = ["driver's main thread, seconds: " + ", ".join(f"{k} {v}" for k, v in result["driver_s"].items()),
+                      ""]
     return "\n".join(lines)
 
 
@@ -170,6 +214,7 @@ def main() -> None:
     parser.add_argument("--config", type=Path)
     parser.add_argument("--budget", type=float, default=600.0)
     parser.add_argument("--no-sanitize-run", action="store_true")
+    parser.add_argument("--stacks", action="store_true", help="sample the driver's main thread (scripts/driver_stacks)")
     parser.add_argument("--report", type=Path, nargs="*", help="runs made before: their tables only")
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
@@ -177,7 +222,8 @@ def main() -> None:
     if args.config is not None:
         work = args.out / f"work-{args.config.stem}"
         config = plain_config(args.config.resolve(), work, args.no_sanitize_run)
-        run, wall, code = run_sweep(config, args.budget, args.out / f"sweep-{args.config.stem}.log")
+        stacks = (args.out / "stacks").resolve() if args.stacks else None
+        run, wall, code = run_sweep(config, args.budget, args.out / f"sweep-{args.config.stem}.log", stacks)
         print(f"{run}: {wall:.0f} s, exit {code}", flush=True)
         runs.append(run)
     for run in runs:

@@ -27,6 +27,8 @@ ALLOWED = {
         "the verifier's static checks, rehearsed with no sweep",
     ("scripts/llm_rehearsal.py", "cluster.engine.agent_stage"):
         "the LLM agents' build tool, as a sweep hands it to them",
+    ("scripts/bench_parquet_gil.py", "cluster.store.parts"):
+        "the measurement is of the part writer itself, beside threads that compute",
     ("scripts/bench_portability.py", "cluster.engine.evaluate"):
         "`warpfleet evaluate`'s steps apart (its configurations checked before the sweep): the API has no evaluation",
 }

@@ -1,0 +1,27 @@
+"""scripts/bench_time_to_result.py's account of the driver's loop (``--stacks``): from the main
+thread's samples, the seconds by where it was and its longest stretch away from its workers."""
+
+from __future__ import annotations
+
+import pytest
+
+from scripts.bench_time_to_result import driver_time
+
+POLL = "worker.py:3237:wait <- client_mode_hook.py:134:wrapper <- scheduler.py:238:poll <- driver.py:274:run_flows"
+PART = ("core.py:1216:write_table <- parts.py:41:write_atomically <- parts.py:114:unify_parts <- "
+        "results.py:402:widen <- driver.py:206:_widen")
+FLUSH = "parts.py:43:write_atomically <- results.py:438:_write_part <- results.py:423:flush <- driver.py:284:run_flows"
+RAY_START = "services.py:1422:start_api_server <- worker.py:2040:init <- driver.py:86:init_ray"
+
+
+def test_the_loops_time_by_where_it_was_and_its_longest_stretch_away_from_its_workers(tmp_path):
+    lines = [f"M 0.00 0.050 {RAY_START}"] * 40  # 2 s of Ray's start: before the loop, no stretch
+    lines += [f"M 1.00 0.050 {POLL}"] * 4
+    lines += [f"M 2.00 1.200 {PART}", f"M 3.00 0.100 {PART}", "O 3.00 77 engine.py:183:_pursue"]  # a held-up sampler
+    lines += [f"M 4.00 0.050 {POLL}", f"M 5.00 0.100 {FLUSH}", f"M 6.00 0.050 {POLL}"]
+    (tmp_path / "stacks-1.txt").write_text("\n".join(lines) + "\n")
+    found = driver_time(tmp_path)
+    assert found["poll"] == pytest.approx(0.3) and found["parquet parts"] == pytest.approx(1.4)
+    assert found["other"] == pytest.approx(2.0) and "optuna journal" not in found
+    assert found["longest_away_from_poll"] == pytest.approx(1.3)
+    assert driver_time(tmp_path / "none") == {"longest_away_from_poll": 0.0}

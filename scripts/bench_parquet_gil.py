@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import sys
 import tempfile
@@ -47,8 +48,6 @@ def a_part() -> pa.Table:
 
 def through_a_python_file(table: pa.Table, final: Path) -> None:
     """The writer before: pyarrow writing to an open Python file, then fsync and rename."""
-    import os
-
     temp = final.with_suffix(".tmp")
     with open(temp, "wb") as out:
         pq.write_table(table, out)

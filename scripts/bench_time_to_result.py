@@ -94,7 +94,8 @@ def run_sweep(config: Path, budget: float, log: Path, stacks: Path | None = None
     return Path(run), wall, done.returncode
 
 
-# Where the driver's main thread was, by the innermost frame of warpfleet's own that a sample shows.
+# Where the driver's main thread was: the first of these (file, function; "" for any) whose frame a
+# sample's stack shows, else "other".
 WHERE = (("poll", ("scheduler.py", "poll")), ("parquet parts", ("parts.py", "")),
          ("parquet parts", ("results.py", "flush")), ("optuna journal", ("journal.py", "")))
 
@@ -115,10 +116,9 @@ def driver_time(stacks: Path) -> dict[str, float]:
             frames = [f.split(":") for f in stack.split(" <- ")]
             where = next((name for name, (file, function) in WHERE
                           if any(f[0] == file and (not function or f[-1] == function) for f in frames)), "other")
-            step = float(gap)
-            seconds[where] = seconds.get(where, 0.0) + step
+            seconds[where] = seconds.get(where, 0.0) + float(gap)
             looping = looping or where == "poll"
-            away = 0.0 if where == "poll" else away + step
+            away = 0.0 if where == "poll" else away + float(gap)
             longest = max(longest, away if looping else 0.0)
     return {**{k: round(v, 1) for k, v in sorted(seconds.items())}, "longest_away_from_poll": round(longest, 1)}
 

@@ -453,9 +453,9 @@ class StudyState:
                      if study.study_name == self.study.study_name}
         for trial in self.study.get_trials(deepcopy=False):
             key = trial.user_attrs.get("key")
-            if trial.state is optuna.trial.TrialState.RUNNING and trial.number in in_flight:
-                continue
             if trial.state is optuna.trial.TrialState.RUNNING:
+                if trial.number in in_flight:
+                    continue
                 if key in self.results:
                     self.tell(trial.number, self.results[key])
                     continue

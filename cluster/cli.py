@@ -363,7 +363,7 @@ def validate(config: str, build: bool, arch: str, as_json: bool) -> None:
     _check_output_dir(plan, None)
     notes = [note for target in plan.targets if (note := _sanitizer_note(plan, target))]
     if as_json:
-        from cluster.build.probe import probe_params
+        from cluster.compile.probe import probe_params
 
         budget = _budget_line(plan)
         _echo_json({"config": str(plan.file), "targets": [_target_record(t) for t in plan.targets], "notes": notes,
@@ -379,7 +379,7 @@ def validate(config: str, build: bool, arch: str, as_json: bool) -> None:
         click.echo(note, err=True)
     _budget_note(plan)
     if build:
-        from cluster.build.probe import probe_params
+        from cluster.compile.probe import probe_params
 
         for target in plan.targets:
             for line in probe_params(target, arch):
@@ -793,7 +793,7 @@ def _record_sandbox(run_dir: Any, policy: Any) -> None:
 @_one_line_errors
 def doctor(config: str | None, gpu: bool | None, as_json: bool) -> None:
     """Whether the sandbox works on this node, and why not: exit status 0 if it does, else 1."""
-    from cluster.build.build import HARNESS_INCLUDE
+    from cluster.compile.build import HARNESS_INCLUDE
     from cluster.config import SandboxSpec
     from cluster.sandbox.doctor import diagnose
 

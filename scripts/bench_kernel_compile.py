@@ -21,9 +21,9 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from cluster.build import kernel as kernel_build  # noqa: E402
-from cluster.build.build import compile_candidate  # noqa: E402
-from cluster.build.kernel import nvcc_version, nvrtc_version  # noqa: E402
+from cluster.compile import kernel as kernel_build  # noqa: E402
+from cluster.compile.build import compile_candidate  # noqa: E402
+from cluster.compile.kernel import nvcc_version, nvrtc_version  # noqa: E402
 from cluster.config import load_target  # noqa: E402
 from cluster.core.types import Candidate, Status  # noqa: E402
 from cluster.sandbox.sandbox import scratch_dir, write_bundle  # noqa: E402

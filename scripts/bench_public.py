@@ -29,7 +29,7 @@ sys.path[:0] = [str(REPO), str(REPO / "scripts")]
 from bench_agents import budget, hand_speedups, log, no_profile, table, verdicts  # noqa: E402
 
 from cluster.api import RunPlan, configured, create_run, load_run, load_target, log_to, run_sweep  # noqa: E402
-from cluster.build.build import compile_candidate  # noqa: E402
+from cluster.compile.build import compile_candidate  # noqa: E402
 from cluster.core.types import Candidate, DeviceInfo, Phase, Status  # noqa: E402
 from cluster.measure.measure import Reference, measure_candidate  # noqa: E402
 from cluster.outputs.optimize_report import write_report  # noqa: E402

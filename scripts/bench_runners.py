@@ -37,7 +37,7 @@ sys.path.insert(0, str(REPO))
 def built(target, runner_name: str, phase_name: str = "baseline"):
     """The target's baseline configuration built for ``runner_name`` on GPU 0 (on the CPU for a
     cc target), and a runner to run it: (device, arch, candidate, artifact, runner)."""
-    from cluster.build.build import compile_candidate
+    from cluster.compile.build import compile_candidate
     from cluster.core.registry import RUNNERS
     from cluster.core.types import Candidate, Phase, Status
     from cluster.platform.devices import cpu_device, gpu_device

@@ -22,7 +22,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from cluster.api import RunPlan, create_run, log_to, read_results, read_table, run_sweep, select_best
-from cluster.build.build import compile_candidate
+from cluster.compile.build import compile_candidate
 from cluster.config import load_run, load_target
 from cluster.core.occupancy import limits_for, occupancy
 from cluster.core.types import Candidate, Phase, Stats, Status

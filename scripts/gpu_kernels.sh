@@ -13,7 +13,7 @@ case "${1:-}" in
   tests)
     "$PYTHON" -m pytest -q -m gpu tests/cluster/runners/test_kernel_gpu.py
     "$PYTHON" -m pytest -q tests/cluster/config/test_kernel_target.py tests/cluster/config/test_kt_import.py \
-      tests/cluster/build/test_kernel.py tests/cluster/runners/test_kernel_harness.py \
+      tests/cluster/compile/test_kernel.py tests/cluster/runners/test_kernel_harness.py \
       tests/cluster/runners/test_kernel_runner.py tests/cluster/outputs/test_launch_export.py \
       tests/scripts/test_kt_kernel_targets.py ;;
   sweep)

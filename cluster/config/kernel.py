@@ -10,7 +10,7 @@ expressions), the target's ``params`` as ``tune_params`` and its ``constraints``
 ``KernelSpec.plan(params)`` resolves all of it for one configuration into a ``LaunchPlan``: the
 kernel's name (template arguments substituted), grid, block, dynamic shared memory, the extra
 defines and every argument's dtype, shape and initialisation. The plan travels inside the built
-binary (cluster/build/kernel.py), so a binary says how it is launched.
+binary (cluster/compile/kernel.py), so a binary says how it is launched.
 """
 
 from __future__ import annotations

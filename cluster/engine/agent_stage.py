@@ -31,7 +31,7 @@ from agents.patch import Variant, source_files, unified_diff
 from agents.workflow import Outcome, Plan, Steps, Verifier, run_workflow
 from agents.workflow.stack import OPTIMIZATION as STACK
 from agents.workflow.stack import Part, stack, stack_plan
-from cluster.build.build import compile_candidate
+from cluster.compile.build import compile_candidate
 from cluster.config import AgentsSpec, ProfileSpec, Target
 from cluster.config.target import variant_bundle, variant_target
 from cluster.core.encodings import optuna_point, speedup

@@ -26,7 +26,7 @@ from agents.patch import MarkerError, readonly_regions, source_files
 from agents.source_model import HostOpKind
 from agents.workflow.engine import COMPUTING
 from agents.workflow.steps import Plan, Verifier
-from cluster.build.build import compile_candidate
+from cluster.compile.build import compile_candidate
 from cluster.config import Target
 from cluster.config.target import variant_target
 from cluster.core.types import BuildArtifact, Candidate, Measurement, Phase, Status, Verdict, Verification
@@ -229,7 +229,7 @@ class LocalVerifier(Verifier):
         self.baseline, self.device, self.reference, self.runs, self.run = baseline, device, reference, runs, run
 
     def verify(self, context: AnalysisContext, plan: Plan, proposal: Proposal) -> Verification:
-        from cluster.build.build import compile_candidate
+        from cluster.compile.build import compile_candidate
         from cluster.measure.measure import measure_candidate
 
         verdicts = static_verdicts(context.target, proposal)

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import ray
 
-from cluster.build.build import compile_candidate
+from cluster.compile.build import compile_candidate
 from cluster.config import ClusterSpec, Target
 from cluster.config.env import scratch_root
 from cluster.core.errors import ConfigError

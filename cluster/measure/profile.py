@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 import pyarrow as pa
 
-from cluster.build.build import FLUSH_KERNEL
+from cluster.compile.build import FLUSH_KERNEL
 from cluster.config import Target
 from cluster.core.types import Candidate, Status
 from cluster.platform import node_platform

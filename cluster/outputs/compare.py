@@ -37,7 +37,7 @@ from typing import Any
 
 import pandas as pd
 
-from cluster.build.build import compile_candidate
+from cluster.compile.build import compile_candidate
 from cluster.config import Target
 from cluster.core.encodings import (
     FLAG_PREFIX,

@@ -28,7 +28,7 @@ from typing import Any
 
 import numpy as np
 
-from cluster.build.kernel import KernelBinary
+from cluster.compile.kernel import KernelBinary
 from cluster.config.kernel import BenchOptions, LaunchPlan
 from cluster.core.compare import compare
 from cluster.core.types import RunOutputs

@@ -1,5 +1,5 @@
 """The timing harness's host logic for the kernel runner, in Python: the inputs (``wf::fill_uniform``
-to the bit), the stopping rule and the line protocol of cluster/build/include/warpfleet/
+to the bit), the stopping rule and the line protocol of cluster/compile/include/warpfleet/
 harness_core.hpp, and the output files. Nothing here touches CUDA, so it is tested on any machine;
 cluster/runners/kernel.py adds the device side.
 """

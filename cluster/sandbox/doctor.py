@@ -47,7 +47,7 @@ class Check:
 
 def diagnose(spec: SandboxSpec, header: Path, gpu: bool | None = None) -> list[Check]:
     """Every check, in order; the sandbox works when none failed. ``header``: a file that builds
-    include by the worker's path (the timing harness, ``cluster.build``), to be read inside."""
+    include by the worker's path (the timing harness, ``cluster.compile``), to be read inside."""
     try:
         program = Program.find(spec.bwrap or os.environ.get(ENV_BWRAP))
     except SandboxError as exc:

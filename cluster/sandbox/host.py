@@ -57,7 +57,7 @@ BROKEN_CONTEXT_EXIT = 70  # the host's exit status when its CUDA context stopped
 LOADERS = {
     "program": "cluster.runners.persistent:call_program",
     "kernel": "cluster.runners.kernel:call_kernel",
-    "nvrtc": "cluster.build.kernel:call_nvrtc",  # a compile, in a compile host (no CUDA context)
+    "nvrtc": "cluster.compile.kernel:call_nvrtc",  # a compile, in a compile host (no CUDA context)
 }
 
 

@@ -5,7 +5,7 @@
 # fresh temporary folder); each program runs in its own folder there.
 set -u
 here=$(cd "$(dirname "$0")" && pwd)
-include=$(cd "$here/../../cluster/build/include" && pwd)
+include=$(cd "$here/../../cluster/compile/include" && pwd)
 work=${1:-$(mktemp -d)}
 arch=${ARCH:-sm_90}
 mkdir -p "$work"

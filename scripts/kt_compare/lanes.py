@@ -72,7 +72,7 @@ def forget_compiled_kernels() -> None:
     """Cold compiles for the next warpfleet run, as Kernel Tuner's get (kt_run.forget_compiled): the
     kernel targets' compile cache (keyed by content, kept under the scratch root the workers share
     with this process) would otherwise serve every configuration an earlier run compiled."""
-    from cluster.build.kernel import cache_dir
+    from cluster.compile.kernel import cache_dir
     from cluster.config.env import scratch_root
 
     shutil.rmtree(cache_dir(scratch_root()), ignore_errors=True)

@@ -218,7 +218,7 @@ REGPRESSURE = REPO / "configs" / "targets" / "regpressure" / "target.yaml"
 def measured_baseline(target: Target):
     """On GPU 0: the device, the target's baseline candidate and build, and its outputs as the
     reference a variant's must match (what the verifier holds before it checks a variant)."""
-    from cluster.build.build import compile_candidate
+    from cluster.compile.build import compile_candidate
     from cluster.core.types import Candidate, Phase, Status
     from cluster.measure.measure import Reference, measure_candidate
     from cluster.platform.devices import gpu_device
@@ -237,7 +237,7 @@ def measured_baseline(target: Target):
 def test_on_a_gpu_the_variant_gives_the_baselines_outputs_and_a_planted_short_copy_does_not() -> None:
     """The verifier's build and run (cluster.engine.verify.run_verdicts) on the regpressure target:
     the static checks are tested on the CPU above."""
-    from cluster.build.build import compile_candidate
+    from cluster.compile.build import compile_candidate
     from cluster.core.types import Phase
     from cluster.engine.verify import run_verdicts
     from cluster.measure.measure import measure_candidate

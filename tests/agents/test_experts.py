@@ -13,7 +13,7 @@ from agents._base import AnalysisContext
 from agents.cuda_source import analyze
 from agents.experts import RegisterExpert, UnrollExpert
 from agents.experts.registers import block_size, evaluate
-from cluster.build.build import compile_candidate
+from cluster.compile.build import compile_candidate
 from cluster.config import Target, load_target
 from cluster.core.types import Candidate, KernelResources, Status
 from tests.conftest import needs

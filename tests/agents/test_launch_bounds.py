@@ -14,7 +14,7 @@ from agents._base import AnalysisContext, Proposal
 from agents.cuda_source import analyze
 from agents.experts.launch_bounds import LaunchBoundsExpert, max_threads
 from agents.launch_sites import launch_sites
-from cluster.build.build import compile_candidate
+from cluster.compile.build import compile_candidate
 from cluster.config import Target
 from cluster.core.types import Candidate, KernelResources, Phase, Status
 from cluster.engine.verify import contracts_verdict, static_verdicts

@@ -14,7 +14,7 @@ from agents._base import AnalysisContext, Proposal
 from agents.cuda_source import analyze
 from agents.experts.padding import BANK_CONFLICTS_METRIC, PaddingExpert, find_padding
 from agents.patch import Patched, variant_bundle
-from cluster.build.build import compile_candidate
+from cluster.compile.build import compile_candidate
 from cluster.config import Target, load_target
 from cluster.core.types import Candidate, Status
 from tests.conftest import needs

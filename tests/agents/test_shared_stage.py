@@ -13,7 +13,7 @@ import pytest
 from agents._base import AnalysisContext, Proposal
 from agents.experts.shared_stage import IMC, STALL_PREFIX, SharedStageExpert
 from agents.patch import variant_target
-from cluster.build.build import compile_candidate
+from cluster.compile.build import compile_candidate
 from cluster.config import load_target
 from cluster.core.types import Candidate, KernelResources, Phase
 from cluster.engine.verify import static_verdicts

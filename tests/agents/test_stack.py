@@ -11,7 +11,7 @@ from agents._base import AnalysisContext, Proposal
 from agents.patch import source_files
 from agents.workflow import Level, Steps, run_workflow
 from agents.workflow.stack import Part, merge3, stack, stack_plan
-from cluster.build.build import compile_candidate
+from cluster.compile.build import compile_candidate
 from cluster.config import load_target
 from cluster.core.registry import EXPERTS
 from cluster.core.types import Candidate, Phase, Status

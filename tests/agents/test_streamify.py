@@ -354,7 +354,7 @@ def test_multikernel_gets_the_hand_written_schedule_and_the_verifier_passes_it()
 @needs("nvcc")
 def test_the_streamified_multikernel_builds_for_sm_90() -> None:
     from agents.patch import variant_target
-    from cluster.build.build import compile_candidate
+    from cluster.compile.build import compile_candidate
     from cluster.core.types import Candidate, Phase, Status
 
     target = load_target(MULTIKERNEL / "target.yaml")

@@ -12,7 +12,7 @@ import pytest
 
 from agents._base import AnalysisContext
 from agents.experts import StreamifyExpert
-from cluster.build.build import HARNESS_INCLUDE
+from cluster.compile.build import HARNESS_INCLUDE
 from cluster.config import load_target
 from tests.conftest import gpu_present, needs
 

@@ -1,5 +1,5 @@
 """The nvcc builds of the program suites' tests (configs/public, configs/unseen), the engine's way
-(``cluster.build.build.compile_candidate``): the baselines that a module's selected tests need start
+(``cluster.compile.build.compile_candidate``): the baselines that a module's selected tests need start
 together on a pool of a worker a core, in the tests' order, and each test waits for its own (one at
 a time, they were a third of the suite's time).
 
@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from cluster.build.build import build_command, compile_candidate
+from cluster.compile.build import build_command, compile_candidate
 from cluster.config import Target, load_target
 from cluster.core.types import BuildArtifact, Candidate, Scalar, Status
 from cluster.sandbox.sandbox import write_bundle

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from cluster.build.build import compile_candidate
+from cluster.compile.build import compile_candidate
 from cluster.config import load_run, load_target
 from cluster.core.types import Candidate, Status
 from tests.conftest import REPO, needs

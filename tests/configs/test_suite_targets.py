@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from cluster.build.build import HARNESS_INCLUDE, build_command
+from cluster.compile.build import HARNESS_INCLUDE, build_command
 from cluster.config import Target, load_target
 from cluster.core.types import Candidate, KernelResources
 from cluster.sandbox.sandbox import ProcessResult, run_command, write_bundle

@@ -1,6 +1,6 @@
 """The benchmark-suite targets multikernel, matmul and conv2d and their hand-optimized ``_opt``
 variants: they load, their param spaces stay within the limits of a block, and each compiles for
-sm_90 through the engine's own build command (``cluster.build.build.build_command``), with ptxas's
+sm_90 through the engine's own build command (``cluster.compile.build.build_command``), with ptxas's
 report read as the engine reads it. Nothing here runs on a GPU.
 
 Eight nvcc invocations in all, run in parallel once per module: the six targets at their
@@ -20,7 +20,7 @@ from typing import TypeVar
 
 import pytest
 
-from cluster.build.build import BINARY_NAME, build_command
+from cluster.compile.build import BINARY_NAME, build_command
 from cluster.config import Target, load_target
 from cluster.core.types import Candidate, KernelResources, Scalar
 from cluster.sandbox.sandbox import ProcessResult, run_command, write_bundle
@@ -161,7 +161,7 @@ def test_builds_for_sm90_with_the_engine_command(compiled: dict[str, Compiled], 
     build = compiled[label]
     assert build.result.ok, build.result.tail()
     assert build.binary.is_file()
-    assert any(arg.startswith("-I") and arg.endswith("cluster/build/include") for arg in build.argv)
+    assert any(arg.startswith("-I") and arg.endswith("cluster/compile/include") for arg in build.argv)
     assert [f"-D{k}={v}" for k, v in build.params.items()] == [a for a in build.argv if a.startswith("-D")]
     assert build.kernels, "no ptxas report"
     for kernel in build.kernels:

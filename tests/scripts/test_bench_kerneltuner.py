@@ -279,7 +279,7 @@ def test_each_warpfleet_run_compiles_cold(tmp_path: Path, monkeypatch: pytest.Mo
     """The kernel targets' compile cache is emptied before each warpfleet run of a lane, as CuPy's memo
     is before each Kernel Tuner run: neither tool's configurations per minute count compiles an
     earlier run made."""
-    from cluster.build.kernel import cache_dir
+    from cluster.compile.kernel import cache_dir
 
     monkeypatch.setenv("WARPFLEET_SCRATCH", str(tmp_path / "scratch"))
     cached = cache_dir(tmp_path / "scratch") / "an-entry.json"
@@ -409,7 +409,7 @@ def test_the_independent_timers_cubins_build_for_sm90_and_name_the_kernel(space:
 @needs("nvcc")
 @pytest.mark.parametrize("space", SPACES, ids=lambda s: s.name)
 def test_the_generated_warpfleet_targets_build_for_sm90(space: KernelSpace, tmp_path: Path) -> None:
-    from cluster.build.build import compile_candidate
+    from cluster.compile.build import compile_candidate
     from cluster.core.types import Candidate, Status
 
     target = load_target(write_wf_target(space, tmp_path / space.name, ["--min-time", "0.05"]))

@@ -8,8 +8,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from cluster.build.build import compile_candidate
-from cluster.build.kernel import nvrtc_version
+from cluster.compile.build import compile_candidate
+from cluster.compile.kernel import nvrtc_version
 from cluster.config import load_target
 from cluster.core.types import Candidate, Status
 from cluster.runners.kernel_harness import host_values

@@ -13,7 +13,7 @@ from agents._base import AnalysisContext, Proposal
 from agents.llm import LLMSpec
 from agents.llm.testing import Conversation, FakeOpenAIServer, Reply, call
 from agents.workflow.steps import Plan, Verification, Verifier
-from cluster.build.build import compile_candidate
+from cluster.compile.build import compile_candidate
 from cluster.config import Target, load_target
 from cluster.core.types import Candidate, DeviceInfo, Status
 from cluster.engine.verify import GuardedVerifier

@@ -419,7 +419,7 @@ def test_validate_build_shows_the_compilers_error_line_for_a_value_that_does_not
 
 def test_a_relative_scratch_root_is_made_absolute(tmp_path, monkeypatch):
     """Seen: WARPFLEET_SCRATCH=scratch failed every build (the build runs in its own directory)."""
-    from cluster.build.build import compile_candidate
+    from cluster.compile.build import compile_candidate
     from cluster.config import env
     from cluster.core.types import Candidate, Phase
 

@@ -10,9 +10,9 @@ import pytest
 import yaml
 from click.testing import CliRunner
 
-from cluster.build.build import compile_candidate
-from cluster.build.kernel import KernelBinary, nvrtc_version
 from cluster.cli import main
+from cluster.compile.build import compile_candidate
+from cluster.compile.kernel import KernelBinary, nvrtc_version
 from cluster.config import load_target
 from cluster.config.kt_import import KtImportError, kt_import
 from cluster.core.types import Candidate, Status

@@ -14,7 +14,7 @@ PACKAGES = ("cluster", "agents", "search_spaces")
 # The floors of a sweep's run time, bottom first: each may import those before it. Building, running
 # and measuring a candidate, and storing what came of it, know nothing of the agents.
 RUNTIME = ("cluster.core", "cluster.platform", "cluster.toolchains", "search_spaces", "cluster.config",
-           "cluster.sandbox", "cluster.build", "cluster.runners", "cluster.measure", "cluster.store")
+           "cluster.sandbox", "cluster.compile", "cluster.runners", "cluster.measure", "cluster.store")
 # Each floor may import itself and the floors listed; nothing above.
 FLOORS: dict[str, set[str]] = {floor: set(RUNTIME[:i]) for i, floor in enumerate(RUNTIME)}
 # The agents propose variants from the config and the sources alone, beside the run time, not on it.

@@ -70,7 +70,7 @@ def test_ncu_profile_sees_bank_conflicts_and_agrees_with_the_occupancy_calculato
     hand-padded variant does not. ncu's theoretical occupancy equals the calculator's."""
     import shutil as sh
 
-    from cluster.build.build import compile_candidate
+    from cluster.compile.build import compile_candidate
     from cluster.config import load_target
     from cluster.core.occupancy import limits_for, occupancy
     from cluster.core.types import Candidate, Phase, Status

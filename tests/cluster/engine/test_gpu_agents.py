@@ -11,7 +11,7 @@ import shutil
 
 import pytest
 
-from cluster.build.build import compile_candidate
+from cluster.compile.build import compile_candidate
 from cluster.config import load_target
 from cluster.core.types import Candidate, Phase
 from cluster.measure.sanitize import sanitize_candidate

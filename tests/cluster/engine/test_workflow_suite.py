@@ -10,7 +10,7 @@ import pytest
 
 from agents._base import AnalysisContext
 from agents.workflow import Steps, run_workflow
-from cluster.build.build import compile_candidate
+from cluster.compile.build import compile_candidate
 from cluster.config import load_target
 from cluster.core.registry import EXPERTS
 from cluster.core.types import Candidate, Phase, Status

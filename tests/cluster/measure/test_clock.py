@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from cluster.build.build import compile_candidate
+from cluster.compile.build import compile_candidate
 from cluster.config import load_target
 from cluster.core.types import Candidate, Clock, Phase, Status
 from cluster.measure.clock import clock_problem, median_bounds, paired_problem

@@ -14,7 +14,7 @@ import pytest
 from agents._base import AnalysisContext, Proposal
 from agents.patch import Variant, variant_bundle
 from agents.workflow.steps import Finding, Level, Plan, Verdict, VerdictStatus, Verification, Verifier
-from cluster.build.build import compile_candidate
+from cluster.compile.build import compile_candidate
 from cluster.config import Target, load_target
 from cluster.core.types import BuildArtifact, Candidate, DeviceInfo, Status
 from cluster.engine.verify import GuardedVerifier

@@ -1,4 +1,4 @@
-"""The CUDA timing harness (cluster/build/include/warpfleet): its pure logic through a g++-built driver,
+"""The CUDA timing harness (cluster/compile/include/warpfleet): its pure logic through a g++-built driver,
 its builds through nvcc (compile only), and the example target on a GPU where there is one."""
 
 from __future__ import annotations

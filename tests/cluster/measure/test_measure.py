@@ -7,7 +7,7 @@ import dataclasses
 import numpy as np
 import pytest
 
-from cluster.build.build import compile_candidate
+from cluster.compile.build import compile_candidate
 from cluster.config import MetricSpec, VerifySpec, load_target
 from cluster.core.types import Candidate, DeviceInfo, Phase, RunOutputs, Status
 from cluster.measure.measure import Reference, measure_candidate, parse_samples, verify_outputs

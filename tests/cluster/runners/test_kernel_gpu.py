@@ -13,7 +13,7 @@ import shutil
 import numpy as np
 import pytest
 
-from cluster.build.build import compile_candidate
+from cluster.compile.build import compile_candidate
 from cluster.config import load_target
 from cluster.core.types import BuildArtifact, Candidate, Status
 from cluster.measure.measure import measure_candidate

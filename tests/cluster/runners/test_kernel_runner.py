@@ -107,7 +107,7 @@ def fake(monkeypatch):
 
 
 def _request(target, tmp_path, cubin=b"vadd-cubin", **fields):
-    from cluster.build.kernel import KernelBinary
+    from cluster.compile.kernel import KernelBinary
 
     plan = target.spec.kernel.plan(target.baseline_params)
     (tmp_path / "candidate.bin").write_bytes(KernelBinary(cubin, "vadd", plan, "nvrtc 13.0").pack())
@@ -209,7 +209,7 @@ def test_outputs_are_checked_in_the_host_and_each_reference_handed_over_once(tar
     a file and fails with the worker's own message."""
     import numpy as np
 
-    from cluster.build.kernel import KernelBinary
+    from cluster.compile.kernel import KernelBinary
     from cluster.core.types import BuildArtifact, Candidate, DeviceInfo, Phase, Status
     from cluster.measure.measure import Reference, measure_candidate
     from cluster.runners.kernel import VERIFIED_FILE, KernelRunner, call_kernel

@@ -192,7 +192,7 @@ def test_no_process_of_the_uid_is_left_not_even_a_zombie(bwrap, workdir):
     does not reap (a container's)."""
     if bwrap.uid is None:
         pytest.skip("not root: commands run as this user")
-    from cluster.build.kernel import COMPILE_HOSTS
+    from cluster.compile.kernel import COMPILE_HOSTS
 
     COMPILE_HOSTS.close()  # this process's NVRTC compile hosts, left running by design, run as the uid too
     for _ in range(3):

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from cluster.build.build import compile_candidate
+from cluster.compile.build import compile_candidate
 from cluster.config import load_target
 from cluster.core.types import Candidate, Phase, Status
 from cluster.measure.measure import measure_candidate

@@ -9,7 +9,7 @@ import textwrap
 import pytest
 import yaml
 
-from cluster.build.build import compile_candidate
+from cluster.compile.build import compile_candidate
 from cluster.config import load_target
 from cluster.core.limits import Limits
 from cluster.core.types import Candidate, Phase, Status

@@ -16,7 +16,7 @@ import re
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 
-from cluster.build.build import compile_candidate
+from cluster.compile.build import compile_candidate
 from cluster.config import Target
 from cluster.core.types import BuildArtifact, Candidate, Phase, Scalar, Status
 from cluster.toolchains import get_toolchain

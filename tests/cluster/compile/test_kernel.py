@@ -7,9 +7,9 @@ import shutil
 
 import pytest
 
-from cluster.build import kernel as kernel_build
-from cluster.build.build import compile_candidate
-from cluster.build.kernel import KernelBinary, nvrtc_version
+from cluster.compile import kernel as kernel_build
+from cluster.compile.build import compile_candidate
+from cluster.compile.kernel import KernelBinary, nvrtc_version
 from cluster.config import load_target
 from cluster.core.types import Candidate, Status
 from tests.cluster.kernel_targets import N, vadd_kernel, write_kernel_target

@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from cluster.build.kernel import compile_kernel
+from cluster.compile.kernel import compile_kernel
 from cluster.config import Target
 from cluster.core.placeholders import expand
 from cluster.core.types import BuildArtifact, Candidate, Status

@@ -65,8 +65,12 @@ class Finals:
         self.entered = True
         before = {r["candidate_key"] for r in flow.rows if r["phase"] == Phase.FINAL.value}
         baseline = state.baseline_candidate().key
-        self.finalists = [k for k in before if k != baseline]
-        self.pool = [c for c in state.ranked() if c.key != baseline and c.key not in before]
+        ranked = [c for c in state.ranked() if c.key != baseline]
+        # Finals measured before (a search reopened, or a resume) count only while they are still
+        # among the best: a better candidate found since has its final too.
+        top = {c.key for c in ranked[:self.wanted]}
+        self.finalists = [k for k in before if k != baseline and k in top]
+        self.pool = [c for c in ranked if c.key not in before]
         missing = self._missing_seeds()
         if missing and baseline not in before:
             self._submit(state.baseline_candidate(), extend=True)  # its outputs: the finals' references

@@ -18,7 +18,6 @@ from cluster.engine.plan.budget import (
     grace_s,
     sizes,
 )
-from cluster.engine.scheduling.jobs import CHECK_SHARE
 from tests.conftest import logged_lines
 
 
@@ -67,13 +66,13 @@ def test_the_search_closes_when_the_finals_no_longer_fit_and_stays_closed():
     assert not plan.search_open("H100")
 
 
-def test_more_workers_share_the_finals_and_checks_overlap_the_rest_of_the_search():
+def test_more_workers_share_the_finals_and_the_checks_that_run_beside_the_search_are_not_kept_for():
+    """On an H200 (2026-11-29) a reserve that held the finalists' checks closed eight programs' search
+    61 s into 300 s: 276 s kept, 75 s of checks run in all. The checks run beside the search."""
     studies = [Study(finals=40.0, checks=60.0) for _ in range(8)]
     plan, _ = plan_with(left_s=600.0)
     plan.update(studies, lambda device_type: 2)
-    after = SAFETY * 320 / 2
-    overlap = CHECK_SHARE * (600.0 - after - MARGIN_S)
-    assert abs(plan.reserve["H100"] - (after + max(0.0, SAFETY * 480 / 2 - overlap) + MARGIN_S)) < 1.0
+    assert plan.reserve["H100"] == SAFETY * 320 / 2 + MARGIN_S and plan.search_open("H100")
 
 
 def test_a_budget_that_cannot_hold_the_finals_says_so_and_the_loop_stops_at_the_grace():

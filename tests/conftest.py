@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 import logging
 import os
 import shutil
@@ -112,7 +113,7 @@ def init_local_ray() -> None:
 
 # Fixtures that start a Ray instance of their own (shutting the shared one down): unsandboxed workers,
 # more CPUs, several nodes. Tests marked own_ray do the same by themselves.
-OWN_RAY_FIXTURES = frozenset({"ray_unsandboxed", "four_cpus", "two_gpu_nodes"})
+OWN_RAY_FIXTURES = frozenset({"ray_unsandboxed", "four_cpus", "two_gpu_nodes", "one_fake_gpu"})
 
 
 def _own_ray(item: pytest.Item) -> bool:
@@ -127,6 +128,20 @@ def _group(item: pytest.Item) -> str | None:
     return marker.args[0] if marker.args else marker.kwargs.get("name")
 
 
+def _shared_fixture(item: pytest.Item) -> str | None:
+    """The module- or session-scoped fixture of this suite's own that ``item`` uses (a sweep, a set
+    of builds), named for its one instance: a session's by its name, a module's by the module."""
+    info = getattr(item, "_fixtureinfo", None)
+    for name in info.names_closure if info else ():
+        fixturedef = (info.name2fixturedefs.get(name) or [None])[-1]
+        if fixturedef is None or fixturedef.scope == "function":
+            continue
+        source = inspect.getsourcefile(fixturedef.func)
+        if source and Path(source).resolve().is_relative_to(REPO / "tests"):
+            return name if fixturedef.scope == "session" else item.nodeid.split("::")[0]
+    return None
+
+
 @pytest.hookimpl(tryfirst=True)  # before pytest-xdist's own, which reads the groups
 def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config, items: list[pytest.Item]) -> None:
     """The tests that start a Ray instance of their own run together (in their order), so that the
@@ -134,13 +149,18 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
     each. Under pytest-xdist (scripts/test.sh with WF_TEST_WORKERS: ``--dist loadgroup``) they are one group, run by
     one worker, each worker having a shared instance of its own; the groups go first, the longest
     work of the suite (the program suites' builds, the own instances' sweeps), so that the many
-    short tests fill the end on both workers."""
+    short tests fill the end on both workers.
+
+    The tests that share a module- or session-scoped fixture (a sweep, a set of builds) are a group
+    too, after those: spread over both workers, each worker set the fixture up (the suite targets'
+    builds, the attacks' sweep and the portability runs were each made twice)."""
     for item in items:
         if _own_ray(item):
             item.add_marker(pytest.mark.xdist_group("own_ray"))
-    builds = [item for item in items if _group(item) == "nvcc_builds"]
-    own = [item for item in items if _group(item) == "own_ray"]
-    items[:] = builds + own + [item for item in items if _group(item) not in ("nvcc_builds", "own_ray")]
+        elif _group(item) is None and (shared := _shared_fixture(item)) is not None:
+            item.add_marker(pytest.mark.xdist_group(f"shared:{shared}"))
+    first = {"nvcc_builds": 0, "own_ray": 1}
+    items.sort(key=lambda item: 3 if (group := _group(item)) is None else first.get(group, 2))  # stable
 
 
 def pytest_configure(config: pytest.Config) -> None:

@@ -435,7 +435,8 @@ def check(run: str, dry_run: bool) -> None:
         moved = f"; moved to {part.moved_to}" if part.moved_to else ""
         click.echo(f"{part.path}: unreadable ({part.problem}){moved}")
     if not bad:
-        click.echo(f"{run_dir.path}: every part file reads whole")
+        journal = " and the Optuna journal replays" if run_dir.journal.is_file() else "; no Optuna journal to replay"
+        click.echo(f"{run_dir.path}: every part file reads whole{journal}")
         return
     config = run_dir.read_meta().get("config_file", "CONFIG")
     parts, journal = sum(not b.is_journal for b in bad), any(b.is_journal for b in bad)

@@ -19,7 +19,9 @@ def share_text(cell: Cell | None) -> str:
     if cell.share is None:
         return cell.how
     text = f"{100 * cell.share:.1f}%"
-    return f"**{text}** (own best)" if cell.how == "own best" else f"{text} ({cell.how})"
+    if cell.how == "own best":
+        return f"**{text}** (own best)"
+    return f"{text} (same run: {cell.run_id})" if cell.how == "same run" else f"{text} ({cell.how})"
 
 
 def resources_text(resources: Resources | None) -> str:

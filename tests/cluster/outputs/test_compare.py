@@ -258,3 +258,18 @@ def test_compare_does_not_depend_on_the_order_of_its_runs(tmp_path):
     markdown = cli("compare", *last, "--no-compile")
     assert markdown == cli("compare", *first, "--no-compile")
     assert f"| 80.0% (same run: {runs[2].name}) |" in markdown
+
+
+def test_a_final_rows_speedup_is_the_one_show_and_export_give(runs):
+    """Seen: a winner's final row said 2.35 (over the search's baseline) where show said 2.65x (over
+    the baseline's re-measurement). A final row's speedup is over the baseline's final median."""
+    rows = read_results(runs["a"])
+    finals = rows[(rows["phase"] == "final") & (rows["status"] == "ok")]
+    [baseline_key] = rows.loc[rows["phase"] == "baseline", "candidate_key"].unique()
+    base = Stats.of([s for arr in finals.loc[finals["candidate_key"] == baseline_key, "samples"] for s in arr])
+    assert finals["speedup"].to_numpy() == pytest.approx(base.median / finals["median"].to_numpy())
+    [study] = json.loads(cli("show", str(runs["a"]), "--json"))["studies"]
+    [exported] = json.loads(cli("export", str(runs["a"]), "--format", "json"))
+    winner = finals[finals["candidate_key"] != baseline_key]
+    assert study["selected"]["speedup"] == pytest.approx(float(winner["speedup"].iloc[0]))
+    assert exported["speedup"] == study["selected"]["speedup"]

@@ -681,13 +681,15 @@ def compare(runs: tuple[str, ...], fmt: str, output: str | None, archs: tuple[st
 
 
 def _write_output(output: str, text: str) -> None:
-    """``--output FILE``: its folder made if need be (as ``report`` makes its own), the file written
-    whole or not at all; a place that cannot be written is one line."""
+    """``--output FILE``: written whole or not at all, into a folder that exists (as ``cp`` does: a
+    typo in a folder's name must not send a result somewhere new); a place that cannot be written is
+    one line."""
     from cluster.store.rundir import write_atomic
 
     path = Path(output)
+    if not path.parent.is_dir():
+        raise ConfigError(output, "--output", f"no folder {path.parent} to write it in (make it first)")
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
         write_atomic(path, text.encode())
     except OSError as exc:
         raise ConfigError(output, "--output", f"cannot be written ({exc.strerror or exc})") from None

@@ -560,3 +560,17 @@ def test_sweep_json_is_the_summary_with_the_studies_and_what_to_run_next(tmp_pat
     assert study["selected"]["params"] == {"MODE": 0} and study["failed"] == 2
     assert document["next"][0] == f"warpfleet show {run}" and document["unfinished"] == []
     assert "rows written to" in result.stderr  # the lines for humans stay where they were
+
+
+@pytest.mark.parametrize("command", [["export", "--format", "json"], ["compare", "--no-compile"]])
+def test_an_output_file_in_a_folder_that_does_not_exist_is_refused(tmp_path, command):
+    """Seen: export --output /nonexistent/dir/x.h made the folders and exited 0, so a typo sent the
+    result somewhere new."""
+    run = _gpu_run(tmp_path)
+    out = tmp_path / "typo" / "dir" / "x.json"
+    result = _invoke(command[0], str(run), *command[1:], "--output", str(out))
+    assert result.exit_code == 2 and result.output.splitlines() == [
+        f"error: {out}: --output: no folder {out.parent} to write it in (make it first)"], result.output
+    assert not (tmp_path / "typo").exists()
+    written = _invoke(command[0], str(run), *command[1:], "--output", str(tmp_path / "x.json"))
+    assert written.exit_code == 0 and (tmp_path / "x.json").is_file(), written.output

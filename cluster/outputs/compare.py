@@ -91,8 +91,8 @@ class Config:
     source_hash: str
     is_baseline: bool = False
     tuned_in: tuple[str, ...] = ()  # the run each tuned_on entry won in ("" when not known)
-    noisy: bool = False  # a win whose re-measurements were noisy (select.NOISY_ADVICE)
-    unconfirmed: bool = False  # a study's best so far, never re-measured (select.NOT_REMEASURED)
+    noisy: bool = False  # a win whose re-measurements were noisy (select.noisy_advice)
+    unconfirmed: bool = False  # a study's best so far, never re-measured (select.NOT_REMEASURED_NOTE)
 
     @property
     def label(self) -> str:

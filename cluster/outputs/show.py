@@ -17,10 +17,16 @@ from cluster.core.encodings import readable_configuration
 from cluster.core.types import BestConfig, Status
 from cluster.store.results import read_results, read_table
 from cluster.store.rundir import RunDir
-from cluster.store.select import NOISY_ADVICE, NOT_REMEASURED, load_verified, pareto_front, select_best
+from cluster.store.select import (
+    NOT_REMEASURED_MARK,
+    NOT_REMEASURED_NOTE,
+    load_verified,
+    noisy_advice,
+    pareto_front,
+    select_best,
+)
 
 NOISY_MARK = "*"
-NOT_REMEASURED_MARK = "(not re-measured)"
 
 
 def speedup_text(value: float) -> str:
@@ -62,9 +68,9 @@ def show(path: Path, console: Console | None = None) -> list[BestConfig]:
         if b.fastest:
             console.print(f"{b.target} on {b.device_type}: selected {b.candidate_key}, {b.reason}")
     if any(b.noisy for b in selected):
-        console.print(f"{NOISY_MARK} noisy: {NOISY_ADVICE}")
+        console.print(f"{NOISY_MARK} noisy: {noisy_advice(b.arch for b in selected if b.noisy)}")
     if not all(b.remeasured for b in selected):
-        console.print(f"{NOT_REMEASURED_MARK}: {NOT_REMEASURED}; `warpfleet export --unconfirmed` exports it")
+        console.print(f"{NOT_REMEASURED_MARK}: {NOT_REMEASURED_NOTE}; `warpfleet export --unconfirmed` exports it")
     _show_pareto(console, rows)
     _show_profiles(console, run_dir.path, rows, best)
     return selected

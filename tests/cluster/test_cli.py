@@ -283,7 +283,8 @@ def test_a_noisy_winner_is_marked_with_what_to_do_in_show_export_and_compare(tmp
     shown = _invoke("show", str(run))
     assert shown.exit_code == 0 and " *" in shown.output, shown.output
     footnote = [line for line in shown.output.splitlines() if line.startswith("* noisy:")]
-    assert footnote and "measure.final_runs" in footnote[0] and "clocks" in footnote[0]
+    assert footnote and "measure.final_runs" in footnote[0] and "off the GPU" in footnote[0]
+    assert "nvidia-smi" not in shown.output and "clock" not in footnote[0]  # nothing that changes the machine
     flags = _invoke("export", str(run), "--format", "flags")
     assert flags.exit_code == 0 and "# noisy: " in flags.output and "measure.final_runs" in flags.output
     [record] = json.loads(_invoke("export", str(run), "--format", "json").stdout)
@@ -574,3 +575,22 @@ def test_an_output_file_in_a_folder_that_does_not_exist_is_refused(tmp_path, com
     assert not (tmp_path / "typo").exists()
     written = _invoke(command[0], str(run), *command[1:], "--output", str(tmp_path / "x.json"))
     assert written.exit_code == 0 and (tmp_path / "x.json").is_file(), written.output
+
+
+def test_a_noisy_cpu_winner_gets_advice_for_a_cpu(tmp_path):
+    """Seen: every CPU run's footnote advised pinning the GPU clocks with nvidia-smi -lgc."""
+    from cluster.core.types import DeviceInfo
+
+    stencil = load_target(REPO / "configs" / "targets" / "stencil_c" / "target.yaml")
+    cpu = DeviceInfo(kind="cpu", name="AMD EPYC", arch="host", hostname="node")
+    base, tuned = {"TILE": 64, "UNROLL": 1}, {"TILE": 16, "UNROLL": 1}
+    run = write_run(tmp_path, "run", stencil, cpu, [
+        Row(base, (2.0,) * 3, phase=Phase.BASELINE), Row(tuned, (1.0,) * 3, {"opt_level": "-O3"}),
+        Row(tuned, (1.0, 1.4, 0.6, 1.0, 1.2), {"opt_level": "-O3"}, phase=Phase.FINAL)])
+    outputs = [_invoke("show", str(run)).output, _invoke("export", str(run), "--format", "flags").output,
+               _invoke("export", str(run), "--format", "cmake").output,
+               _invoke("compare", str(run), "--no-compile").output]
+    for output in outputs:
+        text = " ".join(output.split())
+        assert "noisy: " in text and "off the machine's cores" in text, output
+        assert "GPU" not in text and "nvidia-smi" not in text and "clock" not in text, output

@@ -623,11 +623,12 @@ def export(run: str, fmt: str, output: str | None, target: str | None, device: s
               help="Program runs per configuration (default: measure.final_runs).")
 @click.option("--address", help="Ray cluster to join (auto, HOST:PORT, ray://...); default: a local instance.")
 @click.option("--output-dir", type=click.Path(file_okay=False), help="Where the run directory goes (overrides).")
+@click.option("--progress/--no-progress", default=None, help="Progress bars (default: when stderr is a terminal).")
 @click.option("--unsandboxed", is_flag=True,
               help="Run candidates without the sandbox where it cannot start (recorded in meta.json).")
 @_one_line_errors
 def evaluate(sources: tuple[str, ...], config: str | None, runs: int | None, address: str | None,
-             output_dir: str | None, unsandboxed: bool) -> None:
+             output_dir: str | None, progress: bool | None, unsandboxed: bool) -> None:
     """Measure the configurations of SOURCES (run directories: their winners; export files from
     warpfleet export --format json or yaml) on the devices at hand, with the baseline measured again."""
     from cluster.engine.evaluate import Evaluation, create_run_dir, plan_for
@@ -641,7 +642,8 @@ def evaluate(sources: tuple[str, ...], config: str | None, runs: int | None, add
     _record_sandbox(run_dir, policy)
     click.echo(f"run directory: {run_dir.path}", err=True)
     with _resume_hint(None, run_dir.path):
-        summary = Evaluation(plan, origins, run_dir, runs).run(address)
+        show_progress = sys.stderr.isatty() if progress is None else progress
+        summary = Evaluation(plan, origins, run_dir, runs).run(address, show_progress)
     click.echo(f"{summary.rows} rows written to {run_dir.results}", err=True)
     # compare reads run directories: an export file's configurations are listed in this run's meta.json
     runs_given = [s for s in sources if Path(s).is_dir()]
@@ -665,10 +667,14 @@ def compare(runs: tuple[str, ...], fmt: str, output: str | None, archs: tuple[st
             compile_missing: bool) -> None:
     """The portability matrix per target over RUNS: each configuration tuned on one device type,
     measured on another, as a share of that one's own best; and the best worst case."""
-    from cluster.outputs.compare import add_resources, build_matrices, load_run_dir, load_targets
+    from cluster.outputs.compare import add_resources, build_matrices, host_targets, load_run_dir, load_targets
     from cluster.outputs.compare_text import to_json, to_markdown
 
     loaded = [load_run_dir(run) for run in runs]
+    if archs and (hosts := host_targets(loaded)):
+        named = ", ".join(f"{target} ({toolchain})" for target, toolchain in hosts.items())
+        click.echo(f"note: --arch {', '.join(archs)}: ignored for {named}: built for the host's CPU, "
+                   "not for a GPU arch", err=True)
     targets, problems = load_targets(loaded, config) if compile_missing else ({}, [])
     for problem in problems:
         click.echo(problem, err=True)

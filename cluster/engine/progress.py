@@ -18,7 +18,8 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from cluster.core.encodings import speedup
 
 if TYPE_CHECKING:
-    from cluster.engine.flow import StudyFlow
+    from cluster.engine.flow import Flow, StudyFlow
+    from cluster.engine.scheduling.jobs import JobResult
     from cluster.engine.scheduling.scheduler import Scheduler
 
 
@@ -111,4 +112,32 @@ class SweepProgress:
     def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None,
                  tb: TracebackType | None) -> None:
         self.update()
+        self.progress.__exit__(kind, exc, tb)
+
+
+class EvaluationProgress:
+    """What ``warpfleet evaluate`` shows while it runs, on a terminal: a bar per study (target on a
+    device type) with its stage and the measurements done (its baseline and each configuration)."""
+
+    def __init__(self, flows: list[Flow], enabled: bool = True) -> None:
+        self.flows = {f.name: f for f in flows}
+        self.progress = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                                 console=Console(stderr=True), disable=not enabled)
+        self.tasks = {name: self.progress.add_task(name, total=None) for name in self.flows}
+
+    def measured(self, result: JobResult) -> None:
+        """A job of a study is in (``run_flows``'s ``on_job``)."""
+        flow = self.flows.get(result.job.study)
+        if flow is not None:
+            self.progress.update(self.tasks[flow.name], advance=1, description=f"{flow.name}: {flow.stage.value}")
+
+    def __enter__(self) -> EvaluationProgress:
+        self.progress.__enter__()
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        for name, flow in self.flows.items():
+            done = self.progress.tasks[self.tasks[name]].completed
+            self.progress.update(self.tasks[name], total=done, description=f"{name}: {flow.stage.value}")
         self.progress.__exit__(kind, exc, tb)

@@ -326,6 +326,18 @@ def differences(a: Config, b: Config) -> list[str]:
     return out
 
 
+def host_targets(runs: Sequence[Run]) -> dict[str, str]:
+    """The runs' targets that no GPU arch builds (a ``cc`` target's binary is the host's), with
+    their toolchains: ``--arch`` means nothing for them."""
+    found = {}
+    for run in runs:
+        if len(run.rows):
+            for target, toolchain in run.rows[["target", "toolchain"]].drop_duplicates().itertuples(index=False):
+                if get_toolchain(str(toolchain)).device_kind != "gpu":
+                    found[str(target)] = str(toolchain)
+    return dict(sorted(found.items()))
+
+
 def targets_of(runs: Sequence[Run]) -> list[str]:
     return sorted({str(t) for r in runs if len(r.rows) for t in r.rows["target"]})
 

@@ -577,16 +577,21 @@ def test_an_output_file_in_a_folder_that_does_not_exist_is_refused(tmp_path, com
     assert written.exit_code == 0 and (tmp_path / "x.json").is_file(), written.output
 
 
-def test_a_noisy_cpu_winner_gets_advice_for_a_cpu(tmp_path):
-    """Seen: every CPU run's footnote advised pinning the GPU clocks with nvidia-smi -lgc."""
+def _cpu_run(tmp_path: Path, final: tuple[float, ...] = (1.0,) * 5) -> Path:
+    """A run of the C stencil on a CPU, written from given measurements."""
     from cluster.core.types import DeviceInfo
 
     stencil = load_target(REPO / "configs" / "targets" / "stencil_c" / "target.yaml")
     cpu = DeviceInfo(kind="cpu", name="AMD EPYC", arch="host", hostname="node")
     base, tuned = {"TILE": 64, "UNROLL": 1}, {"TILE": 16, "UNROLL": 1}
-    run = write_run(tmp_path, "run", stencil, cpu, [
+    return write_run(tmp_path, "run", stencil, cpu, [
         Row(base, (2.0,) * 3, phase=Phase.BASELINE), Row(tuned, (1.0,) * 3, {"opt_level": "-O3"}),
-        Row(tuned, (1.0, 1.4, 0.6, 1.0, 1.2), {"opt_level": "-O3"}, phase=Phase.FINAL)])
+        Row(tuned, final, {"opt_level": "-O3"}, phase=Phase.FINAL)])
+
+
+def test_a_noisy_cpu_winner_gets_advice_for_a_cpu(tmp_path):
+    """Seen: every CPU run's footnote advised pinning the GPU clocks with nvidia-smi -lgc."""
+    run = _cpu_run(tmp_path, (1.0, 1.4, 0.6, 1.0, 1.2))
     outputs = [_invoke("show", str(run)).output, _invoke("export", str(run), "--format", "flags").output,
                _invoke("export", str(run), "--format", "cmake").output,
                _invoke("compare", str(run), "--no-compile").output]
@@ -594,3 +599,13 @@ def test_a_noisy_cpu_winner_gets_advice_for_a_cpu(tmp_path):
         text = " ".join(output.split())
         assert "noisy: " in text and "off the machine's cores" in text, output
         assert "GPU" not in text and "nvidia-smi" not in text and "clock" not in text, output
+
+
+def test_compare_says_that_an_arch_means_nothing_for_a_cpu_target(tmp_path):
+    """Seen: `compare --arch sm_80` on a cc run printed the matrix as if the option were not given."""
+    run = _cpu_run(tmp_path / "cpu")
+    result = _invoke("compare", str(run), "--arch", "sm_80", "--no-compile")
+    assert result.exit_code == 0 and result.stderr.splitlines() == [
+        "note: --arch sm_80: ignored for stencil_c (cc): built for the host's CPU, not for a GPU arch"], result.stderr
+    gpu_run = _gpu_run(tmp_path / "gpu")
+    assert _invoke("compare", str(gpu_run), "--arch", "sm_80", "--no-compile").stderr == ""

@@ -273,3 +273,13 @@ def test_a_final_rows_speedup_is_the_one_show_and_export_give(runs):
     winner = finals[finals["candidate_key"] != baseline_key]
     assert study["selected"]["speedup"] == pytest.approx(float(winner["speedup"].iloc[0]))
     assert exported["speedup"] == study["selected"]["speedup"]
+
+
+def test_evaluate_shows_a_bar_per_study_and_takes_no_progress(runs, tmp_path):
+    """Seen: evaluate alone of the long commands had no --no-progress (a script passing it to each failed)."""
+    study = f"stencil_c@{runs['here']}"
+    [bar] = [line for line in runs["evaluate_output"].splitlines() if line.startswith(f"{study}: ")]
+    assert bar.startswith((f"{study}: final ", f"{study}: done ")), bar
+    assert bar.rstrip().endswith("3/3"), bar  # the baseline and the two winners
+    quiet = CliRunner().invoke(main, ["evaluate", str(tmp_path / "nowhere"), "--no-progress"])
+    assert quiet.exit_code == 2 and "neither a run directory nor an export file" in quiet.output, quiet.output

@@ -330,7 +330,9 @@ def test_two_runs_on_one_device_type_are_labelled_by_run(tmp_path):
         Row({"BLOCK": 512, "ITEMS": 2}, (1.1,) * 5, phase=Phase.FINAL)])
     [matrix] = json.loads(_invoke("compare", str(first), str(second), "--format", "json", "--no-compile").stdout)
     labels = [c["label"] for c in matrix["configs"] if not c["baseline"]]
-    assert labels == [f"tuned on {H100.device_type} in run", f"tuned on {H100.device_type} in other"]
+    assert labels == [f"tuned on {H100.device_type} in other", f"tuned on {H100.device_type} in run"]  # by run
+    [again] = json.loads(_invoke("compare", str(second), str(first), "--format", "json", "--no-compile").stdout)
+    assert again == matrix  # whatever the order the runs are given in
 
 
 def test_validate_says_what_a_time_budget_asks_of_the_targets(tmp_path):

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+from rich.table import Column
 
 from cluster.core.encodings import speedup
 
@@ -29,13 +30,21 @@ STATUS_EVERY_S = 60.0
 LONG_JOB_S = 30.0
 
 
+def _wrapped(ratio: int) -> Column:
+    """A column of words that wraps between them: rich's default cuts a progress line at the
+    terminal's edge mid-word, and at 80 columns left no room for the bar."""
+    return Column(ratio=ratio, no_wrap=False, overflow="fold")
+
+
 class SweepProgress:
-    def __init__(self, flows: list[StudyFlow], trials: int | None, scheduler: Scheduler, enabled: bool = True) -> None:
+    def __init__(self, flows: list[StudyFlow], trials: int | None, scheduler: Scheduler, enabled: bool = True,
+                 console: Console | None = None) -> None:
         self.flows, self.scheduler, self.enabled = flows, scheduler, enabled
         self.progress = Progress(
-            TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-            TextColumn("[red]{task.fields[failed]} failed"), TextColumn("{task.fields[best]}"),
-            TimeRemainingColumn(), console=Console(stderr=True), disable=not enabled,
+            TextColumn("{task.description}", markup=False, table_column=_wrapped(2)), BarColumn(bar_width=10),
+            MofNCompleteColumn(), TextColumn("[red]{task.fields[failed]} failed"),
+            TextColumn("{task.fields[best]}", markup=False, table_column=_wrapped(1)),
+            TimeRemainingColumn(), console=console or Console(stderr=True), disable=not enabled,
         )
         self.tasks = {
             f.name: self.progress.add_task(f.name, total=min(trials or f.state.space_size, f.state.space_size) or None,
@@ -102,7 +111,7 @@ class SweepProgress:
             ratio = speedup(state.best, state.baseline_median, state.goal)
             if ratio is not None:
                 text += f" ({ratio:.2f}x)"
-        self.progress.update(self.tasks[flow.name], description=f"{flow.name} [{stage}]",
+        self.progress.update(self.tasks[flow.name], description=f"{flow.name}: {stage}",
                              completed=state.n_search, failed=state.n_failed, best=text)
 
     def __enter__(self) -> SweepProgress:
@@ -121,8 +130,9 @@ class EvaluationProgress:
 
     def __init__(self, flows: list[Flow], enabled: bool = True) -> None:
         self.flows = {f.name: f for f in flows}
-        self.progress = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-                                 console=Console(stderr=True), disable=not enabled)
+        self.progress = Progress(TextColumn("{task.description}", markup=False, table_column=_wrapped(1)),
+                                 BarColumn(bar_width=10), MofNCompleteColumn(), console=Console(stderr=True),
+                                 disable=not enabled)
         self.tasks = {name: self.progress.add_task(name, total=None) for name in self.flows}
 
     def measured(self, result: JobResult) -> None:

@@ -11,6 +11,7 @@ from typing import Any
 
 import pandas as pd
 from rich.console import Console
+from rich.measure import Measurement
 from rich.table import Table
 
 from cluster.core.encodings import readable_configuration
@@ -27,6 +28,21 @@ from cluster.store.select import (
 )
 
 NOISY_MARK = "*"
+
+
+def print_table(console: Console, table: Table) -> None:
+    """``table`` where its words fit the console's width; else each row as one line of column and
+    value, wrapped between words: a column narrower than a word gets it cut ("-DUNROL" / "L=1")."""
+    unbounded = console.options.update_width(10_000)  # else rich measures the columns already narrowed
+    if Measurement.get(console, unbounded, table).minimum <= console.width:
+        console.print(table)
+        return
+    if table.title:
+        console.print(table.title)
+    headers = [str(column.header) for column in table.columns]
+    for row in zip(*(column.cells for column in table.columns), strict=True):
+        console.print("- " + ", ".join(f"{header} {cell}" for header, cell in zip(headers, row, strict=True)
+                                       if str(cell).strip()), highlight=False, markup=False)
 
 
 def speedup_text(value: float) -> str:
@@ -63,7 +79,7 @@ def show(path: Path, console: Console | None = None) -> list[BestConfig]:
                       f"{b.median:.4g} ± {b.iqr:.2g} {b.unit}" + (f" {NOISY_MARK}" if b.noisy else "")
                       + ("" if b.remeasured else f" {NOT_REMEASURED_MARK}"),
                       speedup_text(b.speedup), config)
-    console.print(table)
+    print_table(console, table)
     for b in selected:  # a winner that is not the fastest: why
         if b.fastest:
             console.print(f"{b.target} on {b.device_type}: selected {b.candidate_key}, {b.reason}")
@@ -137,7 +153,7 @@ def _show_profiles(console: Console, run: Path, rows: Any, best: dict[tuple[str,
                           f"{sum(occupancy) / len(occupancy):.1f}%" if occupancy else "-",
                           f"{total(*LOCAL_MEMORY_METRICS):,.0f} B",
                           stalls or "-")
-    console.print(table)
+    print_table(console, table)
 
 
 def _show_pareto(console: Console, rows: Any) -> None:
@@ -153,7 +169,7 @@ def _show_pareto(console: Console, rows: Any) -> None:
             config = " ".join(filter(None, [row["flags"], row["defines"]])) or "(baseline)"
             power = f"{row['power_w']:.0f} W" if row["power_w"] == row["power_w"] else "-"
             table.add_row(f"{row['median']:.4g} {row['unit']}", f"{row['energy_j'] * 1000:.4g} mJ", power, config)
-        console.print(table)
+        print_table(console, table)
 
 
 def next_commands(run: Path, selected: list[BestConfig]) -> list[str]:

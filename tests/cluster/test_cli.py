@@ -6,6 +6,7 @@ from __future__ import annotations
 import gc
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -445,6 +446,46 @@ def test_optimize_without_a_gpu_is_one_line_and_leaves_nothing(tmp_path):
     assert result.exit_code == 2 and line == (f"error: {SAXPY.file}: toolchain: no GPU in the cluster, and saxpy "
                                               "needs one: nothing to run"), result.output
     assert not out.exists()
+
+
+NO_RAY_PROBE = """
+import sys
+import ray
+from click.testing import CliRunner
+from cluster.cli import main
+result = CliRunner().invoke(main, sys.argv[1:])
+print(result.exit_code, ray.is_initialized())
+print(result.output, end="")
+"""
+
+
+@pytest.mark.parametrize("command", ["sweep", "optimize"])
+def test_gpu_targets_and_no_gpu_here_are_one_line_before_ray_starts(tmp_path, command):
+    """Seen: optimize's "no GPU" answer took 15 s, Ray's start-up on a loaded machine."""
+    given = str(write_config(tmp_path, [str(SAXPY.file)])) if command == "sweep" else str(SAXPY.file)
+    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"} | {
+        "CUDA_VISIBLE_DEVICES": "", "PYTHONPATH": repo_pythonpath()}  # no GPU, whatever this machine has
+    done = subprocess.run([sys.executable, "-c", NO_RAY_PROBE, command, given, "--output-dir", str(tmp_path / "out"),
+                           "--no-progress", "--unsandboxed"], capture_output=True, text=True, env=env, timeout=120,
+                          check=False)
+    first, *output = done.stdout.splitlines()
+    assert first == "2 False", done.stdout + done.stderr  # exit status 2, and Ray never started
+    field = "targets" if command == "sweep" else "toolchain"
+    assert output[-1] == f"error: {given}: {field}: no GPU in the cluster, and saxpy needs one: nothing to run"
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.usefixtures("ray_local")
+def test_a_budgeted_sweep_says_what_ray_took_of_its_budget(tmp_path):
+    _signed_target(tmp_path / "t")
+    config = write_config(tmp_path, ["t/target.yaml"], search={"sampler": "grid", "trials": 1},
+                          measure={"final_top_k": 1, "final_runs": 1})
+    result = _invoke("sweep", str(config), "--no-progress", "--time-budget", "300")
+    assert result.exit_code == 0, result.output
+    [line] = [line for line in result.output.splitlines() if line.startswith("Ray ")]
+    assert re.fullmatch(r"Ray started in \d+ s; \d+ s of the 300 s budget left", line), line
+    untimed = _invoke("sweep", str(config), "--no-progress")
+    assert untimed.exit_code == 0 and "budget left" not in untimed.output
 
 
 @pytest.mark.usefixtures("ray_local")

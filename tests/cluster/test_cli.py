@@ -559,6 +559,13 @@ def test_the_readme_names_modules_commands_and_columns_that_exist():
     commands = set(re.findall(r"(?:^ {4,}(?:[A-Z_]+=\S+ )?|`)warpfleet ([a-z-]+)", readme, flags=re.MULTILINE))
     assert commands and commands <= set(main.commands), commands - set(main.commands)
     listed = readme[readme.index("        variants/ "):readme.index("        variant_sources/")]
+    assert "`sweep --json`" in readme and "`show --json`" in readme
+    assert 'pip install -e ".[test' in readme  # what running pytest directly needs
+    from cluster.toolchains import get_toolchain
+
+    cc = ", ".join(f'"{arg}"' if "{" in arg else arg for arg in get_toolchain("cc").default_build)
+    assert f"`[{cc}]`" in readme, cc  # the cc toolchain's default build
+    assert "`optimize-<target>.yaml` into `--output-dir`" in readme
     columns = set(re.findall(r"\b(optimization|location|stage|analyst|planner|transformer|agent)\b", listed))
     assert columns == {"optimization", "location", "stage", "analyst", "planner", "transformer"}
     assert columns <= set(VARIANT_SCHEMA.names)
@@ -576,6 +583,7 @@ def test_show_json_is_each_study_with_its_counts_and_winner(tmp_path):
     assert study["selected"]["params"] == TUNED and study["selected"]["speedup"] == 2.0
     [exported] = json.loads(_invoke("export", str(run), "--format", "json").stdout)
     assert study["selected"] == exported  # the winner as the json export writes it
+    assert _undocumented(document) == [] and _undocumented(study) == []
 
 
 def test_validate_json_is_the_targets_spaces_notes_and_budget(tmp_path):
@@ -604,6 +612,13 @@ def test_sweep_json_is_the_summary_with_the_studies_and_what_to_run_next(tmp_pat
     assert study["selected"]["params"] == {"MODE": 0} and study["failed"] == 2
     assert document["next"][0] == f"warpfleet show {run}" and document["unfinished"] == []
     assert "rows written to" in result.stderr  # the lines for humans stay where they were
+    assert _undocumented(document) == [] and _undocumented(study) == []
+
+
+def _undocumented(record: dict) -> list[str]:
+    """The keys of a --json document that README does not name (between backticks)."""
+    readme = (REPO / "README.md").read_text()
+    return [key for key in record if f"`{key}`" not in readme]
 
 
 @pytest.mark.parametrize("command", [["export", "--format", "json"], ["compare", "--no-compile"]])

@@ -306,8 +306,9 @@ def _check_runnable_here(plan: RunPlan, address: str | None, file: str, field: s
     from cluster.config import env
     from cluster.platform.devices import visible_gpu_count
 
-    if address or plan.config.cluster.address or env.ray_address():
-        return
+    ray = sys.modules.get("ray")  # not imported for this: its import alone takes a second
+    if address or plan.config.cluster.address or env.ray_address() or (ray is not None and ray.is_initialized()):
+        return  # a cluster named, or one this process joined already (a script's, the tests')
     if (gpu_targets := _gpu_targets(plan)) and visible_gpu_count() == 0:
         raise _nothing_to_run(plan, file, field, gpu_targets, [])
 

@@ -41,6 +41,7 @@ class Finals:
         self.outstanding: set[str] = set()
         self.holding: set[str] = set()  # waiting for their checks
         self.gave_up: list[str] = []
+        self.baseline_key = ""  # once the baseline's final is submitted
 
     @property
     def wanted(self) -> int:
@@ -112,8 +113,8 @@ class Finals:
     # -- the finalists -------------------------------------------------------------------------
     def step(self) -> bool:
         """Submit what can go; True when the finals are complete."""
-        if not self.reference_ready:
-            return False
+        if not self.reference_ready or self.baseline_key in self.outstanding:
+            return False  # the finalists' rows give their speedups over the baseline's final: it goes first
         self._settle_holds()
         self._fill()
         self._take_back()
@@ -184,7 +185,9 @@ class Finals:
         source = flow.state.source_of(candidate)[0]
         build = flow.jobs.build(source, candidate.with_phase(Phase.FINAL))
         baseline = candidate.key == flow.state.baseline_candidate().key
-        if not baseline:
+        if baseline:
+            self.baseline_key = candidate.key
+        else:
             self.finalists.append(candidate.key)
         self.outstanding.add(candidate.key)
         flow.submit(flow.jobs.job(JobKind.FINAL, build, runs=self.runs, first_seed=1,

@@ -532,7 +532,8 @@ class StudyFlow(Flow):
         state, config = self.state, self.ctx.config
         if source.bundle.hash != state.target.bundle.hash:
             self.ctx.cover([source])  # an agent's variant may bring params of its own
-        row = make_row(self.ctx.run_id, candidate, artifact, measurement, state.baseline_median, state.goal,
+        row = make_row(self.ctx.run_id, candidate, artifact, measurement, self._speedup_base(candidate, measurement),
+                       state.goal,
                        unit=state.target.spec.metric.unit, max_noise=config.measure.max_noise,
                        objective=state.objective)
         self.rows.append(self.ctx.results.append(row))
@@ -541,6 +542,24 @@ class StudyFlow(Flow):
         median = stats.median if status is Status.OK and stats else None
         energy = measurement.telemetry.energy_j if measurement and measurement.telemetry else None
         state.record(candidate, Evaluated(status, median, energy))
+
+    def _speedup_base(self, candidate: Candidate, measurement: Measurement | None) -> float | None:
+        """What a row's speedup is over: the baseline's first measurement; for a final row the
+        baseline's re-measurement (its final rows' samples pooled, this row's too where it is the
+        baseline's), the median that show and export give a winner's speedup over
+        (``cluster.store.select``); the first measurement where the baseline's final failed."""
+        state = self.state
+        if candidate.phase is not Phase.FINAL:
+            return state.baseline_median
+        key = state.baseline_candidate().key
+        finals = [r for r in self.rows if r.get("phase") == Phase.FINAL.value and r.get("candidate_key") == key]
+        runs = [(str(r.get("status")), r.get("samples")) for r in finals]
+        if candidate.key == key:
+            runs.append((measurement.status.value if measurement else "", measurement.samples if measurement else ()))
+        if any(status != Status.OK.value for status, _ in runs):
+            return state.baseline_median
+        stats = Stats.of([float(s) for _, samples in runs if samples is not None for s in samples])
+        return stats.median if stats is not None else state.baseline_median
 
     def _baseline_measured(self, result: JobResult, measurement: Measurement | None) -> None:
         state, artifact = self.state, result.artifact

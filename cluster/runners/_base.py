@@ -27,6 +27,7 @@ from typing import Any, Literal
 from cluster.config import Target
 from cluster.core.placeholders import expand
 from cluster.core.types import DeviceInfo, RunOutputs
+from cluster.measure.device_clock import DeviceClock
 from cluster.sandbox.host import HostProcess, read_result
 from cluster.sandbox.isolation import node_sandbox
 from cluster.sandbox.sandbox import (
@@ -102,15 +103,19 @@ class Runner(ABC):
     # the program's words: then there is no claim to check against the wall clock (measure.clock).
     samples_are_warpfleets: bool = False
 
-    def __init__(self, sandbox: Sandbox | None = None, scratch_root: Path | None = None) -> None:
-        """``sandbox``: default, the node's (``cluster.sandbox.isolation.node_sandbox``)."""
+    def __init__(self, sandbox: Sandbox | None = None, scratch_root: Path | None = None,
+                 device_clock: DeviceClock | None = None) -> None:
+        """``sandbox``: default, the node's (``cluster.sandbox.isolation.node_sandbox``);
+        ``device_clock``: record what the GPU does in each run (a GPU worker's)."""
         self.sandbox = sandbox if sandbox is not None else node_sandbox()
         self.scratch_root = scratch_root
+        self.device_clock = None if self.samples_are_warpfleets else device_clock
 
     @classmethod
     def for_worker(cls, sandbox: Sandbox, scratch_root: Path | None, device: DeviceInfo) -> Runner:
-        """The runner of a measuring worker that owns ``device``: each runner takes the options it needs."""
-        return cls(sandbox=sandbox, scratch_root=scratch_root)
+        """The runner of a measuring worker that owns ``device``: each runner takes the options it
+        needs; on a GPU, the node's device clock."""
+        return cls(sandbox=sandbox, scratch_root=scratch_root, device_clock=worker_clock(device))
 
     @contextmanager
     def stage(self, target: Target, params: Mapping[str, Any], arch: str, binary: bytes | None,
@@ -135,8 +140,19 @@ class Runner(ABC):
         runner's sandbox: what every runner does for commands it cannot run in-process."""
         spec = staged.target.spec
         timeout = invocation.timeout if invocation.timeout is not None else spec.timeouts.run
-        return run_command(staged.argv(invocation), staged.workdir, timeout, own_env=harness_env(invocation),
-                           limits=spec.limits.for_run(), sandbox=self.sandbox)
+        env = harness_env(invocation)
+        clock = self.device_clock if self.clocked(invocation) else None
+        if clock:
+            clock.forget(staged.files)
+            env.update(clock.process_env(staged.workdir))
+        result = run_command(staged.argv(invocation), staged.workdir, timeout, own_env=env,
+                             limits=spec.limits.for_run(), sandbox=self.sandbox)
+        return dataclasses.replace(result, device=clock.read(staged.files)) if clock else result
+
+    def clocked(self, invocation: Invocation) -> bool:
+        """Whether the device clock records this run: a plain run of the target's program (not a
+        profiler's nor a sanitizer's, which bring their own CUPTI)."""
+        return self.device_clock is not None and invocation.command == "run" and not invocation.wrapper
 
     def verified_outputs(self, staged: Staged, reference: RunOutputs) -> frozenset[str]:
         """The output files of the last run that the runner itself found to match ``reference``
@@ -161,18 +177,21 @@ class HostRunner(Runner):
     """A runner whose candidates run inside a host process of its own (``HostProcess``): it stages
     them in a folder of its own, the host's one writable place in the sandbox."""
 
-    def __init__(self, sandbox: Sandbox | None = None, scratch_root: Path | None = None, cuda: bool = True) -> None:
-        super().__init__(sandbox, scratch_root)
+    def __init__(self, sandbox: Sandbox | None = None, scratch_root: Path | None = None, cuda: bool = True,
+                 device_clock: DeviceClock | None = None) -> None:
+        super().__init__(sandbox, scratch_root, device_clock)
         if scratch_root is not None:
             scratch_root.mkdir(parents=True, exist_ok=True)
         self.root = Path(tempfile.mkdtemp(prefix=f"host-{self.name}-", suffix=owned_suffix(), dir=scratch_root))
         self.scratch_root = self.root  # where stage() makes the candidates' directories
-        self.host = HostProcess(cuda, self.sandbox, self.root)
+        self.host = HostProcess(cuda, self.sandbox, self.root,
+                                env=self.device_clock.host_env() if self.device_clock else None)
 
     @classmethod
     def for_worker(cls, sandbox: Sandbox, scratch_root: Path | None, device: DeviceInfo) -> Runner:
         """A host with a CUDA context on a GPU worker, without on a CPU one."""
-        return cls(sandbox=sandbox, scratch_root=scratch_root, cuda=device.kind == "gpu")
+        return cls(sandbox=sandbox, scratch_root=scratch_root, cuda=device.kind == "gpu",
+                   device_clock=worker_clock(device))
 
     def call(self, staged: Staged, request: Mapping[str, Any], timeout: float) -> ProcessResult:
         """``request`` in the host; the run's result as a process run's. What the worker put in the
@@ -192,6 +211,11 @@ class HostRunner(Runner):
     def close(self) -> None:
         self.host.stop()
         shutil.rmtree(self.root, ignore_errors=True)
+
+
+def worker_clock(device: DeviceInfo) -> DeviceClock | None:
+    """The device clock of a worker that owns ``device``: a GPU's, where the node can build it."""
+    return DeviceClock.on_node() if device.kind == "gpu" else None
 
 
 MAX_SAMPLES_ENV = "WARPFLEET_MAX_SAMPLES"  # read by the harness (harness_core.hpp: parse_options)

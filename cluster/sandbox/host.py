@@ -142,20 +142,48 @@ def handle(request: Mapping[str, Any]) -> int:
             os.close(fd)
 
 
+def _device_record() -> Callable[[str | None], int] | None:
+    """The device clock's writer, where the driver injected its library into this process
+    (``cluster.measure.device_clock``): ``write(PATH)`` writes what the GPU did since the last
+    call, ``write(None)`` drops it."""
+    library = os.environ.get("CUDA_INJECTION64_PATH")
+    if not library:
+        return None
+    try:
+        write = ctypes.CDLL(library).wf_device_record_write
+    except (OSError, AttributeError):
+        return None
+    write.argtypes, write.restype = [ctypes.c_char_p], ctypes.c_int
+
+    def record(path: str | None) -> int:
+        if path is not None:
+            with contextlib.suppress(OSError):
+                os.unlink(path)  # made afresh: never written through what a candidate left at the name
+        return int(write(path.encode() if path is not None else None))
+
+    return record
+
+
 def serve(fd_in: int, fd_out: int, cuda: bool) -> None:
     """The host's loop: one JSON request a line in, one JSON reply a line out, until EOF."""
     context = _CudaContext() if cuda else None
+    device = _device_record() if cuda else None
     requests = os.fdopen(fd_in, "r")
     replies = os.fdopen(fd_out, "w")
     os.dup2(os.open(os.devnull, os.O_RDONLY), 0)  # candidates read no stdin
     for line in requests:
         start = time.perf_counter()
         refused = ""
+        request = json.loads(line)
+        if device:
+            device(None)  # what the host did between candidates is no candidate's
         try:
-            status = handle(json.loads(line))
+            status = handle(request)
         except CaptureRefused as exc:
             status, refused = 1, exc.strerror or str(exc)
         healthy = context.healthy() if context else True
+        if device and healthy and request.get("device_record"):
+            device(request["device_record"])
         replies.write(json.dumps({"rc": status, "seconds": time.perf_counter() - start, "healthy": healthy,
                                   "refused": refused}) + "\n")
         replies.flush()
@@ -181,6 +209,9 @@ def main(argv: list[str]) -> None:
     status = _loader(request["loader"])(request)
     sys.stdout.flush()
     ctypes.CDLL(None).fflush(None)
+    device, path = _device_record(), os.environ.get("WARPFLEET_DEVICE_RECORD")
+    if device and path:
+        device(path)  # os._exit skips the library's exit handler that would write it
     os._exit(int(status or 0))
 
 
@@ -218,8 +249,9 @@ class HostProcess:
     staged) as its only writable place."""
 
     def __init__(self, cuda: bool, sandbox: Sandbox | None = None, workdir: Path | None = None,
-                 limits: Limits | None = None) -> None:
-        self.cuda, self.sandbox, self.limits = cuda, sandbox or Unsandboxed(), limits
+                 limits: Limits | None = None, env: Mapping[str, str] | None = None) -> None:
+        """``env``: warpfleet's own variables for the host (the device clock's library)."""
+        self.cuda, self.sandbox, self.limits, self.env = cuda, sandbox or Unsandboxed(), limits, dict(env or {})
         self.workdir = workdir or Path.cwd()
         self.proc: subprocess.Popen[bytes] | None = None
         self.prepared: Prepared | None = None
@@ -230,7 +262,7 @@ class HostProcess:
         to_client, from_host = os.pipe()
         argv = host_python("-m", "cluster.sandbox.host", "serve", str(to_host), str(from_host),
                            *(["--cuda"] if self.cuda else []))
-        env = self.sandbox.environment(os.environ)
+        env = self.sandbox.environment(os.environ, self.env)
         try:
             self.prepared = self.sandbox.prepare(argv, self.workdir, env, self.limits, self.cuda,
                                                  writable=(self.workdir,))

@@ -68,7 +68,7 @@ def run_sweep(plan: RunPlan, run_dir: str | Path | None = None, *, address: str 
               show_progress: bool = False, **engine: Any) -> SweepSummary:
     """Sweep ``plan``'s targets into ``run_dir`` (one ``create_run`` made, or an earlier run to
     resume; default: a new one), as ``warpfleet sweep`` does. ``engine``: the sweep's own options
-    (a simulated fleet: ``cluster.engine.simulate``)."""
+    (a simulated fleet: ``cluster.engine.scheduling.simulate``)."""
     from cluster.engine.driver import Sweep
     from cluster.store.rundir import RunDir
 

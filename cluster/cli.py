@@ -274,7 +274,7 @@ def _check_runnable(plan: RunPlan, file: str, field: str) -> None:
     (GPU targets and no GPU of the types wanted), rather than a run of nothing."""
     import ray
 
-    from cluster.engine.workers import gpu_slots
+    from cluster.engine.scheduling.workers import gpu_slots
     from cluster.toolchains import get_toolchain
 
     gpu_targets = [t.name for t in plan.targets if get_toolchain(t.spec.toolchain).device_kind == "gpu"]

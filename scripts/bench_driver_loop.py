@@ -3,7 +3,7 @@
     python scripts/bench_driver_loop.py --out DIR [--config configs/public.yaml] [--trials 12] [--no-lock]
 
 A sweep of the config's targets with the agents on (the rule-based experts, their real analyses,
-plans, transformations and static checks), on one simulated GPU (``cluster.engine.simulate``: a
+plans, transformations and static checks), on one simulated GPU (``cluster.engine.scheduling.simulate``: a
 modelled run, compile and check time; the driver, scheduler, Optuna, flows and Parquet are real),
 on a local Ray instance. It reports the loop's iterations (from one ``Scheduler.poll`` to the next:
 what the driver did in between), the longest of them with the threads' stacks sampled there, and
@@ -56,10 +56,10 @@ def main() -> None:
     import ray
 
     import agents.workflow.engine as engine
-    import cluster.engine.scheduler as scheduler_module
-    import cluster.engine.verify as verify
+    import cluster.engine.scheduling.scheduler as scheduler_module
+    import cluster.engine.verification.verify as verify
     from cluster.api import RunPlan, create_run, load_run, read_results, run_sweep
-    from cluster.engine.simulate import Model, simulated_fleet  # the fleet is a fake; the engine is real
+    from cluster.engine.scheduling.simulate import Model, simulated_fleet  # the fleet is a fake; the engine is real
 
     if args.no_lock:
         engine.COMPUTING = verify.COMPUTING = _NoLock()  # type: ignore[assignment]

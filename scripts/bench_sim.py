@@ -3,7 +3,7 @@
     python scripts/bench_sim.py --workers 8,16,32,64 --run-s 1.0,0.05 --candidates-per-worker 20 --out DIR
 
 Each point starts Ray's multi-node test cluster (``ray.cluster_utils.Cluster``) with ``W`` fake GPU
-resources over nodes of 8, ``cluster.engine.simulate``'s fake workers (a modelled run time per
+resources over nodes of 8, ``cluster.engine.scheduling.simulate``'s fake workers (a modelled run time per
 candidate) and fake compiles (the same modelled time), and sweeps the saxpy target's space with
 the real driver, scheduler, Optuna study (``--sampler``) and Parquet writer. It reports the
 workers' busy fraction (their modelled run time over their wall time once the fleet is up),
@@ -43,7 +43,9 @@ def point(workers: int, run_s: float, candidates: int, sampler: str, out: Path,
     from ray.cluster_utils import Cluster
 
     from cluster.api import RunPlan, configured, create_run, load_run, read_results, run_sweep
-    from cluster.engine.simulate import Model, simulated_fleet  # the measurement is of the engine on a fake fleet
+
+    # the measurement is of the engine on a fake fleet
+    from cluster.engine.scheduling.simulate import Model, simulated_fleet
 
     per_node = 8
     compile_workers = compile_workers or workers + 2

@@ -34,7 +34,7 @@ from agents.patch import source_files, unified_diff  # noqa: E402
 from agents.workflow import Outcome, Plan, Verification, Verifier, run_workflow  # noqa: E402
 from agents.workflow.steps import Verdict, VerdictStatus  # noqa: E402
 from cluster.config import load_target  # noqa: E402
-from cluster.engine.verify import static_verdicts  # noqa: E402  (the sweep's own static checks, rehearsed)
+from cluster.engine.verification.verify import static_verdicts  # noqa: E402  (the sweep's own static checks, rehearsed)
 
 
 class RehearsalVerifier(Verifier):

@@ -33,6 +33,6 @@ def random(search: SearchSettings) -> optuna.samplers.BaseSampler:
 
 
 def grid(search: SearchSettings) -> optuna.samplers.BaseSampler:
-    # The points are enqueued up front (cluster.engine.studies.enqueue_grid): Optuna's GridSampler
+    # The points are enqueued up front (cluster.engine.study.state.enqueue_grid): Optuna's GridSampler
     # calls Study.stop() when exhausted, which ask/tell outside optimize() does not allow.
     return optuna.samplers.RandomSampler(seed=search.seed, **search.sampler_options)

@@ -7,7 +7,7 @@
 
 Each step is a small abstract base, so that a rule-based expert and an LLM agent are
 interchangeable per step: ``Steps`` names the implementation of each. Rule-based experts
-implement the first three (``agents.experts``); verification is ``cluster.engine.verify``'s, whatever
+implement the first three (``agents.experts``); verification is ``cluster.engine.verification.verify``'s, whatever
 proposed the variant, so that no agent can vouch for its own output.
 """
 

@@ -37,9 +37,9 @@ from cluster.config.target import variant_bundle, variant_target
 from cluster.core.encodings import optuna_point, speedup
 from cluster.core.registry import EXPERTS
 from cluster.core.types import Candidate, Status, Verdict
-from cluster.engine.checks import Trust, expensive_state
-from cluster.engine.studies import StudyState, storage_retry
-from cluster.engine.verify import QueueVerifier, SearchClosed
+from cluster.engine.study.state import StudyState, storage_retry
+from cluster.engine.verification.checks import Trust, expensive_state
+from cluster.engine.verification.verify import QueueVerifier, SearchClosed
 from cluster.measure.profile import DEFAULT_METRICS, PROFILE_SCHEMA, Profile, profile_records
 from cluster.store.results import ResultWriter, read_table
 from cluster.store.rundir import RunDir
@@ -53,7 +53,7 @@ from cluster.store.variants import (
 )
 
 if TYPE_CHECKING:
-    from cluster.engine.study_jobs import StudyJobs
+    from cluster.engine.study.study_jobs import StudyJobs
 
 
 log = logging.getLogger(f"warpfleet.{__name__}")

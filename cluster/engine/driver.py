@@ -24,14 +24,14 @@ from agents.workflow import Steps
 from cluster.config import RunPlan, Target, env
 from cluster.core.types import BuildArtifact, DeviceInfo, Measurement
 from cluster.engine.agent_stage import AgentStage
-from cluster.engine.budget import TimePlan
-from cluster.engine.context import SweepContext
 from cluster.engine.flow import REVIEW_SCHEMA, Flow, Stage, StudyFlow
-from cluster.engine.jobs import Job, JobKind, JobResult
+from cluster.engine.plan.budget import TimePlan
 from cluster.engine.progress import SweepProgress
-from cluster.engine.scheduler import Scheduler
-from cluster.engine.studies import StudyState, open_storage
-from cluster.engine.workers import KeptFleet, start_fleet, stop_fleet
+from cluster.engine.scheduling.jobs import Job, JobKind, JobResult
+from cluster.engine.scheduling.scheduler import Scheduler
+from cluster.engine.scheduling.workers import KeptFleet, start_fleet, stop_fleet
+from cluster.engine.study.context import SweepContext
+from cluster.engine.study.state import StudyState, open_storage
 from cluster.measure.profile import PROFILE_SCHEMA
 from cluster.sandbox.isolation import protect_ray_token, ray_env_vars, secrets_withheld  # sandbox
 from cluster.store.journal import BatchedJournalStorage
@@ -97,7 +97,7 @@ class Sweep:
                  compile: Callable[..., Any] | None = None, started_at: float | None = None) -> None:
         """``agent_steps``: who does the workflow's steps 1-3 (default: the config's experts);
         ``fleet`` and ``compile``: how workers start and builds are made (default: the real ones;
-        cluster.engine.simulate passes its fakes; a ``KeptFleet`` keeps its actors for the next
+        cluster.engine.scheduling.simulate passes its fakes; a ``KeptFleet`` keeps its actors for the next
         sweep of this process, where the others are stopped when the sweep ends); ``started_at``:
         when the sweep's wall clock started (``time.monotonic``; default: now), what the time
         budget counts from (the command line's start: Ray's and the workers' start count too)."""

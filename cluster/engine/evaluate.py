@@ -31,9 +31,9 @@ from cluster.core.errors import ConfigError
 from cluster.core.types import Candidate, DeviceInfo, Measurement, Phase, Scalar, Status
 from cluster.engine.driver import init_ray, run_flows
 from cluster.engine.flow import Flow, Stage
-from cluster.engine.jobs import BaselineBuild, Build, Job, JobKind, JobResult
-from cluster.engine.scheduler import Scheduler
-from cluster.engine.workers import start_fleet, stop_fleet
+from cluster.engine.scheduling.jobs import BaselineBuild, Build, Job, JobKind, JobResult
+from cluster.engine.scheduling.scheduler import Scheduler
+from cluster.engine.scheduling.workers import start_fleet, stop_fleet
 from cluster.measure.measure import Reference
 from cluster.store.results import ResultWriter, make_row, read_results, results_schema
 from cluster.store.rundir import RunDir

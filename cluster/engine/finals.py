@@ -20,11 +20,11 @@ import ray
 
 from cluster.core.placeholders import names_in
 from cluster.core.types import Candidate, Measurement, Phase, Status
-from cluster.engine.checks import Trust
-from cluster.engine.context import StudyView
-from cluster.engine.gate import Gate
-from cluster.engine.jobs import JobKind
-from cluster.engine.studies import save_reference
+from cluster.engine.scheduling.jobs import JobKind
+from cluster.engine.study.state import save_reference
+from cluster.engine.verification.checks import Trust
+from cluster.engine.verification.gate import Gate
+from cluster.engine.verification.view import StudyView
 from cluster.measure.measure import Reference
 
 log = logging.getLogger(f"warpfleet.{__name__}")

@@ -31,14 +31,14 @@ import ray
 from cluster.config import Target
 from cluster.core.placeholders import expand
 from cluster.core.types import BuildArtifact, Candidate, Measurement, Phase, Stats, Status, Verdict
-from cluster.engine.budget import SAFETY
-from cluster.engine.checks import DeepChecks, Trust
-from cluster.engine.context import SweepContext
 from cluster.engine.finals import Finals
-from cluster.engine.gate import Gate
-from cluster.engine.jobs import URGENT, BaselineBuild, Job, JobKind, JobResult
-from cluster.engine.studies import Evaluated, StudyState, save_reference
-from cluster.engine.study_jobs import StudyJobs
+from cluster.engine.plan.budget import SAFETY
+from cluster.engine.scheduling.jobs import URGENT, BaselineBuild, Job, JobKind, JobResult
+from cluster.engine.study.context import SweepContext
+from cluster.engine.study.state import Evaluated, StudyState, save_reference
+from cluster.engine.study.study_jobs import StudyJobs
+from cluster.engine.verification.checks import DeepChecks, Trust
+from cluster.engine.verification.gate import Gate
 from cluster.measure.measure import Reference
 from cluster.measure.profile import DEFAULT_METRICS, Profile, profile_records
 from cluster.measure.profile import PROFILE_SCHEMA as _PROFILE_SCHEMA
@@ -187,7 +187,7 @@ class StudyFlow(Flow):
         return self.state.n_search > 0
 
     def _enter_baseline(self) -> None:
-        from cluster.engine.studies import load_reference
+        from cluster.engine.study.state import load_reference
 
         state = self.state
         baseline = state.baseline_candidate()

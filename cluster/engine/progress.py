@@ -19,7 +19,7 @@ from cluster.core.encodings import speedup
 
 if TYPE_CHECKING:
     from cluster.engine.flow import StudyFlow
-    from cluster.engine.scheduler import Scheduler
+    from cluster.engine.scheduling.scheduler import Scheduler
 
 
 log = logging.getLogger(f"warpfleet.{__name__}")

@@ -20,7 +20,7 @@ variant's checks (``_baseline_run``: the same binary, seed and staged files give
 
 ``suspect_speedup`` and ``reverify_fresh_seeds`` are the 10x rule: a candidate that much faster is
 run again on inputs that no run has seen before it is believed, and flagged for review.
-``cluster.engine.verify.GuardedVerifier`` adds the checks to any verifier's, on this machine.
+``cluster.engine.verification.verify.GuardedVerifier`` adds the checks to any verifier's, on this machine.
 """
 
 from __future__ import annotations

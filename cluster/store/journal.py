@@ -6,7 +6,7 @@ candidate. ``BatchedJournal`` keeps the operations of the last ``flush_interval_
 (readers in this process see them at once) and appends them to the same file together, with one
 fsync, as the results writer does with rows. What a killed driver had not flushed is at most that
 interval of trials: ``--resume`` settles them from the rows, as it settles trials whose rows were
-lost (cluster.engine.studies.StudyState.restore), so that no candidate is evaluated twice.
+lost (cluster.engine.study.state.StudyState.restore), so that no candidate is evaluated twice.
 """
 
 from __future__ import annotations

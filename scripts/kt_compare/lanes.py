@@ -221,7 +221,8 @@ class Lane:
                                   s.wf_compile_workers, s.wf_final_top_k, s.wf_final_runs, s.wf_race,
                                   s.wf_search_samples)
         if s.wf_keep_fleet and self._fleet is None:
-            from cluster.engine.workers import KeptFleet  # the engine's workers kept across runs, as KT keeps its own
+            # the engine's workers kept across runs, as KT keeps its own
+            from cluster.engine.scheduling.workers import KeptFleet
 
             self._fleet = KeptFleet()
         return run_sweep(config, space, block.gpus, log=lambda m: self.log(f"  warpfleet: {m}"), fleet=self._fleet)

@@ -18,7 +18,7 @@ from agents.patch import variant_target
 from agents.workflow.steps import Finding
 from cluster.config import Target, load_target
 from cluster.core.types import KernelResources
-from cluster.engine.verify import static_verdicts
+from cluster.engine.verification.verify import static_verdicts
 from cluster.toolchains import get_toolchain
 from tests.agents.test_padding import changed_lines, kernel_target
 from tests.conftest import REPO, gpu_present, needs
@@ -235,11 +235,11 @@ def measured_baseline(target: Target):
 @pytest.mark.gpu
 @pytest.mark.skipif(not gpu_present(), reason="no NVIDIA GPU and nvcc")
 def test_on_a_gpu_the_variant_gives_the_baselines_outputs_and_a_planted_short_copy_does_not() -> None:
-    """The verifier's build and run (cluster.engine.verify.run_verdicts) on the regpressure target:
+    """The verifier's build and run (cluster.engine.verification.verify.run_verdicts) on the regpressure target:
     the static checks are tested on the CPU above."""
     from cluster.compile.build import compile_candidate
     from cluster.core.types import Phase
-    from cluster.engine.verify import run_verdicts
+    from cluster.engine.verification.verify import run_verdicts
     from cluster.measure.measure import measure_candidate
 
     target = load_target(REGPRESSURE)

@@ -17,7 +17,7 @@ from agents.launch_sites import launch_sites
 from cluster.compile.build import compile_candidate
 from cluster.config import Target
 from cluster.core.types import Candidate, KernelResources, Phase, Status
-from cluster.engine.verify import contracts_verdict, static_verdicts
+from cluster.engine.verification.verify import contracts_verdict, static_verdicts
 from tests.agents.test_padding import kernel_target
 from tests.conftest import needs
 

@@ -12,7 +12,7 @@ import pytest
 from agents._base import AnalysisContext, Proposal
 from agents.experts.restrict import LOAD_REQUESTS, RestrictExpert
 from cluster.config import Target
-from cluster.engine.verify import contracts_verdict, static_verdicts
+from cluster.engine.verification.verify import contracts_verdict, static_verdicts
 from tests.agents.test_padding import changed_lines, kernel_target
 from tests.conftest import needs
 

@@ -16,7 +16,7 @@ from agents.patch import variant_target
 from cluster.compile.build import compile_candidate
 from cluster.config import load_target
 from cluster.core.types import Candidate, KernelResources, Phase
-from cluster.engine.verify import static_verdicts
+from cluster.engine.verification.verify import static_verdicts
 from tests.agents.test_padding import kernel_target
 from tests.conftest import REPO, gpu_present, needs
 
@@ -168,7 +168,7 @@ def test_the_unroll_targets_variant_builds_and_passes_the_static_checks(tmp_path
 @pytest.mark.gpu
 @pytest.mark.skipif(not gpu_present(), reason="no GPU")
 def test_on_the_gpu_the_staged_taps_give_the_baselines_outputs_and_a_short_copy_does_not():
-    from cluster.engine.verify import run_verdicts
+    from cluster.engine.verification.verify import run_verdicts
     from cluster.measure.measure import measure_candidate
     from tests.agents.test_constant import measured_baseline
 

@@ -18,7 +18,7 @@ from agents.experts import StreamifyExpert
 from agents.experts._streams import Plan
 from agents.experts.streamify import Finding, streamify
 from cluster.config import Target, load_target
-from cluster.engine.verify import depgraph_verdict, static_verdicts
+from cluster.engine.verification.verify import depgraph_verdict, static_verdicts
 from tests.agents.test_depgraph import END, SERIAL
 from tests.agents.test_depgraph import KERNELS as GRAPH_KERNELS
 from tests.conftest import needs

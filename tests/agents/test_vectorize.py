@@ -13,7 +13,7 @@ import pytest
 from agents._base import AnalysisContext, Proposal
 from agents.experts.vectorize import VectorizeExpert
 from cluster.config import Target
-from cluster.engine.verify import contracts_verdict, static_verdicts
+from cluster.engine.verification.verify import contracts_verdict, static_verdicts
 from tests.agents.test_padding import kernel_target
 from tests.conftest import gpu_present, needs
 

@@ -477,7 +477,7 @@ def test_a_real_warpfleet_sweep_becomes_a_trace(tmp_path: Path, ray_local: None)
     assert (result.winner_key, result.winner_tool_ms, result.workers_used) == ("N=2000", 2.5, 1)
     assert result.notes.startswith("run dir ")
     # A lane's runs on one kept fleet (the default): the second run is measured by the first's actor.
-    from cluster.engine.workers import KeptFleet
+    from cluster.engine.scheduling.workers import KeptFleet
 
     with KeptFleet() as kept:
         for seed in (4, 5):

@@ -13,17 +13,17 @@ INTERNAL = ("cluster.engine", "cluster.store")
 
 # (script, module): why it may import that module.
 ALLOWED = {
-    ("scripts/bench_sim.py", "cluster.engine.simulate"):
+    ("scripts/bench_sim.py", "cluster.engine.scheduling.simulate"):
         "the measurement is of the engine itself, on simulate's fake fleet and compiles",
-    ("scripts/bench_driver_loop.py", "cluster.engine.simulate"):
+    ("scripts/bench_driver_loop.py", "cluster.engine.scheduling.simulate"):
         "the measurement is of the driver's loop itself, on simulate's fake fleet and compiles",
-    ("scripts/bench_driver_loop.py", "cluster.engine.scheduler"):
+    ("scripts/bench_driver_loop.py", "cluster.engine.scheduling.scheduler"):
         "the loop's iterations, timed between the scheduler's polls",
-    ("scripts/bench_driver_loop.py", "cluster.engine.verify"):
+    ("scripts/bench_driver_loop.py", "cluster.engine.verification.verify"):
         "--no-lock: the static checks without the agents' COMPUTING lock, to show what it saves",
-    ("scripts/kt_compare/lanes.py", "cluster.engine.workers"):
+    ("scripts/kt_compare/lanes.py", "cluster.engine.scheduling.workers"):
         "KeptFleet keeps a lane's measuring actors across its runs, as Kernel Tuner keeps its process",
-    ("scripts/llm_rehearsal.py", "cluster.engine.verify"):
+    ("scripts/llm_rehearsal.py", "cluster.engine.verification.verify"):
         "the verifier's static checks, rehearsed with no sweep",
     ("scripts/llm_rehearsal.py", "cluster.engine.agent_stage"):
         "the LLM agents' build tool, as a sweep hands it to them",

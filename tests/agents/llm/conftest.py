@@ -16,8 +16,8 @@ from agents.workflow.steps import Plan, Verification, Verifier
 from cluster.compile.build import compile_candidate
 from cluster.config import Target, load_target
 from cluster.core.types import Candidate, DeviceInfo, Status
-from cluster.engine.verify import GuardedVerifier
-from cluster.engine.verify import LocalVerifier as ClusterLocalVerifier
+from cluster.engine.verification.verify import GuardedVerifier
+from cluster.engine.verification.verify import LocalVerifier as ClusterLocalVerifier
 from cluster.measure.measure import Reference, measure_candidate
 from tests.conftest import REPO
 
@@ -114,9 +114,9 @@ def serve(api_key: str) -> Iterator[callable]:
 
 
 class LocalVerifier(Verifier):
-    """The cluster's own local verifier (cluster.engine.verify.LocalVerifier: guards, dependence graph, a
+    """The cluster's own local verifier (cluster.engine.verification.verify.LocalVerifier: guards, dependence graph, a
     cc build, a run against the baseline's outputs), with the guardrails on top when ``cheats``
-    (cluster.engine.verify.GuardedVerifier); made for the target of the first proposal it sees."""
+    (cluster.engine.verification.verify.GuardedVerifier); made for the target of the first proposal it sees."""
 
     def __init__(self, cheats: bool = False) -> None:
         self.cheats = cheats

@@ -437,7 +437,7 @@ def test_a_relative_scratch_root_is_made_absolute(tmp_path, monkeypatch):
 
 def test_sampler_options_reach_the_sampler_and_a_wrong_one_is_a_config_error():
     from cluster.config.run import SearchSpec
-    from cluster.engine.studies import make_sampler
+    from cluster.engine.study.state import make_sampler
 
     sampler = make_sampler(SearchSpec(sampler="tpe", sampler_options={"n_startup_trials": 3}))
     assert sampler._n_startup_trials == 3

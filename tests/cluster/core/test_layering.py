@@ -19,10 +19,15 @@ RUNTIME = ("cluster.core", "cluster.platform", "cluster.toolchains", "search_spa
 FLOORS: dict[str, set[str]] = {floor: set(RUNTIME[:i]) for i, floor in enumerate(RUNTIME)}
 # The agents propose variants from the config and the sources alone, beside the run time, not on it.
 FLOORS["agents"] = {"cluster.core", "cluster.toolchains", "search_spaces", "cluster.config"}
-FLOORS["cluster.engine"] = {*RUNTIME, "agents"}  # where the agents and the run time meet: the sweep
+# The engine's own floors, bottom first: the jobs and their queues, the time plan, a study's state,
+# the verification tiers, then the flows and the driver that move the studies along.
+ENGINE = ("cluster.engine.scheduling", "cluster.engine.plan", "cluster.engine.study", "cluster.engine.verification")
+for i, floor in enumerate(ENGINE):
+    FLOORS[floor] = {*RUNTIME, "agents", *ENGINE[:i]}
+FLOORS["cluster.engine"] = {*RUNTIME, "agents", *ENGINE}  # where the agents and the run time meet: the sweep
 FLOORS["cluster.outputs"] = {*RUNTIME}  # what a run's tables say: reports, exports, compare
-FLOORS["cluster.api"] = {*RUNTIME, "agents", "cluster.engine", "cluster.outputs"}  # the scripts' face
-FLOORS["cluster.cli"] = {*RUNTIME, "agents", "cluster.engine", "cluster.outputs", "cluster.api"}
+FLOORS["cluster.api"] = {*RUNTIME, "agents", "cluster.engine", *ENGINE, "cluster.outputs"}  # the scripts' face
+FLOORS["cluster.cli"] = {*RUNTIME, "agents", "cluster.engine", *ENGINE, "cluster.outputs", "cluster.api"}
 
 
 def modules() -> dict[str, Path]:
@@ -139,3 +144,11 @@ def test_the_floor_check_finds_a_planted_upward_import():
     """The contract's own check: a module of a lower floor importing a higher one is named."""
     assert upward({"cluster.store.results": {"cluster.engine.flow"}, "cluster.engine.flow": {"cluster.store"}}) == \
         ["cluster.store.results -> cluster.engine.flow"]
+
+
+def test_the_engine_keeps_its_folders_small():
+    """A folder of the engine holds at most 12 modules: a concern that grows past that is a floor of its own."""
+    folders = {p.parent for p in (REPO / "cluster" / "engine").rglob("*.py")}
+    crowded = {str(f.relative_to(REPO)): n for f in folders if (n := len([m for m in f.glob("*.py")
+                                                                              if m.name != "__init__.py"])) > 12}
+    assert crowded == {}

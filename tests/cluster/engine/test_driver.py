@@ -83,7 +83,7 @@ def test_a_kept_fleet_serves_the_next_sweep_and_stops_when_closed(tmp_path):
     runs on the first one's actors, a fleet with an actor gone is replaced, and close stops them."""
     import ray
 
-    from cluster.engine.workers import KeptFleet, fleet_key
+    from cluster.engine.scheduling.workers import KeptFleet, fleet_key
 
     plan = load_run(FIXTURES / "demo_cpu.yaml")
     seen = []

@@ -7,9 +7,9 @@ from __future__ import annotations
 import time
 from types import SimpleNamespace
 
-from cluster.engine.budget import SAFETY, TimePlan
-from cluster.engine.checks import Trust
 from cluster.engine.finals import Finals
+from cluster.engine.plan.budget import SAFETY, TimePlan
+from cluster.engine.verification.checks import Trust
 from tests.conftest import logged_lines
 
 RUN_S, OVERHEAD_S, RUNS = 1.0, 0.5, 5

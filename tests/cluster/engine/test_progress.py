@@ -8,8 +8,8 @@ import types
 
 from cluster.engine import progress as progress_module
 from cluster.engine.flow import Stage
-from cluster.engine.jobs import Job, JobKind
 from cluster.engine.progress import SweepProgress
+from cluster.engine.scheduling.jobs import Job, JobKind
 from tests.conftest import logged_lines
 
 

@@ -14,7 +14,7 @@ from cluster.compile.build import compile_candidate
 from cluster.config import load_target
 from cluster.core.registry import EXPERTS
 from cluster.core.types import Candidate, Phase, Status
-from cluster.engine.verify import LocalVerifier
+from cluster.engine.verification.verify import LocalVerifier
 from cluster.platform.devices import cpu_device
 from tests.conftest import REPO, needs
 

@@ -17,7 +17,7 @@ from agents.workflow.steps import Finding, Level, Plan, Verdict, VerdictStatus, 
 from cluster.compile.build import compile_candidate
 from cluster.config import Target, load_target
 from cluster.core.types import BuildArtifact, Candidate, DeviceInfo, Status
-from cluster.engine.verify import GuardedVerifier
+from cluster.engine.verification.verify import GuardedVerifier
 from cluster.measure.guardrails import (
     FRESH_SEEDS,
     cheat_checks,

@@ -9,8 +9,8 @@ from concurrent.futures import Future
 
 from agents.workflow import VerdictStatus
 from cluster.core.types import Status
-from cluster.engine.jobs import JobResult
-from cluster.engine.verify import SANITIZER_FACTOR, SANITIZER_FLOOR_S, sanitizer_verdicts
+from cluster.engine.scheduling.jobs import JobResult
+from cluster.engine.verification.verify import SANITIZER_FACTOR, SANITIZER_FLOOR_S, sanitizer_verdicts
 from cluster.measure.sanitize import SanitizerResult, sanitize_candidate
 from cluster.runners._base import ProcessRunner
 from cluster.sandbox.sandbox import Unsandboxed
@@ -73,7 +73,7 @@ def test_a_variants_budget_is_the_larger_of_the_floor_and_a_multiple_of_the_base
     a run of the program short); where it times out, the baseline runs under the tool, and the variant
     runs again within the larger of the floor and a multiple of the baseline's time, capped, unless
     that budget is no larger than the one it ran out of."""
-    from cluster.engine.checks import DeepChecks, Trust
+    from cluster.engine.verification.checks import DeepChecks, Trust
     from cluster.store.variants import AcceptedVariant
 
     target = target_with(tmp_path, runner="process")

@@ -236,7 +236,7 @@ def test_a_resume_after_a_kill_does_not_wait_for_the_journal_lock(tmp_path):
     """After a SIGKILL mid-write, Optuna's lock stays and every writer waited 30 s for it."""
     import optuna
 
-    from cluster.engine.studies import open_storage
+    from cluster.engine.study.state import open_storage
 
     plan = _plan(tmp_path)
     run = RunDir.create(plan)

@@ -1,4 +1,4 @@
-"""The gate's worth of a candidate (cluster.engine.gate): what trusting it may gain its study, the
+"""The gate's worth of a candidate (cluster.engine.verification.gate): what trusting it may gain its study, the
 place of its expensive checks in their lane. The flow is a test double."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from cluster.engine.gate import Gate
+from cluster.engine.verification.gate import Gate
 
 
 def gate_of(goal: str, baseline: float, measured: dict[str, tuple[float, str]]) -> Gate:

@@ -11,9 +11,9 @@ import ray
 
 from cluster.config import Target
 from cluster.core.types import BuildArtifact, Candidate, Phase, Status
-from cluster.engine.jobs import ANALYSTS_PROFILE, URGENT, Build, Job, JobKind, JobResult
-from cluster.engine.scheduler import Scheduler
-from cluster.engine.studies import StudyState
+from cluster.engine.scheduling.jobs import ANALYSTS_PROFILE, URGENT, Build, Job, JobKind, JobResult
+from cluster.engine.scheduling.scheduler import Scheduler
+from cluster.engine.study.state import StudyState
 
 
 class StudyJobs:

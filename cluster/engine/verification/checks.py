@@ -26,13 +26,13 @@ from typing import TYPE_CHECKING, Any
 from agents.patch import source_files
 from cluster.config import Target
 from cluster.core.types import Verdict, VerdictStatus
-from cluster.engine.jobs import JobResult
-from cluster.engine.verify import SANITIZER_FACTOR, SANITIZER_FLOOR_S, sanitizer_verdicts
+from cluster.engine.scheduling.jobs import JobResult
+from cluster.engine.verification.verify import SANITIZER_FACTOR, SANITIZER_FLOOR_S, sanitizer_verdicts
 from cluster.measure.sanitize import SanitizerResult
 from cluster.store.variants import AcceptedVariant
 
 if TYPE_CHECKING:
-    from cluster.engine.study_jobs import StudyJobs
+    from cluster.engine.study.study_jobs import StudyJobs
 
 
 log = logging.getLogger(f"warpfleet.{__name__}")

@@ -71,7 +71,7 @@ class SimulatedWorker:
         return self.device
 
     def close(self) -> None:
-        """Nothing runs beside it to stop (cluster.engine.workers.stop_fleet)."""
+        """Nothing runs beside it to stop (cluster.engine.scheduling.workers.stop_fleet)."""
 
     def measure(self, target: Target, candidate: Candidate, binary: bytes | None, reference: Reference | None,
                 runs: int, submitted_at: float, first_seed: int = 0, stop_above: float | None = None,

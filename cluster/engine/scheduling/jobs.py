@@ -66,7 +66,7 @@ URGENT = -1  # a job whose study waits for it to go on (a check before its final
 CHECK_SHARE = WEIGHT[Lane.CHECK]  # while other work waits, at most this share of the workers runs checks
 
 
-# The worker method that does each kind (cluster.engine.workers.MeasureWorker).
+# The worker method that does each kind (cluster.engine.scheduling.workers.MeasureWorker).
 METHOD = {JobKind.SANITIZE: "sanitize", JobKind.GUARD: "guard", JobKind.REVIEW: "reverify",
           JobKind.PROFILE: "profile"}
 MEASURES = frozenset({JobKind.BASELINE, JobKind.VERIFY, JobKind.SEARCH, JobKind.FINAL, JobKind.REFERENCE,

@@ -3,7 +3,7 @@
     Proposal ─► static checks (declared sources only, read-only regions unchanged, every host
                 function's kernel dependences kept) ─► variant Target ─► build ─► run against the
                 baseline's outputs (and the target's tests) ─► Verification: admitted
-    (later, for a variant that measures faster: compute-sanitizer, the cheat checks, cluster.engine.checks)
+    (later, for a variant that measures faster: compute-sanitizer, the cheat checks, cluster.engine.verification.checks)
 
 ``QueueVerifier`` checks each proposal through the sweep's job queue (its verification run is a
 row of the results like any other); ``LocalVerifier`` in this process. Proposals that change no
@@ -35,7 +35,7 @@ from cluster.measure.guardrails import cheat_checks
 from cluster.measure.sanitize import SanitizerResult
 
 if TYPE_CHECKING:
-    from cluster.engine.study_jobs import StudyJobs
+    from cluster.engine.study.study_jobs import StudyJobs
 
 
 # -- static checks -----------------------------------------------------------------------------
@@ -184,7 +184,7 @@ class QueueVerifier(Verifier):
     The cheap tier admits: the static checks, then a build and a run against the baseline's outputs
     (a ``verify`` row: its time too). A variant that passes is handed to ``admit`` at once: it joins
     the running search, and the expensive tier (compute-sanitizer, the cheat checks:
-    ``cluster.engine.checks``) runs for it if it measured faster than the baseline. ``admit``'s
+    ``cluster.engine.verification.checks``) runs for it if it measured faster than the baseline. ``admit``'s
     future brings those verdicts back (none, for a variant no faster), so that a transformer that
     takes feedback hears of a failed cheat check and can try again. Without ``admit`` (the
     profile-guided rounds' trials), only the cheap tier runs. ``jobs`` is the study's job factory

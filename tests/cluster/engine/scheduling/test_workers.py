@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from cluster.engine.workers import gpu_slots
+from cluster.engine.scheduling.workers import gpu_slots
 
 NODES = [
     {"Alive": True, "Resources": {"CPU": 64.0, "GPU": 8.0, "accelerator_type:H100": 1.0}},
@@ -29,7 +29,7 @@ def test_a_named_type_the_cluster_lacks_is_left_out_with_a_reason(ray_local):
     import ray
 
     from cluster.config import ClusterSpec
-    from cluster.engine.workers import start_fleet
+    from cluster.engine.scheduling.workers import start_fleet
 
     workers, devices, left_out = start_fleet(ClusterSpec(gpu_types=["H100"]), {"gpu", "cpu"}, "run.yaml")
     try:

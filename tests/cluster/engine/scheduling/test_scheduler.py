@@ -24,8 +24,8 @@ from agents.workflow import Analyst, Finding, Level, Plan, Planner, Steps, Trans
 from cluster.config import load_run
 from cluster.core.types import DeviceInfo, Measurement, Status
 from cluster.engine.driver import Sweep
-from cluster.engine.jobs import LANE, PRIORITY, URGENT, Build, Job, JobKind, JobResult, Lane
-from cluster.engine.scheduler import FIRST_SEARCH_HOLD_S, Scheduler
+from cluster.engine.scheduling.jobs import LANE, PRIORITY, URGENT, Build, Job, JobKind, JobResult, Lane
+from cluster.engine.scheduling.scheduler import FIRST_SEARCH_HOLD_S, Scheduler
 from cluster.store.results import read_results
 from cluster.store.rundir import RunDir
 

@@ -1,4 +1,4 @@
-"""The time plan (cluster.engine.budget): the search of a device type closes when what its studies
+"""The time plan (cluster.engine.plan.budget): the search of a device type closes when what its studies
 still need after it (finals, and the checks the finals wait for less what the check lane does beside
 the rest of the search) no longer fits in the time left; the loop stops at the budget plus a grace."""
 
@@ -7,8 +7,8 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 
-from cluster.engine.budget import FINALS_SHARE, MARGIN_S, SAFETY, TimePlan, grace_s, sizes
-from cluster.engine.jobs import CHECK_SHARE
+from cluster.engine.plan.budget import FINALS_SHARE, MARGIN_S, SAFETY, TimePlan, grace_s, sizes
+from cluster.engine.scheduling.jobs import CHECK_SHARE
 from tests.conftest import logged_lines
 
 

@@ -7,7 +7,7 @@ import pytest
 
 from cluster.config import SearchSpec, load_target
 from cluster.core.types import DeviceInfo, Status
-from cluster.engine.studies import Evaluated, StudyState, make_sampler
+from cluster.engine.study.state import Evaluated, StudyState, make_sampler
 from tests.conftest import write_target
 
 
@@ -60,7 +60,7 @@ def test_a_known_key_is_told_without_evaluating_again(tmp_path):
 
 
 def test_storage_retry_waits_out_a_locked_database():
-    from cluster.engine.studies import storage_retry
+    from cluster.engine.study.state import storage_retry
 
     calls = []
 
@@ -106,7 +106,7 @@ def test_a_param_of_many_values_keeps_the_journal_small(tmp_path):
 
 
 def test_a_grid_over_a_param_of_many_values_reaches_every_value(tmp_path):
-    from cluster.engine.studies import enqueue_grid
+    from cluster.engine.study.state import enqueue_grid
 
     values = [f"v{i}" for i in range(100)]
     path = write_target(tmp_path, params={"N": values}, space="space.yaml")

@@ -1,4 +1,4 @@
-"""Issue 25 on the CPU, with the simulated fleet (cluster.engine.simulate: one fake GPU whose every
+"""Issue 25 on the CPU, with the simulated fleet (cluster.engine.scheduling.simulate: one fake GPU whose every
 expensive check sleeps): the search starts from the baseline on while the agents work; a variant
 joins it when the cheap checks admit it; only a variant faster than the baseline pays for the
 expensive checks, which must pass before it is a final; the whole-sweep time budget ends the sweep
@@ -14,9 +14,9 @@ from agents._base import AnalysisContext, Proposal
 from agents.patch import source_files
 from agents.workflow import Analyst, Finding, Level, Plan, Planner, Steps, Transformer
 from cluster.config import RunPlan, load_run
-from cluster.engine.budget import grace_s
 from cluster.engine.driver import Sweep
-from cluster.engine.simulate import Model, simulated_fleet
+from cluster.engine.plan.budget import grace_s
+from cluster.engine.scheduling.simulate import Model, simulated_fleet
 from cluster.store.results import read_results, read_table
 from cluster.store.rundir import RunDir
 from cluster.store.select import select_best

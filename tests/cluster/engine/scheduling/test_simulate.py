@@ -1,4 +1,4 @@
-"""The engine on a simulated fleet (cluster.engine.simulate): Ray's multi-node test cluster with
+"""The engine on a simulated fleet (cluster.engine.scheduling.simulate): Ray's multi-node test cluster with
 fake GPU resources, fake workers that sleep a modelled run time and fake compiles; the driver,
 scheduler, Optuna and Parquet are the real ones. Throughput is for scripts/bench_sim.py; here, that
 every planned candidate runs exactly once and every worker on every node takes a share."""
@@ -10,7 +10,7 @@ import pytest
 from cluster.config import RunPlan, load_run
 from cluster.config.run import RACE
 from cluster.engine.driver import Sweep
-from cluster.engine.simulate import SAMPLES_PER_RUN, SIMULATED_GPU, Model, simulated_fleet
+from cluster.engine.scheduling.simulate import SAMPLES_PER_RUN, SIMULATED_GPU, Model, simulated_fleet
 from cluster.store.results import read_results
 from cluster.store.rundir import RunDir
 from tests.conftest import REPO

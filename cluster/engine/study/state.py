@@ -38,7 +38,7 @@ from cluster.core.encodings import (
 from cluster.core.errors import ConfigError
 from cluster.core.registry import SAMPLERS
 from cluster.core.types import Candidate, Clock, DeviceInfo, Phase, RunOutputs, Scalar, Status, study_name
-from cluster.engine.jobs import BaselineBuild
+from cluster.engine.scheduling.jobs import BaselineBuild
 from cluster.measure.measure import Reference
 from cluster.store.journal import BatchedJournalStorage
 from cluster.store.rundir import RunDir, break_stale_lock

@@ -15,9 +15,9 @@ from concurrent.futures import Future
 
 from cluster.core.encodings import beats, speedup, suspect_speedup
 from cluster.core.types import Candidate, Measurement, Phase, Stats, Status, Verdict, VerdictStatus
-from cluster.engine.checks import Trust
-from cluster.engine.context import StudyView
-from cluster.engine.jobs import Job, JobKind, JobResult
+from cluster.engine.scheduling.jobs import Job, JobKind, JobResult
+from cluster.engine.verification.checks import Trust
+from cluster.engine.verification.view import StudyView
 from cluster.store.rundir import RunDir
 from cluster.store.tables import REVIEW_SCHEMA
 

@@ -12,7 +12,7 @@ from agents.patch import source_files, variant_target
 from agents.workflow import VerdictStatus
 from cluster.config import load_target
 from cluster.core.types import BuildArtifact, DeviceInfo, Measurement, Status
-from cluster.engine.verify import (
+from cluster.engine.verification.verify import (
     NO_TESTS,
     depgraph_verdict,
     guard_verdict,

@@ -33,7 +33,7 @@ from collections import defaultdict
 from collections.abc import Callable, Sequence
 from typing import Protocol
 
-from cluster.engine.jobs import CHECK_SHARE
+from cluster.engine.scheduling.jobs import CHECK_SHARE
 
 log = logging.getLogger(f"warpfleet.{__name__}")
 

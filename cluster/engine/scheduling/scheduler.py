@@ -37,8 +37,8 @@ import ray
 from ray.exceptions import ActorUnavailableError, RayActorError, RayError
 
 from cluster.core.types import BuildArtifact, DeviceInfo, Measurement, Status
-from cluster.engine.jobs import LANE, MEASURES, METHOD, URGENT, WEIGHT, Build, Job, JobKind, JobResult, Lane
-from cluster.engine.workers import compile_task
+from cluster.engine.scheduling.jobs import LANE, MEASURES, METHOD, URGENT, WEIGHT, Build, Job, JobKind, JobResult, Lane
+from cluster.engine.scheduling.workers import compile_task
 
 CRITICAL_KINDS = frozenset(kind for kind, lane in LANE.items() if lane is Lane.CRITICAL)
 FIRST_SEARCH_HOLD_S = 60.0  # at most this long the check lane waits for a study's first search candidate

@@ -20,7 +20,7 @@ from cluster.config.env import scratch_root
 from cluster.core.errors import ConfigError
 from cluster.core.registry import RUNNERS
 from cluster.core.types import BuildArtifact, Candidate, DeviceInfo, Measurement, Status, Verdict, VerdictStatus
-from cluster.engine.jobs import BaselineBuild
+from cluster.engine.scheduling.jobs import BaselineBuild
 from cluster.measure.guardrails import cheat_checks, reverify_fresh_seeds
 from cluster.measure.measure import Reference, measure_candidate
 from cluster.measure.profile import DEFAULT_LAUNCHES, LaunchFilter, Profile, profile_candidate

@@ -43,9 +43,10 @@ FLOOR_S = 0.005  # the wall clock's noise at the least: a process start in bubbl
 UNTIMED_SHARE = 0.25  # ... or this share of the baseline's time outside its samples (start-up noise grows with it)
 DEVICE_FLOOR_S = 20e-6  # the device clock's noise at the least: a few launches' jitter
 DEVICE_SHARE = 0.02  # ... or this share of the baseline's busy time (clocks and caches vary run to run)
-# No sample can take less: no timer resolves under a nanosecond, and no GPU work timed with events
-# (a kernel's launch and its two events) takes under a microsecond.
-TICK_S = 1e-9
+# No sample can take less: nothing a program times, or averages per item of real work, takes under
+# a picosecond (a clock cycle is 200 of them), and no GPU work timed with events (a kernel's launch
+# and its two events) takes under a microsecond.
+TICK_S = 1e-12
 LAUNCH_S = 1e-6
 CONFIRM_RUNS = 3  # runs a candidate gets, at the least, before its claim is found unsupported
 PAIRS = (3, 6)  # runs in turn with the baseline (measure.beside): a first round, and more where it fails

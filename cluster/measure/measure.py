@@ -205,6 +205,8 @@ def measure_candidate(
             # The baseline runs seeds 0..runs-1; candidates cycle through the seeds it ran.
             seed = index if reference is None or not reference.runs else index % len(reference.runs)
             wanted = reference.for_run(seed) if reference else None
+            if index > first_seed:
+                staged.reset()  # nothing a run left (a cache of its outputs, a first run's marker) serves the next
             result = staged.run(Invocation(seed=seed, stop_above=stop_above, max_samples=max_samples,
                                               reference=wanted))
             run_s += result.seconds
@@ -277,14 +279,19 @@ def beside(staged: Staged, runner: Runner, baseline: Baseline, reference: Refere
     seconds, problem, indices = 0.0, None, itertools.count(first_seed)
     params = dict(baseline.candidate.params)
     with runner.stage(baseline.target, params, baseline.candidate.arch, baseline.binary, prefix="beside-") as base:
+        # Each run leaves nothing for the other side to find (a persistent host's candidates share a
+        # folder that holds both directories), nor for its own next run.
+        staged.reset()
         for which in (base, staged):  # a warm-up each, left out: a first run's costs are not the program's claim
             seconds += which.run(Invocation(seed=first_seed % len(reference.runs) if reference.runs else first_seed)
                                  ).seconds
+            which.reset()
         for pairs in rounds:
             for index in itertools.islice(indices, pairs):
                 seed = index % len(reference.runs) if reference.runs else index
                 for side, which in enumerate((base, staged)):
                     result = which.run(Invocation(seed=seed))
+                    which.reset()
                     seconds += result.seconds
                     found = parse_samples(result.stdout, metric) if result.ok and not result.timed_out else []
                     invalid = metric_problem(found, metric)

@@ -27,7 +27,7 @@ from typing import Any, Literal
 from cluster.config import Target
 from cluster.core.placeholders import expand
 from cluster.core.types import DeviceInfo, RunOutputs
-from cluster.measure.device_clock import DeviceClock
+from cluster.runners.device_clock import DeviceClock
 from cluster.sandbox.host import HostProcess, read_result
 from cluster.sandbox.isolation import node_sandbox
 from cluster.sandbox.sandbox import (
@@ -68,13 +68,23 @@ class Invocation:
 
 class Staged:
     """A built candidate ready to run in its own scratch directory (``workdir``). Runs in one
-    staged directory see what earlier runs left there (the cheat checks rely on that). The worker
-    reads and writes files there through ``files`` only, never by path (``UntrustedDir``)."""
+    staged directory see what earlier runs left there (the cheat checks rely on that) unless the
+    directory is ``reset`` between them (the measurement does: nothing a run leaves can serve the
+    next). The worker reads and writes files there through ``files`` only, never by path
+    (``UntrustedDir``)."""
 
     def __init__(self, runner: Runner, target: Target, params: Mapping[str, Any], arch: str, workdir: Path,
-                 files: UntrustedDir) -> None:
+                 files: UntrustedDir, binary: bytes = b"") -> None:
         self.runner, self.target, self.params, self.arch, self.workdir = runner, target, dict(params), arch, workdir
-        self.files = files
+        self.files, self.binary = files, binary
+
+    def reset(self) -> None:
+        """The directory as it was staged: everything an earlier run left there removed (a cache of
+        its outputs, a marker of a first run done, a folder planted at an output's name)."""
+        if not self.runner.isolates_runs:
+            return
+        self.files.clear()
+        write_staged(self.files, self.target, self.binary)
 
     def values(self, seed: int, binary: str | list[str] | None = None) -> dict[str, Any]:
         """The commands' placeholder values: params, binary, workdir, arch, seed."""
@@ -102,6 +112,9 @@ class Runner(ABC):
     # Whether a run's samples are warpfleet's own measurements (the kernel runner's CUDA events), not
     # the program's words: then there is no claim to check against the wall clock (measure.clock).
     samples_are_warpfleets: bool = False
+    # Whether a measurement's runs each start from the staged directory afresh (``Staged.reset``); a
+    # runner whose candidates write no files of their own (a kernel's cubin) keeps what it handed them.
+    isolates_runs: bool = True
 
     def __init__(self, sandbox: Sandbox | None = None, scratch_root: Path | None = None,
                  device_clock: DeviceClock | None = None) -> None:
@@ -122,10 +135,8 @@ class Runner(ABC):
               prefix: str = "run-") -> Iterator[Staged]:
         """A scratch directory with the target's files and the built candidate, removed afterwards."""
         with scratch_dir(self.scratch_root, prefix) as workdir, UntrustedDir(workdir) as files:
-            for rel, content in target.bundle.files:
-                files.write(rel, content)
-            files.write(BINARY_FILE, binary or b"", mode=0o755)
-            yield Staged(self, target, params, arch, workdir, files)
+            write_staged(files, target, binary or b"")
+            yield Staged(self, target, params, arch, workdir, files, binary or b"")
 
     def binary_argv(self, workdir: Path) -> str | list[str]:
         """What ``{binary}`` stands for in a command run as a process."""
@@ -186,6 +197,17 @@ class HostRunner(Runner):
         self.scratch_root = self.root  # where stage() makes the candidates' directories
         self.host = HostProcess(cuda, self.sandbox, self.root,
                                 env=self.device_clock.host_env() if self.device_clock else None)
+        self.live: set[str] = set()  # the staged directories in ``root`` now
+
+    @contextmanager
+    def stage(self, target: Target, params: Mapping[str, Any], arch: str, binary: bytes | None,
+              prefix: str = "run-") -> Iterator[Staged]:
+        with super().stage(target, params, arch, binary, prefix) as staged:
+            self.live.add(staged.workdir.name)
+            try:
+                yield staged
+            finally:
+                self.live.discard(staged.workdir.name)
 
     @classmethod
     def for_worker(cls, sandbox: Sandbox, scratch_root: Path | None, device: DeviceInfo) -> Runner:
@@ -199,6 +221,8 @@ class HostRunner(Runner):
         candidate's first, as a process run's directory does when its sandbox is prepared: the host,
         already running as the sandbox's uid, writes there."""
         try:
+            with UntrustedDir(self.root) as root:  # what an earlier candidate left beside its own folder goes
+                root.clear(keep=self.live)
             self.sandbox.hand_over(staged.workdir)
         except OSError as exc:  # the staged directory swapped for a link by a process the last candidate left
             return ProcessResult(None, "", "", 0.0, refused=str(exc))
@@ -211,6 +235,13 @@ class HostRunner(Runner):
     def close(self) -> None:
         self.host.stop()
         shutil.rmtree(self.root, ignore_errors=True)
+
+
+def write_staged(files: UntrustedDir, target: Target, binary: bytes) -> None:
+    """The target's files and the build, afresh, in a scratch directory."""
+    for rel, content in target.bundle.files:
+        files.write(rel, content)
+    files.write(BINARY_FILE, binary, mode=0o755)
 
 
 def worker_clock(device: DeviceInfo) -> DeviceClock | None:

@@ -20,8 +20,8 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
-from cluster.measure.device_clock import RECORD_FILE
 from cluster.runners._base import BINARY_FILE, HostRunner, Invocation, Staged, harness_env
+from cluster.runners.device_clock import RECORD_FILE
 from cluster.sandbox.host import STDERR_FILE, STDOUT_FILE, host_python
 from cluster.sandbox.sandbox import ProcessResult
 

@@ -4,7 +4,7 @@
  * driver calls InitializeInjection, which enables CUPTI's activity records of kernels (concurrent:
  * the records do not serialize the kernels), memory copies and memsets, and keeps each one's
  * interval [start, end) in ns. The records go to a file (format below, read by
- * cluster/measure/device_clock.py):
+ * cluster/runners/device_clock.py):
  *
  *   - a process (WARPFLEET_DEVICE_RECORD names the file): the file is made at cuInit with its header
  *     only, and written whole at exit, ending with "end N"; a process that skips its exit handlers

@@ -205,8 +205,9 @@ def measure_candidate(
             # The baseline runs seeds 0..runs-1; candidates cycle through the seeds it ran.
             seed = index if reference is None or not reference.runs else index % len(reference.runs)
             wanted = reference.for_run(seed) if reference else None
-            if index > first_seed:
-                staged.reset()  # nothing a run left (a cache of its outputs, a first run's marker) serves the next
+            tampered = staged.reset() if index > first_seed else None  # nothing a run left serves the next
+            if tampered:
+                return done(Status.CRASHED, f"refused: {tampered}")
             result = staged.run(Invocation(seed=seed, stop_above=stop_above, max_samples=max_samples,
                                               reference=wanted))
             run_s += result.seconds

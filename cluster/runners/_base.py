@@ -14,8 +14,11 @@ The search never knows which.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import os
 import shutil
+import stat
 import tempfile
 from abc import ABC, abstractmethod
 from collections.abc import Iterator, Mapping
@@ -31,6 +34,8 @@ from cluster.runners.device_clock import DeviceClock
 from cluster.sandbox.host import HostProcess, read_result
 from cluster.sandbox.isolation import node_sandbox
 from cluster.sandbox.sandbox import (
+    STDERR_FILE,
+    STDOUT_FILE,
     LimitWatch,
     ProcessResult,
     Sandbox,
@@ -39,7 +44,7 @@ from cluster.sandbox.sandbox import (
     run_command,
     scratch_dir,
 )
-from cluster.sandbox.untrusted_dir import UntrustedDir
+from cluster.sandbox.untrusted_dir import UntrustedDir, kind_of
 
 BINARY_FILE = "candidate.bin"
 Command = Literal["run", "sanitize_run", "test"]
@@ -78,13 +83,21 @@ class Staged:
         self.runner, self.target, self.params, self.arch, self.workdir = runner, target, dict(params), arch, workdir
         self.files, self.binary = files, binary
 
-    def reset(self) -> None:
+    def reset(self) -> str | None:
         """The directory as it was staged: everything an earlier run left there removed (a cache of
-        its outputs, a marker of a first run done, a folder planted at an output's name)."""
+        its outputs, a marker of a first run done, a folder planted at an output's name). Returns
+        why not, where the last run replaced warpfleet's own files (its capture files) with
+        something else: the sign of a candidate that tampered, whose run fails as if they were read."""
         if not self.runner.isolates_runs:
-            return
+            return None
+        for name in (STDOUT_FILE, STDERR_FILE):
+            with contextlib.suppress(FileNotFoundError):
+                mode = os.stat(name, dir_fd=self.files.fileno(), follow_symlinks=False).st_mode
+                if not stat.S_ISREG(mode):
+                    return f"{name}: {kind_of(mode)} where warpfleet's own file was (left by the candidate)"
         self.files.clear()
         write_staged(self.files, self.target, self.binary)
+        return None
 
     def values(self, seed: int, binary: str | list[str] | None = None) -> dict[str, Any]:
         """The commands' placeholder values: params, binary, workdir, arch, seed."""

@@ -49,6 +49,7 @@ static int active;
 static char exit_path[4096];
 
 static void keep(char kind, uint64_t start, uint64_t end) {
+    if (!start || end <= start) return;  /* a record CUPTI could not complete (flushed mid-flight): no interval */
     if (count == capacity) {
         size_t grown = capacity ? 2 * capacity : 4096;
         interval_t* more = realloc(records, grown * sizeof *records);

@@ -123,8 +123,11 @@ def sweep(config: str, address: str | None, resume: str | None, accept_changes: 
     plan = _override(plan, budget, output_dir)
     if existing is None:
         _check_output_dir(plan, output_dir)
+    _check_runnable_here(plan, address, plan.file, "targets")
     policy = _isolate(plan, unsandboxed)
-    _join_ray(plan, address)
+    joining = time.monotonic()
+    where = _join_ray(plan, address)
+    _budget_clock(plan, started, time.monotonic() - joining, where)
     _check_runnable(plan, plan.file, "targets")
     with _blamed_on(output_dir, "--output-dir"):
         run_dir = existing or RunDir.create(plan, meta={COMMAND_LINE: budget})
@@ -234,11 +237,21 @@ def _blamed_on(option_value: str | None, option: str) -> Iterator[None]:
         raise ConfigError(option_value, option, exc.message) from None
 
 
-def _join_ray(plan: RunPlan, address: str | None) -> None:
+def _budget_clock(plan: RunPlan, started: float, ray_s: float, where: str | None) -> None:
+    """A budgeted sweep's clock, once Ray is up: its start-up is spent from the budget, which counts
+    from the command's start."""
+    budget = plan.config.search.time_budget_s
+    if budget:
+        left = max(0.0, budget - (time.monotonic() - started))
+        click.echo(f"Ray {'joined' if where else 'started'} in {ray_s:.0f} s; {left:.0f} s of the {budget:g} s "
+                   "budget left", err=True)
+
+
+def _join_ray(plan: RunPlan, address: str | None) -> str | None:
     """Join the Ray cluster (or start a local instance) before anything is written: an address
     with no cluster behind it is one line, with no run directory left behind. The first of
     ``--address``, the config's ``cluster.address`` and the environment's ``RAY_ADDRESS`` names
-    the cluster; none: a local instance."""
+    the cluster; none: a local instance. Returns the address joined (None: a local instance)."""
     from cluster.config import env
     from cluster.engine.driver import init_ray
 
@@ -255,6 +268,7 @@ def _join_ray(plan: RunPlan, address: str | None) -> None:
         reason = lines[0][:300] if lines else type(exc).__name__
         raise ConfigError(file, field, f"cannot join a Ray cluster at {where or 'a local instance'} "
                           f"({type(exc).__name__}: {reason}){hint}") from None
+    return where
 
 
 def _reachable(address: str | None, timeout_s: float = 5.0) -> None:
@@ -269,25 +283,49 @@ def _reachable(address: str | None, timeout_s: float = 5.0) -> None:
             pass
 
 
+def _gpu_targets(plan: RunPlan) -> list[str]:
+    """The targets' names where every one needs a GPU, else [] (a CPU target runs on any cluster)."""
+    from cluster.toolchains import get_toolchain
+
+    gpu_targets = [t.name for t in plan.targets if get_toolchain(t.spec.toolchain).device_kind == "gpu"]
+    return gpu_targets if len(gpu_targets) == len(plan.targets) else []
+
+
+def _nothing_to_run(plan: RunPlan, file: str, field: str, gpu_targets: list[str], present: list[str]) -> ConfigError:
+    wanted = plan.config.cluster.gpu_types
+    what = f"no GPU of cluster.gpu_types ({', '.join(wanted)})" if wanted else "no GPU"
+    where = f" (present: {', '.join(present) or 'none'})" if wanted else ""
+    return ConfigError(file, field, f"{what} in the cluster{where}, and {', '.join(gpu_targets)} "
+                       f"{'needs' if len(gpu_targets) == 1 else 'need'} one: nothing to run")
+
+
+def _check_runnable_here(plan: RunPlan, address: str | None, file: str, field: str) -> None:
+    """Before Ray starts: a local instance (no cluster named) gets the GPUs this machine shows
+    (CUDA_VISIBLE_DEVICES, else NVML, as Ray counts them), so where there are none, GPU targets
+    alone are one line now rather than after Ray's start-up (15 s on a loaded machine)."""
+    from cluster.config import env
+    from cluster.platform.devices import visible_gpu_count
+
+    ray = sys.modules.get("ray")  # not imported for this: its import alone takes a second
+    if address or plan.config.cluster.address or env.ray_address() or (ray is not None and ray.is_initialized()):
+        return  # a cluster named, or one this process joined already (a script's, the tests')
+    if (gpu_targets := _gpu_targets(plan)) and visible_gpu_count() == 0:
+        raise _nothing_to_run(plan, file, field, gpu_targets, [])
+
+
 def _check_runnable(plan: RunPlan, file: str, field: str) -> None:
     """One line, before a run directory is made, where no target can run on the cluster joined
     (GPU targets and no GPU of the types wanted), rather than a run of nothing."""
     import ray
 
     from cluster.engine.scheduling.workers import gpu_slots
-    from cluster.toolchains import get_toolchain
 
-    gpu_targets = [t.name for t in plan.targets if get_toolchain(t.spec.toolchain).device_kind == "gpu"]
-    if len(gpu_targets) < len(plan.targets):
-        return  # the CPU targets run on any cluster
-    wanted = plan.config.cluster.gpu_types
-    if sum(gpu_slots(ray.nodes(), wanted)[0].values()):
+    if not (gpu_targets := _gpu_targets(plan)):
+        return
+    if sum(gpu_slots(ray.nodes(), plan.config.cluster.gpu_types)[0].values()):
         return
     present = sorted(k or "(no type)" for k in gpu_slots(ray.nodes(), None)[0])
-    what = f"no GPU of cluster.gpu_types ({', '.join(wanted)})" if wanted else "no GPU"
-    where = f" (present: {', '.join(present) or 'none'})" if wanted else ""
-    raise ConfigError(file, field, f"{what} in the cluster{where}, and {', '.join(gpu_targets)} "
-                      f"{'needs' if len(gpu_targets) == 1 else 'need'} one: nothing to run")
+    raise _nothing_to_run(plan, file, field, gpu_targets, present)
 
 
 def _fail_if_nothing_ran(plan: RunPlan, summary: Any) -> None:
@@ -435,7 +473,8 @@ def check(run: str, dry_run: bool) -> None:
         moved = f"; moved to {part.moved_to}" if part.moved_to else ""
         click.echo(f"{part.path}: unreadable ({part.problem}){moved}")
     if not bad:
-        click.echo(f"{run_dir.path}: every part file reads whole")
+        journal = " and the Optuna journal replays" if run_dir.journal.is_file() else "; no Optuna journal to replay"
+        click.echo(f"{run_dir.path}: every part file reads whole{journal}")
         return
     config = run_dir.read_meta().get("config_file", "CONFIG")
     parts, journal = sum(not b.is_journal for b in bad), any(b.is_journal for b in bad)
@@ -495,6 +534,7 @@ def optimize(target: str, experts: str, trials: int, sanitizer: str, address: st
         changed = existing.check_resumable(plan, accept_changes) if existing is not None else []
         if existing is not None:
             check_tables(existing.path)  # as sweep's resume: a damaged part or journal, before Ray
+        _check_runnable_here(plan, address, target, "toolchain")
         policy = _isolate(plan, unsandboxed)
         _join_ray(plan, address)
         _check_runnable(plan, target, "toolchain")
@@ -622,11 +662,12 @@ def export(run: str, fmt: str, output: str | None, target: str | None, device: s
               help="Program runs per configuration (default: measure.final_runs).")
 @click.option("--address", help="Ray cluster to join (auto, HOST:PORT, ray://...); default: a local instance.")
 @click.option("--output-dir", type=click.Path(file_okay=False), help="Where the run directory goes (overrides).")
+@click.option("--progress/--no-progress", default=None, help="Progress bars (default: when stderr is a terminal).")
 @click.option("--unsandboxed", is_flag=True,
               help="Run candidates without the sandbox where it cannot start (recorded in meta.json).")
 @_one_line_errors
 def evaluate(sources: tuple[str, ...], config: str | None, runs: int | None, address: str | None,
-             output_dir: str | None, unsandboxed: bool) -> None:
+             output_dir: str | None, progress: bool | None, unsandboxed: bool) -> None:
     """Measure the configurations of SOURCES (run directories: their winners; export files from
     warpfleet export --format json or yaml) on the devices at hand, with the baseline measured again."""
     from cluster.engine.evaluate import Evaluation, create_run_dir, plan_for
@@ -640,7 +681,8 @@ def evaluate(sources: tuple[str, ...], config: str | None, runs: int | None, add
     _record_sandbox(run_dir, policy)
     click.echo(f"run directory: {run_dir.path}", err=True)
     with _resume_hint(None, run_dir.path):
-        summary = Evaluation(plan, origins, run_dir, runs).run(address)
+        show_progress = sys.stderr.isatty() if progress is None else progress
+        summary = Evaluation(plan, origins, run_dir, runs).run(address, show_progress)
     click.echo(f"{summary.rows} rows written to {run_dir.results}", err=True)
     # compare reads run directories: an export file's configurations are listed in this run's meta.json
     runs_given = [s for s in sources if Path(s).is_dir()]
@@ -664,10 +706,14 @@ def compare(runs: tuple[str, ...], fmt: str, output: str | None, archs: tuple[st
             compile_missing: bool) -> None:
     """The portability matrix per target over RUNS: each configuration tuned on one device type,
     measured on another, as a share of that one's own best; and the best worst case."""
-    from cluster.outputs.compare import add_resources, build_matrices, load_run_dir, load_targets
+    from cluster.outputs.compare import add_resources, build_matrices, host_targets, load_run_dir, load_targets
     from cluster.outputs.compare_text import to_json, to_markdown
 
     loaded = [load_run_dir(run) for run in runs]
+    if archs and (hosts := host_targets(loaded)):
+        named = ", ".join(f"{target} ({toolchain})" for target, toolchain in hosts.items())
+        click.echo(f"note: --arch {', '.join(archs)}: ignored for {named}: built for the host's CPU, "
+                   "not for a GPU arch", err=True)
     targets, problems = load_targets(loaded, config) if compile_missing else ({}, [])
     for problem in problems:
         click.echo(problem, err=True)
@@ -680,13 +726,15 @@ def compare(runs: tuple[str, ...], fmt: str, output: str | None, archs: tuple[st
 
 
 def _write_output(output: str, text: str) -> None:
-    """``--output FILE``: its folder made if need be (as ``report`` makes its own), the file written
-    whole or not at all; a place that cannot be written is one line."""
+    """``--output FILE``: written whole or not at all, into a folder that exists (as ``cp`` does: a
+    typo in a folder's name must not send a result somewhere new); a place that cannot be written is
+    one line."""
     from cluster.store.rundir import write_atomic
 
     path = Path(output)
+    if not path.parent.is_dir():
+        raise ConfigError(output, "--output", f"no folder {path.parent} to write it in (make it first)")
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
         write_atomic(path, text.encode())
     except OSError as exc:
         raise ConfigError(output, "--output", f"cannot be written ({exc.strerror or exc})") from None

@@ -5,6 +5,8 @@ runs it (a subprocess, its wall clock from the command's start), then read back 
     python scripts/bench_time_to_result.py --out DIR --config configs/unseen.yaml --budget 600
     python scripts/bench_time_to_result.py --out DIR --config configs/public.yaml --budget 600 --no-sanitize-run
     python scripts/bench_time_to_result.py --report DIR/RUN ...     # the table of runs already made
+    python scripts/bench_time_to_result.py --out DIR --config C --budget 300 --agents off   # the pair's other half
+    python scripts/bench_time_to_result.py --out DIR --pair RUN_OFF RUN_ON   # per program: both winners and searches
 
 The config given is reduced to its name and targets (the targets' files as they are), and
 `agents: {enabled: true}` is added: every other setting is warpfleet's default, as a user who
@@ -30,6 +32,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import shutil
 import subprocess
@@ -51,8 +54,8 @@ if TYPE_CHECKING:
     from cluster.api import Verified
 
 
-def plain_config(config: Path, work: Path, no_sanitize_run: bool) -> Path:
-    """The user's config: the given one's name and targets, the agents on. With ``no_sanitize_run``
+def plain_config(config: Path, work: Path, no_sanitize_run: bool, agents: bool = True) -> Path:
+    """The user's config: the given one's name and targets, the agents on (or off). With ``no_sanitize_run``
     the config's folder is copied (links kept) and each target's verify.sanitize_run dropped."""
     spec = yaml.safe_load(config.read_text())
     base = config.parent
@@ -66,10 +69,11 @@ def plain_config(config: Path, work: Path, no_sanitize_run: bool) -> Path:
                 path.write_text(yaml.safe_dump(data, sort_keys=False))
         base = copy
     work.mkdir(parents=True, exist_ok=True)
-    out = work / f"ttr-{spec['name']}.yaml"
+    side = "agents" if agents else "flags"
+    out = work / f"ttr-{spec['name']}-{side}.yaml"
     targets = [os.path.abspath(base / target) for target in spec["targets"]]
-    out.write_text(yaml.safe_dump({"name": f"{spec['name']}-agents", "targets": targets,
-                                   "output_dir": str(work / "runs"), "agents": {"enabled": True}}, sort_keys=False))
+    out.write_text(yaml.safe_dump({"name": f"{spec['name']}-{side}", "targets": targets,
+                                   "output_dir": str(work / "runs"), "agents": {"enabled": agents}}, sort_keys=False))
     return out
 
 
@@ -208,6 +212,38 @@ def markdown(result: dict) -> str:
     return "\n".join(lines)
 
 
+def pair(off: dict, on: dict) -> str:
+    """The agents' pair: the same plain config and budget on one GPU, agents off and on; per program
+    both winners, their ratio, both search counts, and worker-seconds by job kind."""
+    def f(x, fmt="{:.2f}x"):
+        return "-" if x is None else fmt.format(x)
+
+    by_off = {s["target"]: s for s in off["studies"]}
+    lines = [f"### pair: {off['run']} (agents off) / {on['run']} (agents on), budget {off['budget_s']} s", "",
+             "| target | winner off | winner on | on / off | search off | search on | verify on |",
+             "|---|---|---|---|---|---|---|"]
+    ratios, gm_off, gm_on = [], [], []
+    for s_on in on["studies"]:
+        s_off = by_off.get(s_on["target"], {})
+        w_off, w_on = s_off.get("winner"), s_on["winner"]
+        ratio = w_on / w_off if w_on and w_off else None
+        if ratio is not None:
+            ratios.append(ratio)
+            gm_off.append(math.log(w_off))
+            gm_on.append(math.log(w_on))
+        lines.append(f"| {s_on['target']} | {f(w_off)} | {f(w_on)} | {f(ratio, '{:.3f}')} | "
+                     f"{s_off.get('search', '-')} | {s_on['search']} | {s_on['verify']} |")
+    if ratios:
+        lines += ["", f"programs with on/off >= 0.98: {sum(r >= 0.98 for r in ratios)} of {len(ratios)}; "
+                      f"geometric mean of the winners: off {math.exp(sum(gm_off) / len(gm_off)):.3f}x, "
+                      f"on {math.exp(sum(gm_on) / len(gm_on)):.3f}x"]
+    for name, side in (("off", off), ("on", on)):
+        total = sum(side["worker_s_by_kind"].values()) or 1.0
+        lines.append(f"worker seconds by kind, agents {name}: " + ", ".join(
+            f"{k} {v} ({v / total:.0%})" for k, v in side["worker_s_by_kind"].items()))
+    return "\n".join([*lines, ""])
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, required=True)
@@ -216,12 +252,21 @@ def main() -> None:
     parser.add_argument("--no-sanitize-run", action="store_true")
     parser.add_argument("--stacks", action="store_true", help="sample the driver's main thread (scripts/driver_stacks)")
     parser.add_argument("--report", type=Path, nargs="*", help="runs made before: their tables only")
+    parser.add_argument("--agents", choices=("on", "off"), default="on", help="the config's agents (default on)")
+    parser.add_argument("--pair", type=Path, nargs=2, metavar=("RUN_OFF", "RUN_ON"),
+                        help="two runs of one config and budget, agents off and on: the pair's table")
     args = parser.parse_args()
+    if args.pair:
+        args.out.mkdir(parents=True, exist_ok=True)
+        text = pair(report(args.pair[0]), report(args.pair[1]))
+        (args.out / f"pair-{args.pair[1].name}.md").write_text(text)
+        print(text, flush=True)
+        return
     args.out.mkdir(parents=True, exist_ok=True)
     runs = list(args.report or [])
     if args.config is not None:
-        work = args.out / f"work-{args.config.stem}"
-        config = plain_config(args.config.resolve(), work, args.no_sanitize_run)
+        work = args.out / f"work-{args.config.stem}-{args.agents}"
+        config = plain_config(args.config.resolve(), work, args.no_sanitize_run, args.agents == "on")
         stacks = (args.out / "stacks").resolve() if args.stacks else None
         run, wall, code = run_sweep(config, args.budget, args.out / f"sweep-{args.config.stem}.log", stacks)
         print(f"{run}: {wall:.0f} s, exit {code}", flush=True)

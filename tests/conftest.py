@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 import logging
 import os
 import shutil
@@ -112,7 +113,7 @@ def init_local_ray() -> None:
 
 # Fixtures that start a Ray instance of their own (shutting the shared one down): unsandboxed workers,
 # more CPUs, several nodes. Tests marked own_ray do the same by themselves.
-OWN_RAY_FIXTURES = frozenset({"ray_unsandboxed", "four_cpus", "two_gpu_nodes"})
+OWN_RAY_FIXTURES = frozenset({"ray_unsandboxed", "four_cpus", "two_gpu_nodes", "one_fake_gpu"})
 
 
 def _own_ray(item: pytest.Item) -> bool:
@@ -127,6 +128,20 @@ def _group(item: pytest.Item) -> str | None:
     return marker.args[0] if marker.args else marker.kwargs.get("name")
 
 
+def _shared_fixture(item: pytest.Item) -> str | None:
+    """The module- or session-scoped fixture of this suite's own that ``item`` uses (a sweep, a set
+    of builds), named for its one instance: a session's by its name, a module's by the module."""
+    info = getattr(item, "_fixtureinfo", None)
+    for name in info.names_closure if info else ():
+        fixturedef = (info.name2fixturedefs.get(name) or [None])[-1]
+        if fixturedef is None or fixturedef.scope == "function":
+            continue
+        source = inspect.getsourcefile(fixturedef.func)
+        if source and Path(source).resolve().is_relative_to(REPO / "tests"):
+            return name if fixturedef.scope == "session" else item.nodeid.split("::")[0]
+    return None
+
+
 @pytest.hookimpl(tryfirst=True)  # before pytest-xdist's own, which reads the groups
 def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config, items: list[pytest.Item]) -> None:
     """The tests that start a Ray instance of their own run together (in their order), so that the
@@ -134,13 +149,20 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
     each. Under pytest-xdist (scripts/test.sh with WF_TEST_WORKERS: ``--dist loadgroup``) they are one group, run by
     one worker, each worker having a shared instance of its own; the groups go first, the longest
     work of the suite (the program suites' builds, the own instances' sweeps), so that the many
-    short tests fill the end on both workers."""
+    short tests fill the end on both workers. Those that use ray_unsandboxed go first among them, one
+    after another, and share its instance.
+
+    The tests that share a module- or session-scoped fixture (a sweep, a set of builds) are a group
+    too, after those: spread over both workers, each worker set the fixture up (the suite targets'
+    builds, the attacks' sweep and the portability runs were each made twice)."""
     for item in items:
         if _own_ray(item):
             item.add_marker(pytest.mark.xdist_group("own_ray"))
-    builds = [item for item in items if _group(item) == "nvcc_builds"]
-    own = [item for item in items if _group(item) == "own_ray"]
-    items[:] = builds + own + [item for item in items if _group(item) not in ("nvcc_builds", "own_ray")]
+        elif _group(item) is None and (shared := _shared_fixture(item)) is not None:
+            item.add_marker(pytest.mark.xdist_group(f"shared:{shared}"))
+    first = {"nvcc_builds": 0, "own_ray": 1}
+    items.sort(key=lambda item: (3 if (group := _group(item)) is None else first.get(group, 2),
+                                 "ray_unsandboxed" not in getattr(item, "fixturenames", ())))  # stable
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -167,23 +189,39 @@ def ray_local() -> Iterator[None]:
     yield
 
 
+_NEXT_TEST: list[pytest.Item | None] = [None]
+_UNSANDBOXED_UP: list[bool] = []  # the Ray instance up now is ray_unsandboxed's
+
+
+@pytest.hookimpl(tryfirst=True)  # before the fixtures' teardown, which reads it
+def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> None:
+    _NEXT_TEST[0] = nextitem
+
+
 @pytest.fixture
 def ray_unsandboxed() -> Iterator[None]:
     """A local Ray instance whose workers run candidates without the sandbox (``--unsandboxed``):
     for the tests of what only an unsandboxed candidate can do (kill its worker). Ray is started
-    afresh, and shut down afterwards so that the next test's workers get the default sandbox."""
+    afresh and shut down after the last of the tests in a row that use it (they run one after
+    another: pytest_collection_modifyitems), so that the next test's workers get the default sandbox."""
     import ray
 
     from cluster.sandbox.isolation import ENV_POLICY, Policy
 
-    ray.shutdown()
     previous = os.environ.get(ENV_POLICY)
     os.environ[ENV_POLICY] = Policy("off").encode()
     try:
-        ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False)
+        if not _UNSANDBOXED_UP:
+            ray.shutdown()
+            ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False,
+                     configure_logging=False)
+            _UNSANDBOXED_UP.append(True)
         yield
     finally:
-        ray.shutdown()
+        following = _NEXT_TEST[0]
+        if following is None or "ray_unsandboxed" not in getattr(following, "fixturenames", ()):
+            ray.shutdown()
+            _UNSANDBOXED_UP.clear()
         if previous is None:
             os.environ.pop(ENV_POLICY, None)
         else:

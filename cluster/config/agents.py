@@ -194,6 +194,10 @@ class AgentsSpec(_Model):
     experts: list[str] = list(EXPERTS)  # names in cluster.core.registry.EXPERTS
     sanitizer: list[Literal["memcheck", "racecheck", "initcheck", "synccheck"]] = ["memcheck", "racecheck"]
     sanitizer_timeout_s: float = Field(300, gt=0, le=86400)
+    # compute-sanitizer checks at most this many kernel launches a run, of the kernels a variant
+    # changed (all kernels where it changed host code): a bound by construction, not by a timeout.
+    # null: every launch.
+    sanitizer_launches: int | None = Field(16, ge=1)
     retries: int = Field(1, ge=0, le=10)  # more tries with the failure as feedback, for agents that take it
     profile_baseline: bool = True  # ncu on the baseline first, so that analysts see its metrics
     guardrails: bool = True  # the cheat checks on every variant that passed (agents.llm's threat model)

@@ -373,6 +373,26 @@ def not_carried_over(call: dict[str, Any]) -> list[str]:
     return notes
 
 
+def uniform_notes(call: dict[str, Any], spec: dict[str, Any]) -> list[str]:
+    """A note per array made ``uniform`` whose values the script drew otherwise (``np.random.randn``:
+    most of them near the middle of their range), since the target draws evenly over that range."""
+    kernel = spec["kernel"]
+    pairs = [*zip(call["arguments"], kernel["arguments"], strict=False),
+             *zip((call.get("cmem_args") or {}).values(), kernel.get("constants", []), strict=False)]
+    notes = []
+    for value, entry in pairs:
+        if "uniform" not in entry or value.size < 16:  # a handful of values says nothing of a distribution
+            continue
+        lo, hi = entry["uniform"]
+        flat = value.reshape(-1).astype(float)
+        middle = float(np.mean(np.abs(flat - (lo + hi) / 2) <= (hi - lo) / 4))
+        if not 0.35 <= middle <= 0.65:
+            notes.append(f"{entry['name']}: the script's values are not spread evenly over their range "
+                         f"({100 * middle:.0f}% in its middle half, where uniform values have 50%): the target "
+                         f"draws fresh uniform: [{lo}, {hi}] values each run; --inputs npy keeps the script's")
+    return notes
+
+
 @dataclass(frozen=True)
 class Imported:
     spec: dict[str, Any]  # the target, as written
@@ -384,7 +404,7 @@ def kt_import(script: Path, output: Path, name: str | None = None, inputs: str =
     """Convert ``script`` and write the target to ``output`` (its sources and inputs beside it)."""
     call = capture(script)
     spec = convert(call, script.resolve(), output.parent, name, inputs, outputs, params_only)
-    notes = not_carried_over(call)
+    notes = not_carried_over(call) + uniform_notes(call, spec)
     header = f"# Converted from {script.name} by `warpfleet kt-import` (README.md: \"A kernel target\").\n"
     header += "".join(f"# {note}\n" for note in notes)
     output.write_text(header + yaml.safe_dump(spec, sort_keys=False, default_flow_style=None, width=110))

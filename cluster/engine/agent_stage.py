@@ -37,6 +37,7 @@ from cluster.config.target import variant_bundle, variant_target
 from cluster.core.encodings import optuna_point, speedup
 from cluster.core.registry import EXPERTS
 from cluster.core.types import Candidate, Status, Verdict
+from cluster.engine.plan.budget import bounded
 from cluster.engine.study.state import StudyState, storage_retry
 from cluster.engine.verification.checks import Trust, expensive_state
 from cluster.engine.verification.verify import QueueVerifier, SearchClosed
@@ -99,6 +100,7 @@ class AgentStage:
         self._append = append
         self._profiled: set[str] = set()  # studies whose baseline the analysts profiled
         self.records: dict[tuple[str, str], dict[str, Any]] = {}  # (study, source hash) -> its latest outcome record
+        self.bound: Callable[[], float | None] = lambda: None  # the most one check or profile may take (time plan)
 
     def append(self, subdir: str, schema: Any, record: dict[str, Any]) -> None:
         if self._append is not None:
@@ -296,8 +298,8 @@ class AgentStage:
             return {}, frozenset()
         log.info(f"{study.name}: Nsight Compute on the baseline, for the analysts that read it")
         metrics = tuple(self.profile_spec.metrics or DEFAULT_METRICS)
-        done = jobs.profile(None, metrics, self.profile_spec.timeout_s, self.profile_spec.launches,
-                            label="the baseline, for the analysts").result()
+        done = jobs.profile(None, metrics, bounded(self.profile_spec.timeout_s, self.bound()),
+                            self.profile_spec.launches, label="the baseline, for the analysts").result()
         if done.dropped:
             log.info(f"{study.name}: the search closed before Nsight Compute ran on the baseline; analysing without")
             return {}, frozenset()

@@ -137,6 +137,8 @@ class Sweep:
         finals = (max(1, self.config.measure.final_top_k), self.config.measure.final_runs)
         plan = TimePlan(budget, self.started_at, finals) if budget else None
         agents = self._agent_stage(tables)
+        if agents is not None and plan is not None:
+            agents.bound = plan.check_bound
         restored = {s.name: agents.restore(s) for s in states} if agents else {}
         existing = read_results(self.run_dir.path)
         self._cover(v for s in states for v in s.variants.values())

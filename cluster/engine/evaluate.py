@@ -31,6 +31,7 @@ from cluster.core.errors import ConfigError
 from cluster.core.types import Candidate, DeviceInfo, Measurement, Phase, Scalar, Status
 from cluster.engine.driver import init_ray, run_flows
 from cluster.engine.flow import Flow, Stage
+from cluster.engine.progress import EvaluationProgress
 from cluster.engine.scheduling.jobs import BaselineBuild, Build, Job, JobKind, JobResult
 from cluster.engine.scheduling.scheduler import Scheduler
 from cluster.engine.scheduling.workers import start_fleet, stop_fleet
@@ -178,19 +179,19 @@ class Evaluation:
         self.runs = runs or plan.config.measure.final_runs
         self.skipped: list[str] = []
 
-    def run(self, address: str | None = None) -> EvaluationSummary:
+    def run(self, address: str | None = None, show_progress: bool = False) -> EvaluationSummary:
         config = self.plan.config
         init_ray(address or config.cluster.address)
         targets = [t for t in self.plan.targets if any(o.target == t.name for o in self.origins)]
         kinds = {get_toolchain(t.spec.toolchain).device_kind for t in targets}
         workers, devices, left_out = start_fleet(config.cluster, kinds, self.plan.file)
         try:
-            return self._run(config, targets, workers, devices, left_out)
+            return self._run(config, targets, workers, devices, left_out, show_progress)
         finally:
             stop_fleet(workers)
 
     def _run(self, config: RunConfig, targets: list[Target], workers: list[ray.actor.ActorHandle],
-             devices: list[DeviceInfo], left_out: list[str]) -> EvaluationSummary:
+             devices: list[DeviceInfo], left_out: list[str], show_progress: bool) -> EvaluationSummary:
         self.skipped += left_out
         groups: dict[str, list[int]] = defaultdict(list)
         for i, device in enumerate(devices):
@@ -201,7 +202,8 @@ class Evaluation:
         with ResultWriter(self.run_dir.path, self._schema(targets), config.flush_interval_s) as writer:
             flows = [EvaluationFlow(study, scheduler, writer, self.run_dir.run_id, config, self.runs)
                      for study in self._studies(targets, devices, groups)]
-            run_flows(flows, scheduler, writer)
+            with EvaluationProgress(flows, enabled=show_progress) as progress:
+                run_flows(flows, scheduler, writer, on_job=progress.measured)
         self.skipped += [f"{f.name}: its baseline failed; nothing evaluated" for f in flows if f.stage is Stage.FAILED]
         for reason in self.skipped:
             log.info(f"skipped {reason}")

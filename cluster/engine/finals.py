@@ -41,6 +41,7 @@ class Finals:
         self.outstanding: set[str] = set()
         self.holding: set[str] = set()  # waiting for their checks
         self.gave_up: list[str] = []
+        self.baseline_key = ""  # once the baseline's final is submitted
 
     @property
     def wanted(self) -> int:
@@ -65,8 +66,12 @@ class Finals:
         self.entered = True
         before = {r["candidate_key"] for r in flow.rows if r["phase"] == Phase.FINAL.value}
         baseline = state.baseline_candidate().key
-        self.finalists = [k for k in before if k != baseline]
-        self.pool = [c for c in state.ranked() if c.key != baseline and c.key not in before]
+        ranked = [c for c in state.ranked() if c.key != baseline]
+        # Finals measured before (a search reopened, or a resume) count only while they are still
+        # among the best: a better candidate found since has its final too.
+        top = {c.key for c in ranked[:self.wanted]}
+        self.finalists = [k for k in before if k != baseline and k in top]
+        self.pool = [c for c in ranked if c.key not in before]
         missing = self._missing_seeds()
         if missing and baseline not in before:
             self._submit(state.baseline_candidate(), extend=True)  # its outputs: the finals' references
@@ -108,8 +113,8 @@ class Finals:
     # -- the finalists -------------------------------------------------------------------------
     def step(self) -> bool:
         """Submit what can go; True when the finals are complete."""
-        if not self.reference_ready:
-            return False
+        if not self.reference_ready or self.baseline_key in self.outstanding:
+            return False  # the finalists' rows give their speedups over the baseline's final: it goes first
         self._settle_holds()
         self._fill()
         self._take_back()
@@ -180,7 +185,9 @@ class Finals:
         source = flow.state.source_of(candidate)[0]
         build = flow.jobs.build(source, candidate.with_phase(Phase.FINAL))
         baseline = candidate.key == flow.state.baseline_candidate().key
-        if not baseline:
+        if baseline:
+            self.baseline_key = candidate.key
+        else:
             self.finalists.append(candidate.key)
         self.outstanding.add(candidate.key)
         flow.submit(flow.jobs.job(JobKind.FINAL, build, runs=self.runs, first_seed=1,

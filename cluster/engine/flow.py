@@ -32,7 +32,7 @@ from cluster.config import Target
 from cluster.core.placeholders import expand
 from cluster.core.types import BuildArtifact, Candidate, Measurement, Phase, Stats, Status, Verdict
 from cluster.engine.finals import Finals
-from cluster.engine.plan.budget import SAFETY
+from cluster.engine.plan.budget import SAFETY, bounded
 from cluster.engine.scheduling.jobs import URGENT, BaselineBuild, Job, JobKind, JobResult
 from cluster.engine.study.context import SweepContext
 from cluster.engine.study.state import Evaluated, StudyState, save_reference
@@ -106,6 +106,10 @@ class Flow(ABC):
     def searched(self) -> bool:
         return False
 
+    def parked(self) -> bool:
+        """Whether its finals are in and it waits for the time plan to reopen its search."""
+        return False
+
 
 class StudyFlow(Flow):
     """One study's way through the stages, driven by ``step`` and ``on_result``."""
@@ -132,10 +136,14 @@ class StudyFlow(Flow):
         self.run_times: list[float] = []  # a run's worker-seconds in each full measurement (not the search's)
         self.job_overhead = 0.0  # worker-seconds of a job besides its runs (staging, the sandbox's start)
         self.profile_s: float | None = None  # Nsight Compute on this study's program, worker-seconds a job
+        self.parking = False  # its finals are in; it waits for the time plan to reopen its search
         agents = ctx.config.agents
         gpu = state.device.kind == "gpu"
         self.checks = DeepChecks(self.jobs, tuple(agents.sanitizer) if gpu else (), agents.sanitizer_timeout_s,
                                  agents.guardrails, self._write_variant, self._record_of, self._retire)
+        plan = ctx.plan
+        self.checks.bound = (lambda: plan.check_bound()) if plan is not None else (lambda: None)
+        self.checks.launches = agents.sanitizer_launches
         self.gate = Gate(self, {k: Trust(v) for k, v in ctx.reviewed.items()})
         self.finals = Finals(self, self.gate)
 
@@ -160,11 +168,41 @@ class StudyFlow(Flow):
                 return  # the dropped jobs come back at the next poll
             if (closed or (not self.wants_more() and not self.agents_running)) and self.search_in_flight == 0:
                 self._advance(Stage.FINAL)
-        elif self.stage is Stage.FINAL:
-            if self.finals.step():
-                self._advance(Stage.PROFILE)
+        elif self.stage is Stage.FINAL and self.finals.step():
+            self._after_finals()
         elif self.stage is Stage.PROFILE and not self.awaited:
             self._advance(Stage.DONE)
+
+    def _after_finals(self) -> None:
+        """Its finals are in: back to its search where the plan reopened it; waiting for that
+        (``parked``) while the plan may still reopen it; else on to the profiles."""
+        plan = self.ctx.plan
+        if plan is not None and self.can_search() and plan.search_open(self.device_type):
+            log.info(f"{self.name}: the search reopens ({plan.time_left():.0f} s left)")
+            self.parking, self.jobs.urgent, self.finals.entered = False, False, False
+            self._advance(Stage.SEARCH)
+        elif plan is not None and self.can_search() and plan.may_reopen(self.device_type, self._one_final_s()):
+            self.parking = True
+        else:
+            self.parking = False
+            self._advance(Stage.PROFILE)
+
+    def parked(self) -> bool:
+        return self.parking and self.stage is Stage.FINAL
+
+    def can_search(self) -> bool:
+        """Whether its search has trials and points left, the time plan aside."""
+        trials, state = self.ctx.config.search.trials, self.state
+        return (trials is None or state.n_search + len(state.pending) < trials) and not state.exhausted
+
+    def _one_final_s(self) -> float:
+        return self.job_overhead + self.finals.runs * self._run_s()
+
+    def _run_s(self) -> float:
+        """A run's worker-seconds: its own once measured, else the device type's typical run."""
+        if self.run_estimate is not None:
+            return self.run_estimate
+        return self.ctx.plan.typical_run(self.device_type) if self.ctx.plan is not None else 1.0
 
     def _advance(self, stage: Stage) -> None:
         if stage is Stage.PROFILE and self.gate.reviews:
@@ -350,9 +388,9 @@ class StudyFlow(Flow):
         for key in keys:
             candidate = state.candidates[key]
             build = self.jobs.build(state.source_of(candidate)[0], candidate)
+            timeout = bounded(spec.timeout_s, self.checks.bound())
             self.submit(self.jobs.job(JobKind.PROFILE, build, label="the winner" if key in winners else "",
-                                       args={"metrics": metrics, "timeout": spec.timeout_s,
-                                             "launches": spec.launches}))
+                                       args={"metrics": metrics, "timeout": timeout, "launches": spec.launches}))
 
     def _enter_done(self) -> None:
         return None
@@ -426,9 +464,9 @@ class StudyFlow(Flow):
         and the checks its finalists wait for; estimated from its baseline's time a run."""
         if self.done:
             return 0.0, 0.0
-        run = self.run_estimate
-        if run is None:
-            run = self.ctx.plan.typical_run(self.device_type) if self.ctx.plan is not None else 1.0
+        if self.parked():  # what it needs if its search reopens: one more final
+            return self._one_final_s(), 0.0
+        run = self._run_s()
         return self.finals.work_left(run, self.job_overhead), self.gate.checks_left(run)
 
     # -- results ---------------------------------------------------------------------------------
@@ -439,6 +477,8 @@ class StudyFlow(Flow):
         elif job.kind is JobKind.PROFILE:
             if job.service_s > 0:
                 self.profile_s = job.service_s if self.profile_s is None else max(self.profile_s, job.service_s)
+                if self.ctx.plan is not None:
+                    self.ctx.plan.checked(self.device_type, job.service_s)
             self._profiled(result)
         elif job.kind is JobKind.REFERENCE:
             self._referenced(result)
@@ -492,7 +532,8 @@ class StudyFlow(Flow):
         state, config = self.state, self.ctx.config
         if source.bundle.hash != state.target.bundle.hash:
             self.ctx.cover([source])  # an agent's variant may bring params of its own
-        row = make_row(self.ctx.run_id, candidate, artifact, measurement, state.baseline_median, state.goal,
+        row = make_row(self.ctx.run_id, candidate, artifact, measurement, self._speedup_base(candidate, measurement),
+                       state.goal,
                        unit=state.target.spec.metric.unit, max_noise=config.measure.max_noise,
                        objective=state.objective)
         self.rows.append(self.ctx.results.append(row))
@@ -501,6 +542,24 @@ class StudyFlow(Flow):
         median = stats.median if status is Status.OK and stats else None
         energy = measurement.telemetry.energy_j if measurement and measurement.telemetry else None
         state.record(candidate, Evaluated(status, median, energy))
+
+    def _speedup_base(self, candidate: Candidate, measurement: Measurement | None) -> float | None:
+        """What a row's speedup is over: the baseline's first measurement; for a final row the
+        baseline's re-measurement (its final rows' samples pooled, this row's too where it is the
+        baseline's), the median that show and export give a winner's speedup over
+        (``cluster.store.select``); the first measurement where the baseline's final failed."""
+        state = self.state
+        if candidate.phase is not Phase.FINAL:
+            return state.baseline_median
+        key = state.baseline_candidate().key
+        finals = [r for r in self.rows if r.get("phase") == Phase.FINAL.value and r.get("candidate_key") == key]
+        runs = [(str(r.get("status")), r.get("samples")) for r in finals]
+        if candidate.key == key:
+            runs.append((measurement.status.value if measurement else "", measurement.samples if measurement else ()))
+        if any(status != Status.OK.value for status, _ in runs):
+            return state.baseline_median
+        stats = Stats.of([float(s) for _, samples in runs if samples is not None for s in samples])
+        return stats.median if stats is not None else state.baseline_median
 
     def _baseline_measured(self, result: JobResult, measurement: Measurement | None) -> None:
         state, artifact = self.state, result.artifact

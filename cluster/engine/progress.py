@@ -14,11 +14,13 @@ from typing import TYPE_CHECKING
 
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+from rich.table import Column
 
 from cluster.core.encodings import speedup
 
 if TYPE_CHECKING:
-    from cluster.engine.flow import StudyFlow
+    from cluster.engine.flow import Flow, StudyFlow
+    from cluster.engine.scheduling.jobs import JobResult
     from cluster.engine.scheduling.scheduler import Scheduler
 
 
@@ -28,13 +30,21 @@ STATUS_EVERY_S = 60.0
 LONG_JOB_S = 30.0
 
 
+def _wrapped(ratio: int) -> Column:
+    """A column of words that wraps between them: rich's default cuts a progress line at the
+    terminal's edge mid-word, and at 80 columns left no room for the bar."""
+    return Column(ratio=ratio, no_wrap=False, overflow="fold")
+
+
 class SweepProgress:
-    def __init__(self, flows: list[StudyFlow], trials: int | None, scheduler: Scheduler, enabled: bool = True) -> None:
+    def __init__(self, flows: list[StudyFlow], trials: int | None, scheduler: Scheduler, enabled: bool = True,
+                 console: Console | None = None) -> None:
         self.flows, self.scheduler, self.enabled = flows, scheduler, enabled
         self.progress = Progress(
-            TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-            TextColumn("[red]{task.fields[failed]} failed"), TextColumn("{task.fields[best]}"),
-            TimeRemainingColumn(), console=Console(stderr=True), disable=not enabled,
+            TextColumn("{task.description}", markup=False, table_column=_wrapped(2)), BarColumn(bar_width=10),
+            MofNCompleteColumn(), TextColumn("[red]{task.fields[failed]} failed"),
+            TextColumn("{task.fields[best]}", markup=False, table_column=_wrapped(1)),
+            TimeRemainingColumn(), console=console or Console(stderr=True), disable=not enabled,
         )
         self.tasks = {
             f.name: self.progress.add_task(f.name, total=min(trials or f.state.space_size, f.state.space_size) or None,
@@ -101,7 +111,7 @@ class SweepProgress:
             ratio = speedup(state.best, state.baseline_median, state.goal)
             if ratio is not None:
                 text += f" ({ratio:.2f}x)"
-        self.progress.update(self.tasks[flow.name], description=f"{flow.name} [{stage}]",
+        self.progress.update(self.tasks[flow.name], description=f"{flow.name}: {stage}",
                              completed=state.n_search, failed=state.n_failed, best=text)
 
     def __enter__(self) -> SweepProgress:
@@ -111,4 +121,33 @@ class SweepProgress:
     def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None,
                  tb: TracebackType | None) -> None:
         self.update()
+        self.progress.__exit__(kind, exc, tb)
+
+
+class EvaluationProgress:
+    """What ``warpfleet evaluate`` shows while it runs, on a terminal: a bar per study (target on a
+    device type) with its stage and the measurements done (its baseline and each configuration)."""
+
+    def __init__(self, flows: list[Flow], enabled: bool = True) -> None:
+        self.flows = {f.name: f for f in flows}
+        self.progress = Progress(TextColumn("{task.description}", markup=False, table_column=_wrapped(1)),
+                                 BarColumn(bar_width=10), MofNCompleteColumn(), console=Console(stderr=True),
+                                 disable=not enabled)
+        self.tasks = {name: self.progress.add_task(name, total=None) for name in self.flows}
+
+    def measured(self, result: JobResult) -> None:
+        """A job of a study is in (``run_flows``'s ``on_job``)."""
+        flow = self.flows.get(result.job.study)
+        if flow is not None:
+            self.progress.update(self.tasks[flow.name], advance=1, description=f"{flow.name}: {flow.stage.value}")
+
+    def __enter__(self) -> EvaluationProgress:
+        self.progress.__enter__()
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        for name, flow in self.flows.items():
+            done = self.progress.tasks[self.tasks[name]].completed
+            self.progress.update(self.tasks[name], total=done, description=f"{name}: {flow.stage.value}")
         self.progress.__exit__(kind, exc, tb)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import re
 import shutil
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from cluster.config import Target
@@ -29,9 +30,11 @@ class SanitizerResult:
     seconds: float = 0.0
 
 
-def sanitizer_prefix(tool: str) -> list[str]:
-    """The platform's sanitizer in front of a run (``Platform.sanitizer_prefix``: compute-sanitizer on NVIDIA's)."""
-    return node_platform().sanitizer_prefix(tool, ERROR_EXIT)
+def sanitizer_prefix(tool: str, kernels: Sequence[str] = (), launches: int | None = None) -> list[str]:
+    """The platform's sanitizer in front of a run (``Platform.sanitizer_prefix``: compute-sanitizer on
+    NVIDIA's), checking only ``kernels`` (all where empty) and at most ``launches`` launches."""
+    platform = node_platform()
+    return [*platform.sanitizer_prefix(tool, ERROR_EXIT), *platform.sanitizer_filters(kernels, launches)]
 
 
 def sanitizer_command(tool: str, run_argv: list[str]) -> list[str]:
@@ -57,9 +60,10 @@ def interpret(tool: str, returncode: int | None, timed_out: bool, output: str) -
 
 def sanitize_candidate(target: Target, candidate: Candidate, binary: bytes, tools: tuple[str, ...],
                        timeout: float, runner: Runner | None = None,
-                       timeouts: dict[str, float] | None = None) -> tuple[SanitizerResult, ...]:
+                       timeouts: dict[str, float] | None = None, kernels: Sequence[str] = (),
+                       launches: int | None = None) -> tuple[SanitizerResult, ...]:
     """Each tool once, on ``verify.sanitize_run`` (default: ``run``), each in a fresh directory;
-    ``timeouts`` per tool override ``timeout``."""
+    ``timeouts`` per tool override ``timeout``; ``kernels`` and ``launches`` bound what it checks."""
     sanitizer = node_platform().sanitizer
     if shutil.which(sanitizer) is None:
         return tuple(SanitizerResult(t, "inconclusive", f"{sanitizer} not found") for t in tools)
@@ -68,7 +72,7 @@ def sanitize_candidate(target: Target, candidate: Candidate, binary: bytes, tool
     for tool in tools:
         budget = (timeouts or {}).get(tool, timeout)
         with runner.stage(target, dict(candidate.params), candidate.arch, binary, prefix="san-") as staged:
-            run = staged.run(Invocation("sanitize_run", wrapper=tuple(sanitizer_prefix(tool)),
+            run = staged.run(Invocation("sanitize_run", wrapper=tuple(sanitizer_prefix(tool, kernels, launches)),
                                         env={"WARPFLEET_PROFILE": "1"}, timeout=budget))
             result = interpret(tool, run.returncode, run.timed_out, run.stdout + "\n" + run.stderr)
             results.append(dataclasses.replace(result, seconds=run.seconds))

@@ -91,8 +91,8 @@ class Config:
     source_hash: str
     is_baseline: bool = False
     tuned_in: tuple[str, ...] = ()  # the run each tuned_on entry won in ("" when not known)
-    noisy: bool = False  # a win whose re-measurements were noisy (select.NOISY_ADVICE)
-    unconfirmed: bool = False  # a study's best so far, never re-measured (select.NOT_REMEASURED)
+    noisy: bool = False  # a win whose re-measurements were noisy (select.noisy_advice)
+    unconfirmed: bool = False  # a study's best so far, never re-measured (select.NOT_REMEASURED_NOTE)
 
     @property
     def label(self) -> str:
@@ -212,8 +212,11 @@ def _configs(runs: Sequence[Run], target: str) -> list[Config]:
             flag_args = [arg for _, option in flags for arg in shlex.split(option)]
             cid = config_id(target, source_hash, flag_args, [f"-D{k}={v}" for k, v in params])
             add(cid, origin.get("tuned_on", ""), flags, params, source_hash, run_id=origin.get("run_id", ""))
-    baselines = [c for c in found.values() if c.is_baseline and not c.tuned_on]
-    return [c for c in found.values() if c.tuned_on] + baselines
+    # the same rows, and the same order within a label, whatever the order the runs were given in
+    ordered = [dataclasses.replace(c, tuned_on=tuple(d for d, _ in pairs), tuned_in=tuple(r for _, r in pairs))
+               for c in found.values() for pairs in [sorted(zip(c.tuned_on, c.tuned_in, strict=True))]]
+    tuned = sorted((c for c in ordered if c.tuned_on), key=lambda c: (c.tuned_in, c.tuned_on, c.config_id))
+    return tuned + sorted((c for c in ordered if c.is_baseline and not c.tuned_on), key=lambda c: c.config_id)
 
 
 def _ratio(best: float, mine: float, goal: str) -> float:
@@ -224,24 +227,32 @@ def _cell(cid: str, ref: str, device: str, runs: Sequence[Run], measured: dict, 
           baseline_ids: set[str]) -> Cell:
     if cid == ref:
         return Cell(1.0, "own best")
-    same = [(min(m.n, measured[(r.run_id, device, ref)].n), r.run_id) for r in runs
-            if (m := measured.get((r.run_id, device, cid))) and (r.run_id, device, ref) in measured]
+    same = [r for r in runs if (r.run_id, device, cid) in measured and (r.run_id, device, ref) in measured]
     if same:
-        _, run_id = max(same, key=lambda pair: pair[0])  # most samples; the first run given among equals
+        run_id = max(same, key=lambda r: _preference(r, device, (cid, ref), measured)).run_id
         share = _ratio(measured[(run_id, device, ref)].median, measured[(run_id, device, cid)].median, goal)
         return Cell(share, "same run", run_id)
     for base in sorted(baseline_ids):  # speedups over one baseline, measured in each of two runs
-        mine = [(r.run_id, measured[(r.run_id, device, cid)]) for r in runs
-                if (r.run_id, device, cid) in measured and (r.run_id, device, base) in measured]
-        best = [(r.run_id, measured[(r.run_id, device, ref)]) for r in runs
-                if (r.run_id, device, ref) in measured and (r.run_id, device, base) in measured]
+        mine = [r for r in runs if (r.run_id, device, cid) in measured and (r.run_id, device, base) in measured]
+        best = [r for r in runs if (r.run_id, device, ref) in measured and (r.run_id, device, base) in measured]
         if mine and best:
-            (run_a, a), (run_b, b) = mine[0], best[0]
+            run_a = max(mine, key=lambda r: _preference(r, device, (cid, base), measured)).run_id
+            run_b = max(best, key=lambda r: _preference(r, device, (ref, base), measured)).run_id
+            a, b = measured[(run_a, device, cid)], measured[(run_b, device, ref)]
             share = _ratio(b.median, a.median, goal) * _ratio(measured[(run_a, device, base)].median,
                                                                measured[(run_b, device, base)].median, goal)
             return Cell(share, "via baselines", f"{run_a} / {run_b}")
     statuses = failed.get((device, cid))
     return Cell(None, ", ".join(sorted(statuses)) if statuses else "not measured")
+
+
+def _preference(run: Run, device: str, cids: tuple[str, ...], measured: dict) -> tuple[bool, int, str]:
+    """Which run's measurement of ``cids`` on ``device`` a cell takes, whatever the order the runs
+    were given in: an evaluation (it measured each configuration beside the others on purpose, by
+    the same rule) before a sweep (whose search may have hit a configuration once, under other
+    load); then the most samples of the fewer measured; then the latest run (ids begin with the
+    name and UTC time)."""
+    return run.is_evaluation, min(measured[(run.run_id, device, cid)].n for cid in cids), run.run_id
 
 
 def _reference(device: str, configs: list[Config], runs: Sequence[Run], measured: dict,
@@ -254,7 +265,7 @@ def _reference(device: str, configs: list[Config], runs: Sequence[Run], measured
     if not here:
         return None, f"{device}: nothing measured correctly"
     sign = 1.0 if goal == "minimize" else -1.0
-    _, best = min(here, key=lambda pair: sign * pair[0])
+    _, best = min(here, key=lambda pair: (sign * pair[0], pair[1]))
     return best, f"{device}: no sweep of this target here; shares are of the best configuration measured on it"
 
 
@@ -313,6 +324,18 @@ def differences(a: Config, b: Config) -> list[str]:
     out += [f"{option} only in the first" for option in sorted(options_a - options_b)]
     out += [f"{option} only in the second" for option in sorted(options_b - options_a)]
     return out
+
+
+def host_targets(runs: Sequence[Run]) -> dict[str, str]:
+    """The runs' targets that no GPU arch builds (a ``cc`` target's binary is the host's), with
+    their toolchains: ``--arch`` means nothing for them."""
+    found = {}
+    for run in runs:
+        if len(run.rows):
+            for target, toolchain in run.rows[["target", "toolchain"]].drop_duplicates().itertuples(index=False):
+                if get_toolchain(str(toolchain)).device_kind != "gpu":
+                    found[str(target)] = str(toolchain)
+    return dict(sorted(found.items()))
 
 
 def targets_of(runs: Sequence[Run]) -> list[str]:

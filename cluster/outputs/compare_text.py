@@ -8,7 +8,7 @@ from itertools import combinations
 from typing import Any
 
 from cluster.outputs.compare import Cell, Matrix, Resources, differences
-from cluster.store.select import NOISY_ADVICE, NOT_REMEASURED
+from cluster.store.select import NOT_REMEASURED_MARK, NOT_REMEASURED_NOTE, noisy_advice
 
 NOISY_MARK = "*"
 
@@ -19,7 +19,9 @@ def share_text(cell: Cell | None) -> str:
     if cell.share is None:
         return cell.how
     text = f"{100 * cell.share:.1f}%"
-    return f"**{text}** (own best)" if cell.how == "own best" else f"{text} ({cell.how})"
+    if cell.how == "own best":
+        return f"**{text}** (own best)"
+    return f"{text} (same run: {cell.run_id})" if cell.how == "same run" else f"{text} ({cell.how})"
 
 
 def resources_text(resources: Resources | None) -> str:
@@ -44,14 +46,16 @@ def matrix_markdown(matrix: Matrix) -> str:
              "Each cell: the configuration's performance on the column's device type as a share of that "
              "device type's own best (100% = as good as the configuration tuned there).", ""]
     lines += _table(["configuration", *matrix.devices],
-                    [[c.label + (f" {NOISY_MARK}" if c.noisy else "") + (" (not re-measured)" if c.unconfirmed else ""),
+                    [[c.label + (f" {NOISY_MARK}" if c.noisy else "")
+                      + (f" {NOT_REMEASURED_MARK}" if c.unconfirmed else ""),
                       *(share_text(matrix.cells.get((c.config_id, d))) for d in matrix.devices)]
                      for c in matrix.configs])
     lines.append("")
     if any(c.noisy for c in matrix.configs):
-        lines += [f"{NOISY_MARK} noisy: {NOISY_ADVICE}", ""]
+        archs = [device.rsplit("(", 1)[-1].rstrip(")") for c in matrix.configs if c.noisy for device in c.tuned_on]
+        lines += [f"{NOISY_MARK} noisy: {noisy_advice(archs)}", ""]
     if any(c.unconfirmed for c in matrix.configs):
-        lines += [f"(not re-measured): {NOT_REMEASURED}", ""]
+        lines += [f"{NOT_REMEASURED_MARK}: {NOT_REMEASURED_NOTE}", ""]
     if matrix.best_worst_case:
         cid, worst, where = matrix.best_worst_case
         config = matrix.config(cid)

@@ -32,7 +32,7 @@ from cluster.outputs.exports.bundle import slug
 from cluster.store.check import bad_journal
 from cluster.store.journal import journal_problem
 from cluster.store.rundir import RunDir, is_current_study, read_generations
-from cluster.store.select import NOT_REMEASURED, load_verified, select_best
+from cluster.store.select import NOT_REMEASURED_MARK, NOT_REMEASURED_NOTE, load_verified, select_best
 
 MIN_TRIALS = 5  # fewer completed trials than this: no parameter importance for the study
 
@@ -68,14 +68,14 @@ def _summary(runs: Sequence[Run], out: Path) -> list[Block]:
         return [*blocks, Block("p", "No correct candidate in these runs.")]
     blocks.append(_table(["target", "device type", "run", "baseline", "best", "speedup", "configuration"], [
         [b.target, b.device_type, r.run_id, f"{b.baseline_median:.4g} {b.unit}",
-         f"{b.median:.4g} {b.unit}" + ("" if b.remeasured else " (not re-measured)"),
+         f"{b.median:.4g} {b.unit}" + ("" if b.remeasured else f" {NOT_REMEASURED_MARK}"),
          f"{b.speedup:.2f}x", readable_configuration(b.flag_argv, b.params, b.is_variant) or "(baseline)"]
         for r, b in winners]))
     blocks.append(Block("p", "Each speedup is the selected configuration's median over its re-measurements on "
                              "fresh seeds against the baseline's (the same number in the plot below and, dotted, "
                              "in the search progress, whose lines are the search's single runs)."))
     if not all(b.remeasured for _, b in winners):
-        blocks.append(Block("p", f"(not re-measured): {NOT_REMEASURED}."))
+        blocks.append(Block("p", f"{NOT_REMEASURED_MARK}: {NOT_REMEASURED_NOTE}."))
     blocks += [Block("p", f"{b.target} on {b.device_type}: {b.reason}") for _, b in winners if b.fastest]
     image = plots.speedup_plot([b for _, b in winners], out / "speedup.png")
     return [*blocks, *([Block("img", image.name)] if image else [])]

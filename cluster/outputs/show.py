@@ -11,16 +11,38 @@ from typing import Any
 
 import pandas as pd
 from rich.console import Console
+from rich.measure import Measurement
 from rich.table import Table
 
 from cluster.core.encodings import readable_configuration
 from cluster.core.types import BestConfig, Status
 from cluster.store.results import read_results, read_table
 from cluster.store.rundir import RunDir
-from cluster.store.select import NOISY_ADVICE, NOT_REMEASURED, load_verified, pareto_front, select_best
+from cluster.store.select import (
+    NOT_REMEASURED_MARK,
+    NOT_REMEASURED_NOTE,
+    load_verified,
+    noisy_advice,
+    pareto_front,
+    select_best,
+)
 
 NOISY_MARK = "*"
-NOT_REMEASURED_MARK = "(not re-measured)"
+
+
+def print_table(console: Console, table: Table) -> None:
+    """``table`` where its words fit the console's width; else each row as one line of column and
+    value, wrapped between words: a column narrower than a word gets it cut ("-DUNROL" / "L=1")."""
+    unbounded = console.options.update_width(10_000)  # else rich measures the columns already narrowed
+    if Measurement.get(console, unbounded, table).minimum <= console.width:
+        console.print(table)
+        return
+    if table.title:
+        console.print(table.title)
+    headers = [str(column.header) for column in table.columns]
+    for row in zip(*(column.cells for column in table.columns), strict=True):
+        console.print("- " + ", ".join(f"{header} {cell}" for header, cell in zip(headers, row, strict=True)
+                                       if str(cell).strip()), highlight=False, markup=False)
 
 
 def speedup_text(value: float) -> str:
@@ -57,14 +79,14 @@ def show(path: Path, console: Console | None = None) -> list[BestConfig]:
                       f"{b.median:.4g} ± {b.iqr:.2g} {b.unit}" + (f" {NOISY_MARK}" if b.noisy else "")
                       + ("" if b.remeasured else f" {NOT_REMEASURED_MARK}"),
                       speedup_text(b.speedup), config)
-    console.print(table)
+    print_table(console, table)
     for b in selected:  # a winner that is not the fastest: why
         if b.fastest:
             console.print(f"{b.target} on {b.device_type}: selected {b.candidate_key}, {b.reason}")
     if any(b.noisy for b in selected):
-        console.print(f"{NOISY_MARK} noisy: {NOISY_ADVICE}")
+        console.print(f"{NOISY_MARK} noisy: {noisy_advice(b.arch for b in selected if b.noisy)}")
     if not all(b.remeasured for b in selected):
-        console.print(f"{NOT_REMEASURED_MARK}: {NOT_REMEASURED}; `warpfleet export --unconfirmed` exports it")
+        console.print(f"{NOT_REMEASURED_MARK}: {NOT_REMEASURED_NOTE}; `warpfleet export --unconfirmed` exports it")
     _show_pareto(console, rows)
     _show_profiles(console, run_dir.path, rows, best)
     return selected
@@ -131,7 +153,7 @@ def _show_profiles(console: Console, run: Path, rows: Any, best: dict[tuple[str,
                           f"{sum(occupancy) / len(occupancy):.1f}%" if occupancy else "-",
                           f"{total(*LOCAL_MEMORY_METRICS):,.0f} B",
                           stalls or "-")
-    console.print(table)
+    print_table(console, table)
 
 
 def _show_pareto(console: Console, rows: Any) -> None:
@@ -147,7 +169,7 @@ def _show_pareto(console: Console, rows: Any) -> None:
             config = " ".join(filter(None, [row["flags"], row["defines"]])) or "(baseline)"
             power = f"{row['power_w']:.0f} W" if row["power_w"] == row["power_w"] else "-"
             table.add_row(f"{row['median']:.4g} {row['unit']}", f"{row['energy_j'] * 1000:.4g} mJ", power, config)
-        console.print(table)
+        print_table(console, table)
 
 
 def next_commands(run: Path, selected: list[BestConfig]) -> list[str]:

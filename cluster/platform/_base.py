@@ -93,6 +93,11 @@ class Platform(ABC):
         """The sanitizer's argv put in front of a run: ``tool`` (memcheck, racecheck, ...), exiting
         with ``error_exit`` when it finds an error."""
 
+    def sanitizer_filters(self, kernels: Sequence[str], launches: int | None) -> list[str]:
+        """Options that bound what the sanitizer checks: the ``kernels`` named (all where empty), at
+        most ``launches`` launches (every one where None). Default: none (the sanitizer checks all)."""
+        return []
+
     def counters_note(self) -> str | None:
         """Why the profiler's performance counters may be unreadable in the sandbox here; None: no reason known."""
         return None

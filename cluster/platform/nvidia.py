@@ -81,6 +81,12 @@ class Nvidia(Platform):
         return ["compute-sanitizer", "--tool", tool, "--error-exitcode", str(error_exit), "--print-limit", "10",
                 "--target-processes", "all"]
 
+    def sanitizer_filters(self, kernels: Sequence[str], launches: int | None) -> list[str]:
+        # kns: a substring of the mangled name (a source name is one); the filters add up, and
+        # --launch-count counts only the launches they match.
+        names = [option for kernel in kernels for option in ("--kernel-name", f"kns={kernel}")]
+        return [*names, *(["--launch-count", str(launches)] if launches else [])]
+
     def counters_note(self) -> str | None:
         params = Path("/proc/driver/nvidia/params")
         if params.exists() and "RmProfilingAdminOnly: 1" in params.read_text():

@@ -11,6 +11,8 @@ lost (cluster.engine.study.state.StudyState.restore), so that no candidate is ev
 
 from __future__ import annotations
 
+import json
+import os
 import threading
 import time
 from collections.abc import Generator
@@ -26,6 +28,7 @@ class BatchedJournal(BaseJournalBackend):
     process must be the file's only writer (a sweep's driver is: ``.driver.lock``)."""
 
     def __init__(self, path: Path, flush_interval_s: float = 2.0) -> None:
+        _cut_unfinished_line(path)
         self.file = JournalFileBackend(str(path))
         self.flushed = sum(1 for _ in self.file.read_logs(0))  # logs already in the file
         self.pending: list[dict[str, Any]] = []
@@ -61,15 +64,36 @@ class BatchedJournal(BaseJournalBackend):
 def journal_problem(path: Path) -> str:
     """Why the Optuna journal at ``path`` cannot be replayed ("" when it can, or is not there): a
     line that is not JSON, an operation that does not fit the ones before it. A last line cut short
-    (a driver killed mid-write) is no problem: Optuna leaves it out, and so does a resume."""
+    (no newline: a driver killed mid-write) is no problem: Optuna leaves it out, and a resume cuts it
+    off before it appends. A whole last line that is not JSON is damage: Optuna leaves it out too,
+    but once a resume appends after it, every later read of the journal fails."""
     if not path.is_file():
         return ""
     try:
         JournalStorage(JournalFileBackend(str(path)))  # replays every operation
+        _last_line_reads(path)
     except Exception as exc:  # json's, Optuna's (KeyError, ValueError, ...): whatever the bytes give
         lines = str(exc).strip().splitlines()
         return f"{type(exc).__name__}: {lines[0][:200]}" if lines else type(exc).__name__
     return ""
+
+
+def _last_line_reads(path: Path) -> None:
+    """Raise json's error where the journal's last whole line is not JSON (the replay skips it)."""
+    data = path.read_bytes()
+    whole = data[:data.rfind(b"\n") + 1].splitlines()
+    if whole:
+        json.loads(whole[-1])
+
+
+def _cut_unfinished_line(path: Path) -> None:
+    """Drop a last line with no newline (a driver killed mid-write): Optuna's reader leaves it out,
+    but an append after it would glue the next operation to it, and every later read would fail."""
+    if not path.is_file():
+        return
+    data = path.read_bytes()
+    if data and not data.endswith(b"\n"):
+        os.truncate(path, data.rfind(b"\n") + 1)
 
 
 class BatchedJournalStorage(JournalStorage):

@@ -65,7 +65,11 @@ min                    float64, null         smallest sample
 iqr                    float64, null         interquartile range of the samples
 rel_noise              float64, null         iqr / median
 speedup                float64, null         over the baseline's median, >1 is better whatever the
-                                             goal; null unless status is ok
+                                             goal; null unless status is ok. A final row's is over
+                                             the baseline's final median (its re-measurement), as
+                                             show and export give a winner's; an evaluate row's
+                                             over that evaluation's baseline; others over the
+                                             baseline row's
 unit                   string                the metric's unit (ms, GFLOP/s, ...)
 goal                   string                minimize or maximize: which way is better
 objective              string                what the search optimized: time, energy, edp, time_energy

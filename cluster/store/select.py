@@ -20,7 +20,7 @@ whose re-measurements were ``noisy`` (IQR/median above ``measure.max_noise``) is
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -35,9 +35,18 @@ ALPHA = 0.05  # a faster configuration beats a simpler one at this one-sided sig
 EXACT_PAIRS = 2500  # samples n1 * n2 up to which the U test's p-value is exact (no ties), else normal
 REVERIFIED = (Phase.FINAL.value, Phase.EVALUATE.value)  # phases run on seeds other than the search's
 NOT_REVERIFIED = "no candidate passed a re-run on fresh seeds (phase final): the baseline"
-NOISY_ADVICE = ("the winner's re-measurements spread more than measure.max_noise (IQR/median), so its lead may "
-                "be noise: raise measure.final_runs, pin the GPU clocks (nvidia-smi -lgc) and keep other "
-                "processes off the machine (or pin them to other cores), or give the target a bigger problem")
+
+
+def noisy_advice(archs: Iterable[str]) -> str:
+    """What to do about noisy winners measured on ``archs`` (``sm_*`` a GPU's, else the host's):
+    only what fits the device, and nothing that changes a machine's settings (its clocks)."""
+    archs = list(archs)
+    keep = [*(["other work off the GPU"] if any(a.startswith("sm_") for a in archs) else []),
+            *(["other processes off the machine's cores (or pin them to other cores)"]
+              if any(not a.startswith("sm_") for a in archs) else [])]
+    return ("the winner's re-measurements spread more than measure.max_noise (IQR/median), so its lead may be "
+            f"noise: raise measure.final_runs, keep {' and '.join(keep) or 'the machine otherwise idle'}, or give "
+            "the target a bigger problem")
 
 
 def mann_whitney_p(lower: Sequence[float], higher: Sequence[float]) -> float:
@@ -205,8 +214,10 @@ def pareto_front(rows: pd.DataFrame) -> pd.DataFrame:
     return ok.loc[front]
 
 
-NOT_REMEASURED = ("not re-measured: the best measured so far, verified, of a study with no finals (the run "
-                  "stopped or its time budget ended first); resume the run to re-measure it")
+NOT_REMEASURED_MARK = "(not re-measured)"  # beside a winner; the footnote under a table says what it means
+NOT_REMEASURED_NOTE = ("the best measured so far, verified, of a study with no finals (the run stopped or its time "
+                       "budget ended first); resume the run to re-measure it")
+NOT_REMEASURED = f"not re-measured: {NOT_REMEASURED_NOTE}"  # a winner's reason
 
 
 @dataclass(frozen=True)

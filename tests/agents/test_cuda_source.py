@@ -11,9 +11,10 @@ import pytest
 from agents import _ts
 from agents.cuda_source import analyze
 from agents.source_model import HostOpKind, Kernel, SourceModel, read_params, written_params
+from cluster.compile.build import HARNESS_INCLUDE
 
 TARGETS = Path(__file__).resolve().parents[2] / "configs" / "targets"
-HARNESS = Path(__file__).resolve().parents[2] / "cluster" / "build" / "include" / "warpfleet" / "harness.cuh"
+HARNESS = HARNESS_INCLUDE / "warpfleet" / "harness.cuh"
 # The programs: a kernel target (transpose_kernel) is a bare kernel, with no launch of its own.
 SUITE = sorted(p for p in TARGETS.glob("*/*.cu") if p.parent.name != "transpose_kernel")
 

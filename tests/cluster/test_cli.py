@@ -6,6 +6,7 @@ from __future__ import annotations
 import gc
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -283,7 +284,8 @@ def test_a_noisy_winner_is_marked_with_what_to_do_in_show_export_and_compare(tmp
     shown = _invoke("show", str(run))
     assert shown.exit_code == 0 and " *" in shown.output, shown.output
     footnote = [line for line in shown.output.splitlines() if line.startswith("* noisy:")]
-    assert footnote and "measure.final_runs" in footnote[0] and "clocks" in footnote[0]
+    assert footnote and "measure.final_runs" in footnote[0] and "off the GPU" in footnote[0]
+    assert "nvidia-smi" not in shown.output and "clock" not in footnote[0]  # nothing that changes the machine
     flags = _invoke("export", str(run), "--format", "flags")
     assert flags.exit_code == 0 and "# noisy: " in flags.output and "measure.final_runs" in flags.output
     [record] = json.loads(_invoke("export", str(run), "--format", "json").stdout)
@@ -329,7 +331,9 @@ def test_two_runs_on_one_device_type_are_labelled_by_run(tmp_path):
         Row({"BLOCK": 512, "ITEMS": 2}, (1.1,) * 5, phase=Phase.FINAL)])
     [matrix] = json.loads(_invoke("compare", str(first), str(second), "--format", "json", "--no-compile").stdout)
     labels = [c["label"] for c in matrix["configs"] if not c["baseline"]]
-    assert labels == [f"tuned on {H100.device_type} in run", f"tuned on {H100.device_type} in other"]
+    assert labels == [f"tuned on {H100.device_type} in other", f"tuned on {H100.device_type} in run"]  # by run
+    [again] = json.loads(_invoke("compare", str(second), str(first), "--format", "json", "--no-compile").stdout)
+    assert again == matrix  # whatever the order the runs are given in
 
 
 def test_validate_says_what_a_time_budget_asks_of_the_targets(tmp_path):
@@ -424,6 +428,7 @@ def test_a_sweep_that_no_target_can_run_here_is_one_line_and_leaves_no_run(tmp_p
     # where the check passed and the workers then were not there: exit status 1, not a run of nothing
     import cluster.cli
 
+    monkeypatch.setattr(cluster.cli, "_check_runnable_here", lambda *args: None)
     monkeypatch.setattr(cluster.cli, "_check_runnable", lambda *args: None)
     result = _invoke("sweep", str(config), "--no-progress")
     assert result.exit_code == 1, result.output
@@ -442,6 +447,46 @@ def test_optimize_without_a_gpu_is_one_line_and_leaves_nothing(tmp_path):
     assert result.exit_code == 2 and line == (f"error: {SAXPY.file}: toolchain: no GPU in the cluster, and saxpy "
                                               "needs one: nothing to run"), result.output
     assert not out.exists()
+
+
+NO_RAY_PROBE = """
+import sys
+import ray
+from click.testing import CliRunner
+from cluster.cli import main
+result = CliRunner().invoke(main, sys.argv[1:])
+print(result.exit_code, ray.is_initialized())
+print(result.output, end="")
+"""
+
+
+@pytest.mark.parametrize("command", ["sweep", "optimize"])
+def test_gpu_targets_and_no_gpu_here_are_one_line_before_ray_starts(tmp_path, command):
+    """Seen: optimize's "no GPU" answer took 15 s, Ray's start-up on a loaded machine."""
+    given = str(write_config(tmp_path, [str(SAXPY.file)])) if command == "sweep" else str(SAXPY.file)
+    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"} | {
+        "CUDA_VISIBLE_DEVICES": "", "PYTHONPATH": repo_pythonpath()}  # no GPU, whatever this machine has
+    done = subprocess.run([sys.executable, "-c", NO_RAY_PROBE, command, given, "--output-dir", str(tmp_path / "out"),
+                           "--no-progress", "--unsandboxed"], capture_output=True, text=True, env=env, timeout=120,
+                          check=False)
+    first, *output = done.stdout.splitlines()
+    assert first == "2 False", done.stdout + done.stderr  # exit status 2, and Ray never started
+    field = "targets" if command == "sweep" else "toolchain"
+    assert output[-1] == f"error: {given}: {field}: no GPU in the cluster, and saxpy needs one: nothing to run"
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.usefixtures("ray_local")
+def test_a_budgeted_sweep_says_what_ray_took_of_its_budget(tmp_path):
+    _signed_target(tmp_path / "t")
+    config = write_config(tmp_path, ["t/target.yaml"], search={"sampler": "grid", "trials": 1},
+                          measure={"final_top_k": 1, "final_runs": 1})
+    result = _invoke("sweep", str(config), "--no-progress", "--time-budget", "300")
+    assert result.exit_code == 0, result.output
+    [line] = [line for line in result.output.splitlines() if line.startswith("Ray ")]
+    assert re.fullmatch(r"Ray started in \d+ s; \d+ s of the 300 s budget left", line), line
+    untimed = _invoke("sweep", str(config), "--no-progress")
+    assert untimed.exit_code == 0 and "budget left" not in untimed.output
 
 
 @pytest.mark.usefixtures("ray_local")
@@ -515,6 +560,13 @@ def test_the_readme_names_modules_commands_and_columns_that_exist():
     commands = set(re.findall(r"(?:^ {4,}(?:[A-Z_]+=\S+ )?|`)warpfleet ([a-z-]+)", readme, flags=re.MULTILINE))
     assert commands and commands <= set(main.commands), commands - set(main.commands)
     listed = readme[readme.index("        variants/ "):readme.index("        variant_sources/")]
+    assert "`sweep --json`" in readme and "`show --json`" in readme
+    assert 'pip install -e ".[test' in readme  # what running pytest directly needs
+    from cluster.toolchains import get_toolchain
+
+    cc = ", ".join(f'"{arg}"' if "{" in arg else arg for arg in get_toolchain("cc").default_build)
+    assert f"`[{cc}]`" in readme, cc  # the cc toolchain's default build
+    assert "`optimize-<target>.yaml` into `--output-dir`" in readme
     columns = set(re.findall(r"\b(optimization|location|stage|analyst|planner|transformer|agent)\b", listed))
     assert columns == {"optimization", "location", "stage", "analyst", "planner", "transformer"}
     assert columns <= set(VARIANT_SCHEMA.names)
@@ -532,6 +584,7 @@ def test_show_json_is_each_study_with_its_counts_and_winner(tmp_path):
     assert study["selected"]["params"] == TUNED and study["selected"]["speedup"] == 2.0
     [exported] = json.loads(_invoke("export", str(run), "--format", "json").stdout)
     assert study["selected"] == exported  # the winner as the json export writes it
+    assert _undocumented(document) == [] and _undocumented(study) == []
 
 
 def test_validate_json_is_the_targets_spaces_notes_and_budget(tmp_path):
@@ -560,3 +613,58 @@ def test_sweep_json_is_the_summary_with_the_studies_and_what_to_run_next(tmp_pat
     assert study["selected"]["params"] == {"MODE": 0} and study["failed"] == 2
     assert document["next"][0] == f"warpfleet show {run}" and document["unfinished"] == []
     assert "rows written to" in result.stderr  # the lines for humans stay where they were
+    assert _undocumented(document) == [] and _undocumented(study) == []
+
+
+def _undocumented(record: dict) -> list[str]:
+    """The keys of a --json document that README does not name (between backticks)."""
+    readme = (REPO / "README.md").read_text()
+    return [key for key in record if f"`{key}`" not in readme]
+
+
+@pytest.mark.parametrize("command", [["export", "--format", "json"], ["compare", "--no-compile"]])
+def test_an_output_file_in_a_folder_that_does_not_exist_is_refused(tmp_path, command):
+    """Seen: export --output /nonexistent/dir/x.h made the folders and exited 0, so a typo sent the
+    result somewhere new."""
+    run = _gpu_run(tmp_path)
+    out = tmp_path / "typo" / "dir" / "x.json"
+    result = _invoke(command[0], str(run), *command[1:], "--output", str(out))
+    assert result.exit_code == 2 and result.output.splitlines() == [
+        f"error: {out}: --output: no folder {out.parent} to write it in (make it first)"], result.output
+    assert not (tmp_path / "typo").exists()
+    written = _invoke(command[0], str(run), *command[1:], "--output", str(tmp_path / "x.json"))
+    assert written.exit_code == 0 and (tmp_path / "x.json").is_file(), written.output
+
+
+def _cpu_run(tmp_path: Path, final: tuple[float, ...] = (1.0,) * 5) -> Path:
+    """A run of the C stencil on a CPU, written from given measurements."""
+    from cluster.core.types import DeviceInfo
+
+    stencil = load_target(REPO / "configs" / "targets" / "stencil_c" / "target.yaml")
+    cpu = DeviceInfo(kind="cpu", name="AMD EPYC", arch="host", hostname="node")
+    base, tuned = {"TILE": 64, "UNROLL": 1}, {"TILE": 16, "UNROLL": 1}
+    return write_run(tmp_path, "run", stencil, cpu, [
+        Row(base, (2.0,) * 3, phase=Phase.BASELINE), Row(tuned, (1.0,) * 3, {"opt_level": "-O3"}),
+        Row(tuned, final, {"opt_level": "-O3"}, phase=Phase.FINAL)])
+
+
+def test_a_noisy_cpu_winner_gets_advice_for_a_cpu(tmp_path):
+    """Seen: every CPU run's footnote advised pinning the GPU clocks with nvidia-smi -lgc."""
+    run = _cpu_run(tmp_path, (1.0, 1.4, 0.6, 1.0, 1.2))
+    outputs = [_invoke("show", str(run)).output, _invoke("export", str(run), "--format", "flags").output,
+               _invoke("export", str(run), "--format", "cmake").output,
+               _invoke("compare", str(run), "--no-compile").output]
+    for output in outputs:
+        text = " ".join(output.split())
+        assert "noisy: " in text and "off the machine's cores" in text, output
+        assert "GPU" not in text and "nvidia-smi" not in text and "clock" not in text, output
+
+
+def test_compare_says_that_an_arch_means_nothing_for_a_cpu_target(tmp_path):
+    """Seen: `compare --arch sm_80` on a cc run printed the matrix as if the option were not given."""
+    run = _cpu_run(tmp_path / "cpu")
+    result = _invoke("compare", str(run), "--arch", "sm_80", "--no-compile")
+    assert result.exit_code == 0 and result.stderr.splitlines() == [
+        "note: --arch sm_80: ignored for stencil_c (cc): built for the host's CPU, not for a GPU arch"], result.stderr
+    gpu_run = _gpu_run(tmp_path / "gpu")
+    assert _invoke("compare", str(gpu_run), "--arch", "sm_80", "--no-compile").stderr == ""

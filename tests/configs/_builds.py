@@ -59,6 +59,18 @@ def preprocessed(target: Target, params: dict[str, Scalar], root: Path) -> bytes
     return LINE_MARKER.sub(b"", result.stdout)
 
 
+_BASELINES: dict[Path, bytes] = {}
+
+
+def preprocessed_baseline(path: Path, root: Path) -> bytes:
+    """``preprocessed`` at the baseline params of the target in ``path``, once a process: each of
+    its params' tests compares with it (a module's tests run on one pytest-xdist worker)."""
+    if path not in _BASELINES:
+        target = load_target(path)
+        _BASELINES[path] = preprocessed(target, target.baseline_params, root)
+    return _BASELINES[path]
+
+
 def other_value(target: Target, name: str) -> Scalar:
     """The first value of ``name`` other than the baseline's that the constraints allow with the
     baseline's other params."""

@@ -25,7 +25,7 @@ from click.testing import CliRunner
 from agents.patch import readonly_regions
 from cluster.cli import main
 from cluster.config import Target, load_run, load_target
-from tests.configs._builds import Builds, other_value, preprocessed, wanted
+from tests.configs._builds import Builds, other_value, preprocessed, preprocessed_baseline, wanted
 from tests.conftest import needs
 
 # One pytest-xdist worker runs the module: its builds start together on that worker's pool.
@@ -152,5 +152,5 @@ def test_unseen_baseline_builds_for_sm90(builds: Builds, path: Path) -> None:
 def test_each_param_reaches_the_program(tmp_path: Path, path: Path, name: str) -> None:
     target = load_target(path)
     other = {**target.baseline_params, name: other_value(target, name)}
-    assert preprocessed(target, other, tmp_path) != preprocessed(target, target.baseline_params, tmp_path), \
+    assert preprocessed(target, other, tmp_path) != preprocessed_baseline(path, tmp_path), \
         f"-D{name} does not reach the program"

@@ -26,6 +26,7 @@ from typing import ClassVar
 import pandas as pd
 import pytest
 
+from cluster.compile.build import HARNESS_INCLUDE
 from cluster.config import load_target
 from scripts.kt_compare import analysis, rehearsal
 from scripts.kt_compare.lanes import Lane, LaneSpec, parse_key
@@ -119,9 +120,8 @@ def test_inputs_are_the_harness_fill_to_the_bit(tmp_path: Path) -> None:
         "int main() { std::vector<float> a(4099), b(77); wf::fill_uniform(a.data(), a.size(), 3);\n"
         "  wf::fill_uniform(b.data(), b.size(), 1u << 20, 0.f, 1.f);\n"
         '  for (float v : a) std::printf("%a\\n", v); for (float v : b) std::printf("%a\\n", v); }\n')
-    include = REPO / "cluster" / "build" / "include"
-    subprocess.run([compiler, "-std=c++17", f"-I{include}", "-o", str(tmp_path / "fill"), str(tmp_path / "fill.cpp")],
-                   check=True)
+    subprocess.run([compiler, "-std=c++17", f"-I{HARNESS_INCLUDE}", "-o", str(tmp_path / "fill"),
+                    str(tmp_path / "fill.cpp")], check=True)
     printed = subprocess.run([str(tmp_path / "fill")], capture_output=True, text=True, check=True).stdout.split()
     want = [float.fromhex(v) for v in printed]
     got = [*fill_uniform(4099, 3), *fill_uniform(77, 1 << 20, 0.0, 1.0)]

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from scripts.bench_time_to_result import driver_time
+from scripts.bench_time_to_result import driver_time, pair, plain_config
 
 POLL = "worker.py:3237:wait <- client_mode_hook.py:134:wrapper <- scheduler.py:238:poll <- driver.py:274:run_flows"
 PART = ("core.py:1216:write_table <- parts.py:41:write_atomically <- parts.py:114:unify_parts <- "
@@ -25,3 +25,28 @@ def test_the_loops_time_by_where_it_was_and_its_longest_stretch_away_from_its_wo
     assert found["other"] == pytest.approx(2.0) and "optuna journal" not in found
     assert found["longest_away_from_poll"] == pytest.approx(1.3)
     assert driver_time(tmp_path / "none") == {"longest_away_from_poll": 0.0}
+
+
+def test_the_pair_compares_each_programs_winners_and_searches_agents_off_and_on(tmp_path):
+    def side(run, winners, searches, kinds):
+        return {"run": run, "budget_s": 300, "worker_s_by_kind": kinds,
+                "studies": [{"target": t, "winner": w, "search": n, "verify": 0}
+                            for t, w, n in zip(("a", "b"), winners, searches, strict=True)]}
+
+    text = pair(side("off", (2.0, 1.0), (24, 10), {"search": 90.0}),
+                side("on", (1.0, 4.0), (12, 3), {"search": 60.0, "sanitize": 20.0}))
+    assert "| a | 2.00x | 1.00x | 0.500 | 24 | 12 | 0 |" in text
+    assert "| b | 1.00x | 4.00x | 4.000 | 10 | 3 | 0 |" in text
+    assert "on/off >= 0.98: 1 of 2" in text and "off 1.414x, on 2.000x" in text
+    assert "agents on: search 60.0 (75%), sanitize 20.0 (25%)" in text
+
+
+def test_the_plain_config_turns_the_agents_on_or_off_and_nothing_else(tmp_path):
+    import yaml
+
+    from tests.conftest import REPO
+
+    off = yaml.safe_load(plain_config(REPO / "configs/unseen.yaml", tmp_path / "off", False, agents=False).read_text())
+    on = yaml.safe_load(plain_config(REPO / "configs/unseen.yaml", tmp_path / "on", False).read_text())
+    assert off["agents"] == {"enabled": False} and on["agents"] == {"enabled": True}
+    assert off["targets"] == on["targets"] and set(off) == set(on) == {"name", "targets", "output_dir", "agents"}

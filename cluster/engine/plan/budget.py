@@ -9,13 +9,22 @@ sweep, from the command's start. The plan works back from it:
 
 The reserve of a device type is what its studies still need after their search, in worker-seconds
 (``StudyFlow.work_left``: each from its own baseline's time a run), shared by the type's workers,
-with ``SAFETY`` to spare: their finals, and the expensive checks the finals wait for less what the
-check lane does beside the rest of the search (its share of the time left). It is estimated again
-on every turn of the loop, so that it follows the times actually measured; once a type's search
-closes it stays closed. While some of a type's studies have no time of their own yet (their
-baselines are still queued: planned with the type's slowest run, ``typical_run``), a guess never
-closes the search: it closes on them only if the studies already measured no longer fit by
-themselves, or once every study has its own time.
+with ``SAFETY`` to spare: their finals (the finalists' checks run beside the search, in their lane,
+and are not kept for). It is estimated again on every turn of the loop, so that it follows the times
+actually measured; a closed search reopens only as below. While some of a type's studies have no
+time of their own yet (their baselines are still queued: planned with the type's slowest run,
+``typical_run``), a guess never closes the search: it closes on them only if the studies already
+measured no longer fit by themselves, or once every study has its own time.
+
+What the reserve holds is the finals, nothing else: the checks run beside the search, so a variant
+costs the search its share of the check lane, never a closed search (on an H200 ten programs' search
+closed 58 s into 300 s, 304 s kept for checks of variants most of which never became finals). A
+finalist's checks (``Gate.checks_left``) count only where the finals wait for them. A check is
+costed at what the device type's checks took in this run (their median,
+``checked``), and one check or profile job may take at most ``check_bound``: 5% of the budget, less
+as the deadline nears. A closed search reopens where the finals left time unused (``reopen``): the
+studies whose finals are in wait for it (``may_reopen``), and go back to their search once the time
+left holds the reserve again with room to search.
 
 The finals fit the budget: once every study of a type has its own time, finals that would take more
 than ``FINALS_SHARE`` of the time left are made smaller, one step at a time down ``sizes``: fewer
@@ -28,12 +37,11 @@ from __future__ import annotations
 
 import logging
 import math
+import statistics
 import time
 from collections import defaultdict
 from collections.abc import Callable, Sequence
 from typing import Protocol
-
-from cluster.engine.scheduling.jobs import CHECK_SHARE
 
 log = logging.getLogger(f"warpfleet.{__name__}")
 
@@ -43,6 +51,10 @@ MARGIN_S = 3.0  # and this much more: the last job's results, the last flush
 GRACE_FRACTION, GRACE_MAX_S = 0.02, 15.0  # past the deadline, the loop waits at most this for the finals
 FINALS_SHARE = 0.5  # of the time left, at most, for the finals (and their checks) when the plan first sees them all
 MIN_FINAL_RUNS = 3  # runs of a final, at the least, where the budget shrinks the finals
+CHECK_BOUND_SHARE = 0.05  # of the budget, at most, for one check or profile job
+CHECK_LEFT_SHARE = 0.25  # and of the time left: a check's bound shrinks as the deadline nears
+MIN_CHECK_S = 1.0  # a bound below this checks nothing
+REOPEN_SHARE = 0.1  # a closed search reopens only with this share of the budget to search, beyond its reserve
 
 
 def sizes(top_k: int, runs: int) -> list[tuple[int, int]]:
@@ -68,6 +80,15 @@ class Planned(Protocol):
         """Whether it measured a search candidate."""
         ...
 
+    def parked(self) -> bool:
+        """Whether its finals are in and it waits for its device type's search to reopen."""
+        ...
+
+
+def bounded(timeout: float, bound: float | None) -> float:
+    """A check's or profile's timeout within the time plan's bound on one job (where it has one)."""
+    return timeout if bound is None else min(timeout, bound)
+
 
 def grace_s(budget_s: float) -> float:
     return min(GRACE_MAX_S, max(1.0, GRACE_FRACTION * budget_s))
@@ -85,6 +106,8 @@ class TimePlan:
         self.closed: dict[str, float] = {}  # device type -> when its search closed (monotonic)
         self.reserve: dict[str, float] = defaultdict(float)
         self.typical: dict[str, float] = {}  # device type -> a run's time, for a study not yet measured
+        self.check_times: dict[str, list[float]] = defaultdict(list)  # device type -> its checks' worker-seconds
+        self.reopened: dict[str, int] = defaultdict(int)  # device type -> how often its search reopened
 
     def time_left(self, now: float | None = None) -> float:
         return self.deadline - (time.monotonic() if now is None else now)
@@ -94,6 +117,31 @@ class TimePlan:
 
     def search_open(self, device_type: str) -> bool:
         return device_type not in self.closed
+
+    def check_bound(self, now: float | None = None) -> float:
+        """The longest one check or profile job may take now: ``CHECK_BOUND_SHARE`` of the budget, and
+        ``CHECK_LEFT_SHARE`` of the time left, so that no single check holds the GPU for a large part
+        of the sweep, and one late in it cannot push the finals past the deadline."""
+        return max(MIN_CHECK_S, min(CHECK_BOUND_SHARE * self.budget_s, CHECK_LEFT_SHARE * self.time_left(now)))
+
+    def checked(self, device_type: str, seconds: float) -> None:
+        """A check or profile job of the device type took ``seconds`` on its worker."""
+        if seconds > 0:
+            self.check_times[device_type].append(seconds)
+
+    def check_estimate(self, device_type: str) -> float | None:
+        """A check job's worker-seconds on the device type: the median of those this run timed, within
+        the bound; None before the first."""
+        times = self.check_times.get(device_type)
+        return min(statistics.median(times), self.check_bound()) if times else None
+
+    def may_reopen(self, device_type: str, own_final_s: float) -> bool:
+        """Whether a study whose finals are in may still see its search reopen: the time left holds
+        one more final of its own (``own_final_s``) and a share of the budget to search."""
+        return device_type in self.closed and self.time_left() > SAFETY * own_final_s + self._reopen_room()
+
+    def _reopen_room(self) -> float:
+        return REOPEN_SHARE * self.budget_s + MARGIN_S
 
     def may_wait(self, device_type: str, needed_s: float) -> bool:
         """Whether finals may still wait ``needed_s`` more (for a check) and end by the deadline."""
@@ -151,9 +199,10 @@ class TimePlan:
             n = max(1, workers(device_type))
             after = SAFETY * finals[device_type] / n
             self.reserve[device_type] = self._reserve(finals[device_type], checks[device_type], n, now)
-            if device_type in self.closed:
-                continue
             mine = [f for f in flows if f.device_type == device_type]
+            if device_type in self.closed:
+                self._reopen(device_type, mine, now)
+                continue
             searching = any(f.in_search() for f in mine)
             if device_type in guessed and now + self._reserve(*known[device_type], n, now) < self.deadline:
                 continue  # the baselines still queued will say what they need: no closing on a guess
@@ -172,11 +221,26 @@ class TimePlan:
                 log.info(f"time budget: {self.time_left(now):.0f} s left, {math.ceil(self.reserve[device_type])} s "
                          f"kept for the finals and their checks on {device_type}: the search stops")
 
+    def _reopen(self, device_type: str, mine: Sequence[Planned], now: float) -> None:
+        """Give the search back the reserve the finals left unused: once every study of the type that
+        still has finals to run is done with them (the others wait, ``parked``), and the time left
+        holds the reserve with room to search."""
+        parked = [f for f in mine if not f.done and f.parked()]
+        busy = [f for f in mine if not f.done and not f.parked()]
+        if not parked or busy:
+            return
+        if self.time_left(now) > SAFETY * self.reserve[device_type] + self._reopen_room():
+            del self.closed[device_type]
+            self.reopened[device_type] += 1
+            log.info(f"time budget: {self.time_left(now):.0f} s left, {math.ceil(self.reserve[device_type])} s "
+                     f"needed after the finals on {device_type}: the search reopens")
+
     def _reserve(self, finals: float, checks: float, workers: int, now: float) -> float:
-        after = SAFETY * finals / workers
-        # the checks run beside the search too, at their lane's share of the workers' time
-        overlap = CHECK_SHARE * max(0.0, self.time_left(now) - after - MARGIN_S)
-        return after + max(0.0, SAFETY * checks / workers - overlap) + MARGIN_S
+        """What the search keeps for after it: the finals. The finalists' checks run beside the
+        search, in their lane, and are not kept for: on an H200 (2026-11-29) keeping them closed eight
+        programs' search 61 s into 300 s, with 276 s kept and 75 s of checks run in all; a finalist
+        whose checks are not in when the finals start is left out, and taken back if they pass in time."""
+        return SAFETY * finals / workers + MARGIN_S
 
     def elapsed(self, now: float | None = None) -> float:
         return (time.monotonic() if now is None else now) - self.started_at

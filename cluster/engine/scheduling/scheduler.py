@@ -2,7 +2,8 @@
 worker of a type serving them by priority and a fair share of its time.
 
     submit(job) ─► builds (compile tasks; one per distinct build, cached) ─► ready[device type, lane]
-        ─► a free worker of that type (at most ``per_worker`` jobs each) ─► poll() ─► JobResult
+        ─► a free worker of that type (at most ``per_worker`` jobs each; a check only to an idle
+           one, and nothing queued behind a check) ─► poll() ─► JobResult
 
 The critical lane (baselines, finals) goes first. The search, admission and check lanes share the
 workers by weighted fair queueing (``jobs.WEIGHT``): each lane's virtual time grows by the
@@ -354,7 +355,15 @@ class Scheduler:
 
     def _free(self, job: Job) -> list[int]:
         return [w for w in job.workers if self.alive[w] and self.load[w] < self.per_worker
-                and w not in self.isolated and (not job.suspect or self.load[w] == 0)]
+                and w not in self.isolated and (not job.suspect or self.load[w] == 0) and self._beside(job, w)]
+
+    def _beside(self, job: Job, worker: int) -> bool:
+        """A check or profile (the long jobs) goes only to a worker with nothing on it, and nothing
+        queues on a worker behind one: with two jobs an actor, a check queued behind a search job,
+        or a final behind a 72 s compute-sanitizer run, waited while another GPU was free."""
+        if job.lane is Lane.CHECK:
+            return self.load[worker] == 0
+        return not any(queued.lane is Lane.CHECK for queued in self.on_worker[worker])
 
     def _next(self, device_type: str) -> Job | None:
         """The job a free worker of this type takes next, or None: an urgent one first, then the
@@ -428,8 +437,9 @@ class Scheduler:
         if job.kind in (JobKind.GUARD, JobKind.REVIEW):  # against the baseline's build
             base = job.builds[1]
             if job.kind is JobKind.GUARD:
-                return method.remote(base.target_ref, job.binary_refs[1], binary, job.args["files"])
-            return method.remote(base.target_ref, main.target_ref, job.binary_refs[1], binary)
+                return method.remote(base.target_ref, job.binary_refs[1], binary, job.args["files"],
+                                     job.args.get("timeout"))
+            return method.remote(base.target_ref, main.target_ref, job.binary_refs[1], binary, job.args.get("timeout"))
         return method.remote(main.target_ref, main.candidate, binary, **job.args)
 
     def _worker_failed(self, worker: int) -> None:

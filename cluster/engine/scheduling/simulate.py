@@ -92,23 +92,37 @@ class SimulatedWorker:
 
 
     def sanitize(self, target: Target, candidate: Candidate, binary: bytes | None, tools: tuple[str, ...],
-                 timeout: float, timeouts: dict[str, float] | None = None) -> tuple[SanitizerResult, ...]:
-        time.sleep(self.check_s)
-        outcome = "errors" if candidate.source_hash in self.dirty else "clean"
-        return tuple(SanitizerResult(tool, outcome, "simulated", self.check_s / max(1, len(tools))) for tool in tools)
+                 timeout: float, timeouts: dict[str, float] | None = None, kernels: tuple[str, ...] = (),
+                 launches: int | None = None) -> tuple[SanitizerResult, ...]:
+        """Each tool takes its share of ``check_s``, or its budget where that is less (then: timeout)."""
+        results = []
+        for tool in tools:
+            need, budget = self.check_s / max(1, len(tools)), (timeouts or {}).get(tool, timeout)
+            time.sleep(min(need, budget))
+            outcome = "timeout" if need > budget else "errors" if candidate.source_hash in self.dirty else "clean"
+            results.append(SanitizerResult(tool, outcome, "simulated", min(need, budget)))
+        return tuple(results)
 
-    def guard(self, target: Target, baseline_binary: bytes | None, binary: bytes | None, files: dict[str, str]):
-        time.sleep(self.check_s)
-        return (Verdict("poisoned_outputs", VerdictStatus.PASSED, "simulated", self.check_s),)
+    def guard(self, target: Target, baseline_binary: bytes | None, binary: bytes | None, files: dict[str, str],
+              timeout: float | None = None):
+        return (self._bounded("poisoned_outputs", timeout),)
 
-    def reverify(self, target: Target, variant: Target, baseline_binary: bytes | None, binary: bytes | None):
+    def reverify(self, target: Target, variant: Target, baseline_binary: bytes | None, binary: bytes | None,
+                 timeout: float | None = None):
+        return self._bounded("fresh_seeds", timeout)
+
+    def _bounded(self, check: str, timeout: float | None) -> Verdict:
+        """``check_s``, or the job's bound where that is less: then its runs timed out, and it failed."""
+        if timeout is not None and self.check_s > timeout:
+            time.sleep(timeout)
+            return Verdict(check, VerdictStatus.FAILED, f"simulated: its runs did not finish within {timeout:.1f} s")
         time.sleep(self.check_s)
-        return Verdict("fresh_seeds", VerdictStatus.PASSED, "simulated", self.check_s)
+        return Verdict(check, VerdictStatus.PASSED, "simulated", self.check_s)
 
     def profile(self, target: Target, candidate: Candidate, binary: bytes | None, metrics: tuple[str, ...],
                 timeout: float, launches: int | None = 1) -> Profile:
-        time.sleep(self.check_s)
-        return Profile(candidate.key, Status.OK)
+        time.sleep(min(self.check_s, timeout))
+        return Profile(candidate.key, Status.OK if self.check_s <= timeout else Status.TIMEOUT)
 
 
 SAMPLES_PER_RUN = 10  # what a simulated run reports without a cap (measure.search_samples)

@@ -89,26 +89,31 @@ class MeasureWorker:
         return dataclasses.replace(result, queue_s=queue_s)
 
     def sanitize(self, target: Target, candidate: Candidate, binary: bytes | None, tools: tuple[str, ...],
-                 timeout: float, timeouts: dict[str, float] | None = None) -> tuple[SanitizerResult, ...]:
+                 timeout: float, timeouts: dict[str, float] | None = None, kernels: tuple[str, ...] = (),
+                 launches: int | None = None) -> tuple[SanitizerResult, ...]:
         if binary is None:
             return tuple(SanitizerResult(t, "inconclusive", "no binary") for t in tools)
         return sanitize_candidate(target, candidate, binary, tools, timeout, self.runner(candidate.runner),
-                                  timeouts)
+                                  timeouts, kernels, launches)
 
     def guard(self, target: Target, baseline_binary: bytes | None, binary: bytes | None,
-              files: dict[str, str]) -> tuple:
-        """The cheat checks (cluster.measure.guardrails) of a variant that passed its verification."""
+              files: dict[str, str], timeout: float | None = None) -> tuple:
+        """The cheat checks (cluster.measure.guardrails) of a variant that passed its verification,
+        every run within what is left of ``timeout`` (the time plan's bound on one check job)."""
         if not baseline_binary or not binary:
             return (Verdict("cheat_checks", VerdictStatus.SKIPPED, "no binary"),)
         return cheat_checks(target, BuildArtifact("baseline", Status.OK, baseline_binary),
-                            BuildArtifact("candidate", Status.OK, binary), files, self.runner(target.runner))
+                            BuildArtifact("candidate", Status.OK, binary), files,
+                            Bounded.of(self.runner(target.runner), timeout))
 
-    def reverify(self, target: Target, variant: Target, baseline_binary: bytes | None, binary: bytes | None):
+    def reverify(self, target: Target, variant: Target, baseline_binary: bytes | None, binary: bytes | None,
+                 timeout: float | None = None):
         """A suspiciously fast candidate against the baseline on fresh seeds (cluster.measure.guardrails)."""
         if not baseline_binary or not binary:
             return Verdict("fresh_seeds", VerdictStatus.SKIPPED, "no binary")
         return reverify_fresh_seeds(variant, BuildArtifact("baseline", Status.OK, baseline_binary),
-                                    BuildArtifact("candidate", Status.OK, binary), runner=self.runner(variant.runner))
+                                    BuildArtifact("candidate", Status.OK, binary),
+                                    runner=Bounded.of(self.runner(variant.runner), timeout))
 
     def profile(self, target: Target, candidate: Candidate, binary: bytes | None, metrics: tuple[str, ...],
                 timeout: float, launches: int | None = DEFAULT_LAUNCHES.count) -> Profile:
@@ -120,6 +125,42 @@ class MeasureWorker:
             return Profile(candidate.key, Status.CRASHED, error_tail=f"{profiler} not found on {self.device.hostname}")
         return profile_candidate(target, candidate, binary, metrics, timeout, self.runner(candidate.runner),
                                  LaunchFilter(launches))
+
+
+class Bounded(Runner):
+    """Another runner's runs, each within what is left of one job's bound: a check of many runs (the
+    cheat checks, a review) ends by its deadline, its runs past it timed out (which fails the check:
+    a candidate not checked is never a winner)."""
+
+    def __init__(self, inner: Runner, deadline: float) -> None:
+        super().__init__(inner.sandbox, inner.scratch_root)
+        self.inner, self.deadline = inner, deadline
+        self.name, self.samples_are_warpfleets = inner.name, inner.samples_are_warpfleets
+
+    @classmethod
+    def of(cls, inner: Runner, timeout: float | None) -> Runner:
+        return inner if timeout is None else cls(inner, time.monotonic() + timeout)
+
+    @contextlib.contextmanager
+    def stage(self, *args, **kwargs):
+        with self.inner.stage(*args, **kwargs) as staged:
+            staged.runner = self
+            yield staged
+
+    def binary_argv(self, workdir: Path) -> str | list[str]:
+        return self.inner.binary_argv(workdir)
+
+    def execute(self, staged, invocation):
+        left = max(0.1, self.deadline - time.monotonic())
+        wanted = invocation.timeout if invocation.timeout is not None else staged.target.spec.timeouts.run
+        staged.runner = self.inner
+        try:
+            return self.inner.execute(staged, dataclasses.replace(invocation, timeout=min(wanted, left)))
+        finally:
+            staged.runner = self
+
+    def close(self) -> None:
+        """The inner runner is the worker's: it stays."""
 
 
 MAX_RESTARTS = 10  # per actor; a poison candidate is quarantined long before (Pipeline.max_attempts)

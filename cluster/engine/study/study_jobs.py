@@ -65,20 +65,25 @@ class StudyJobs:
 
     # The checks' ``value``: what their candidate may gain the study (``Job.value``, ``Gate.gain``).
     def sanitize(self, variant: Target | None, tools: tuple[str, ...], timeout: float,
-                 timeouts: dict[str, float] | None, label: str = "", value: float = 0.0) -> Future[JobResult]:
+                 timeouts: dict[str, float] | None, label: str = "", value: float = 0.0,
+                 kernels: tuple[str, ...] = (), launches: int | None = None) -> Future[JobResult]:
         build = self.build() if variant is None else self.build(variant, self.variant_candidate(variant))
         return self.submit(self.job(JobKind.SANITIZE, build, label=label, value=value,
-                                    args={"tools": tools, "timeout": timeout, "timeouts": timeouts}))
+                                    args={"tools": tools, "timeout": timeout, "timeouts": timeouts,
+                                          "kernels": kernels, "launches": launches}))
 
-    def guard(self, variant: Target, files: dict[str, str], label: str = "", value: float = 0.0) -> Future[JobResult]:
+    def guard(self, variant: Target, files: dict[str, str], label: str = "", value: float = 0.0,
+              timeout: float | None = None) -> Future[JobResult]:
         build = self.build(variant, self.variant_candidate(variant))
-        return self.submit(self.job(JobKind.GUARD, build, self.build(), args={"files": files}, value=value,
-                                    label=f"cheat checks of {label}" if label else ""))
+        return self.submit(self.job(JobKind.GUARD, build, self.build(), args={"files": files, "timeout": timeout},
+                                    value=value, label=f"cheat checks of {label}" if label else ""))
 
-    def review(self, candidate: Candidate, label: str = "", value: float = 0.0) -> Future[JobResult]:
+    def review(self, candidate: Candidate, label: str = "", value: float = 0.0,
+               timeout: float | None = None) -> Future[JobResult]:
         """A candidate far faster than the baseline, run again against it on fresh seeds."""
         build = self.build(self.state.source_of(candidate)[0], candidate)
-        return self.submit(self.job(JobKind.REVIEW, build, self.build(), label=label, value=value))
+        return self.submit(self.job(JobKind.REVIEW, build, self.build(), label=label, value=value,
+                                    args={"timeout": timeout}))
 
     def profile(self, candidate: Candidate | None, metrics: tuple[str, ...], timeout: float,
                 launches: int | None, priority: int | None = ANALYSTS_PROFILE, label: str = "") -> Future[JobResult]:

@@ -23,6 +23,7 @@ from dataclasses import asdict, dataclass, field
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any
 
+from agents.cuda_source import analyze
 from agents.patch import source_files
 from cluster.config import Target
 from cluster.core.types import Verdict, VerdictStatus
@@ -65,6 +66,7 @@ class _Checked:
     variant: AcceptedVariant
     record: dict[str, Any]
     trust: Trust = Trust.NOT_RUN
+    kernels: tuple[str, ...] = ()  # the kernels it changed: compute-sanitizer checks those
     verdicts: list[Verdict] = field(default_factory=list)
     outstanding: int = 0
     started: float = 0.0
@@ -78,6 +80,43 @@ def changed_files(original: Target, variant: Target) -> dict[str, str]:
     """The sources a variant changed, as text: what the cheat checks read."""
     before, after = source_files(original), source_files(variant)
     return {path: text for path, text in after.items() if before.get(path) != text}
+
+
+def changed_kernels(original: Target, variant: Target) -> tuple[str, ...]:
+    """The kernels whose definitions a variant changed, by name; () where it changed anything else
+    (host code, a header, a kernel added or removed, a file the parser cannot read): then compute-
+    sanitizer checks every kernel."""
+    before = source_files(original)
+    names: set[str] = set()
+    for path, text in changed_files(original, variant).items():
+        old = before.get(path)
+        if old is None or not path.endswith((".cu", ".cuh")):
+            return ()
+        old_kernels, new_kernels = _kernel_texts(old, path), _kernel_texts(text, path)
+        if old_kernels is None or new_kernels is None or old_kernels.keys() != new_kernels.keys():
+            return ()
+        if _outside_kernels(old, path) != _outside_kernels(text, path):
+            return ()
+        names |= {name for name, body in new_kernels.items() if old_kernels[name] != body}
+    return tuple(sorted(names))
+
+
+def _kernel_texts(text: str, path: str) -> dict[str, str] | None:
+    model = analyze(text, path)
+    if model.errors:
+        return None
+    texts: dict[str, str] = {}
+    for kernel in model.kernels:
+        texts[kernel.name] = texts.get(kernel.name, "") + text[kernel.span.start:kernel.span.end]
+    return texts
+
+
+def _outside_kernels(text: str, path: str) -> str:
+    kept, at = [], 0
+    for kernel in sorted(analyze(text, path).kernels, key=lambda k: k.span.start):
+        kept.append(text[at:kernel.span.start])
+        at = kernel.span.end
+    return "".join(kept) + text[at:]
 
 
 class DeepChecks:
@@ -95,6 +134,8 @@ class DeepChecks:
         self._baseline_asked = False
         self._waiting_for_baseline: list[tuple[_Checked, tuple[SanitizerResult, ...], dict[str, float]]] = []
         self.run_s = 1.0  # the program's time a run (the flow's estimate): the sanitizer's budget before the baseline's
+        self.bound: Callable[[], float | None] = lambda: None  # the most one check job may take (the time plan's)
+        self.launches: int | None = None  # kernel launches compute-sanitizer checks a run (agents.sanitizer_launches)
 
     @property
     def configured(self) -> bool:
@@ -139,8 +180,9 @@ class DeepChecks:
         if self.guardrails:
             files = changed_files(self.jobs.state.target, checked.variant.target)
             self._expect(checked, self.jobs.guard(checked.variant.target, files, label=checked.variant.label,
-                                                  value=checked.value), self._guarded)
+                                                  value=checked.value, timeout=self.bound()), self._guarded)
         if self.tools:
+            checked.kernels = changed_kernels(self.jobs.state.target, checked.variant.target)
             self._sanitize(checked, self.tools)
         return checked.trust
 
@@ -161,16 +203,23 @@ class DeepChecks:
     # under the tools only where a variant's run did not come back clean: its errors are not held
     # against the variant, and its time sizes the budget a timed-out variant is given again. A
     # study whose variants are clean never pays for the baseline's run.
+    def _cap(self, tools: tuple[str, ...]) -> float:
+        """A tool's longest run: ``cap_s``, and its share of the time plan's bound on one job."""
+        bound = self.bound()
+        return self.cap_s if bound is None else min(self.cap_s, bound / max(1, len(tools)))
+
     def _budgets(self, tools: tuple[str, ...]) -> dict[str, float]:
+        cap = self._cap(tools)
         if self._baseline is not None:
-            return {tool: min(self.cap_s, max(SANITIZER_FLOOR_S, SANITIZER_FACTOR * r.seconds))
+            return {tool: min(cap, max(SANITIZER_FLOOR_S, SANITIZER_FACTOR * r.seconds))
                     for tool, r in self._baseline.items() if tool in tools}
-        return {tool: min(self.cap_s, max(SANITIZER_FLOOR_S, UNMEASURED_FACTOR * self.run_s)) for tool in tools}
+        return {tool: min(cap, max(SANITIZER_FLOOR_S, UNMEASURED_FACTOR * self.run_s)) for tool in tools}
 
     def _sanitize(self, checked: _Checked, tools: tuple[str, ...]) -> None:
         budgets = self._budgets(tools)
-        future = self.jobs.sanitize(checked.variant.target, tools, self.cap_s, budgets,
-                                    label=f"{', '.join(tools)} on {checked.variant.label}", value=checked.value)
+        future = self.jobs.sanitize(checked.variant.target, tools, self._cap(tools), budgets,
+                                    label=f"{', '.join(tools)} on {checked.variant.label}", value=checked.value,
+                                    kernels=checked.kernels, launches=self.launches)
         self._expect(checked, future, lambda c, done: self._sanitized(c, done, budgets))
 
     def _sanitized(self, checked: _Checked, done: JobResult, budgets: dict[str, float]) -> None:
@@ -186,8 +235,9 @@ class DeepChecks:
         self._waiting_for_baseline.append((checked, results, budgets))
         if not self._baseline_asked:
             self._baseline_asked = True
-            future = self.jobs.sanitize(None, self.tools, self.cap_s, None, value=checked.value,
-                                        label="the baseline, against a variant's sanitizer findings")
+            future = self.jobs.sanitize(None, self.tools, self._cap(self.tools), None, value=checked.value,
+                                        label="the baseline, against a variant's sanitizer findings",
+                                        kernels=checked.kernels, launches=self.launches)
             future.add_done_callback(self._baseline_sanitized)
 
     def _baseline_sanitized(self, future: Future[JobResult]) -> None:

@@ -113,19 +113,35 @@ class Gate:
 
     # -- the plan's estimates ----------------------------------------------------------------------
     def timed(self, job: Job) -> None:
-        """A check's time on its worker, for the estimate of the checks still to come."""
+        """A check's time on its worker, for the estimate of the checks still to come (the plan's
+        learns it for the device type, across studies)."""
         if job.service_s > 0:
             self.check_s = job.service_s if self.check_s is None else 0.7 * self.check_s + 0.3 * job.service_s
+            if self.flow.ctx.plan is not None:
+                self.flow.ctx.plan.checked(self.flow.device_type, job.service_s)
 
     def checks_left(self, run: float) -> float:
-        """Worker-seconds of the expensive checks the finals may wait for: those running for the best
-        few (a variant's compute-sanitizer and cheat checks, two jobs; a review, one)."""
-        config = self.flow.ctx.config
-        wanted = max(1, config.measure.final_top_k)
-        variants = min(len(self.flow.checks.pending()), wanted)
-        reviews = min(sum(t is Trust.PENDING for t in self.review_trust.values()), wanted)
-        per_job = self.check_s if self.check_s is not None else CHECK_RUNS * run + CHECK_OVERHEAD_S
-        return min(config.agents.sanitizer_timeout_s, per_job) * (2 * variants + reviews)
+        """Worker-seconds of the expensive checks the finals would wait for: those of the finalists
+        (the candidates the finals would take now) not yet passed, a variant's compute-sanitizer and
+        cheat checks two jobs, a review one; a variant no faster than the baseline none (the finals
+        pass it by). A job at what the device type's checks took in this run, within the bound."""
+        flow, state = self.flow, self.flow.state
+        jobs = 0
+        for key in self.contenders():
+            candidate = state.candidates[key]
+            trust = flow.checks.trust(candidate.source_hash) if candidate.source_hash in state.variants else None
+            if trust is Trust.PENDING or (trust is Trust.NOT_RUN and self.beats_baseline(candidate)):
+                jobs += 2
+            if self.review_trust.get(key) is Trust.PENDING:
+                jobs += 1
+        if not jobs:
+            return 0.0
+        plan = flow.ctx.plan
+        per_job = plan.check_estimate(flow.device_type) if plan is not None else None
+        if per_job is None:
+            per_job = self.check_s if self.check_s is not None else CHECK_RUNS * run + CHECK_OVERHEAD_S
+        bound = plan.check_bound() if plan is not None else flow.ctx.config.agents.sanitizer_timeout_s
+        return min(bound, per_job) * jobs
 
     # -- the fresh-seed review ---------------------------------------------------------------------
     def review(self, candidate: Candidate) -> Trust:
@@ -135,7 +151,8 @@ class Gate:
         self.review_trust[candidate.key] = Trust.PENDING
         result = self.flow.state.results.get(candidate.key)
         future = self.flow.jobs.review(candidate, label="over 10x the baseline, on fresh seeds",
-                                       value=self.gain(result.median if result is not None else None))
+                                       value=self.gain(result.median if result is not None else None),
+                                       timeout=self.flow.checks.bound())
         if self.flow.jobs.urgent:
             self.promote()
         future.add_done_callback(lambda f: self.reviewed(f.result()))

@@ -8,7 +8,7 @@ import re
 from cluster.core.types import BestConfig
 from cluster.outputs.exports._base import ExportError, ExportRequest
 from cluster.outputs.exports.text import _macro, _number, _plain, _sorted
-from cluster.store.select import NOISY_ADVICE
+from cluster.store.select import noisy_advice
 
 
 def _cmake_string(value: str) -> str:
@@ -54,7 +54,7 @@ def _cmake(best: list[BestConfig]) -> str:
         lines.append(f"# {config.target} on {config.device_type}: {_number(config.speedup)}x the baseline"
                      f" (candidate {config.candidate_key})")
         if config.noisy:
-            lines.append(f"# noisy: {NOISY_ADVICE}")
+            lines.append(f"# noisy: {noisy_advice([config.arch])}")
         if key in seen:  # H100 and H200 are both sm_90: one configuration per arch
             lines.append(f"# not used: an earlier configuration of {config.target} has arch {config.arch}")
             continue

@@ -34,7 +34,7 @@ import yaml
 
 from cluster.core.types import BestConfig
 from cluster.outputs.exports._base import ExportError, ExportRequest
-from cluster.store.select import NOISY_ADVICE
+from cluster.store.select import noisy_advice
 
 
 def _plain(value: Any) -> Any:
@@ -70,7 +70,7 @@ def best_record(config: BestConfig) -> dict[str, Any]:
         "source_hash": config.source_hash,
         "variant": config.is_variant,  # built from an agent's variant: `warpfleet export --format patch`
         "noisy": config.noisy,  # its re-measurements spread past measure.max_noise: see "noisy_advice"
-        **({"noisy_advice": NOISY_ADVICE} if config.noisy else {}),
+        **({"noisy_advice": noisy_advice([config.arch])} if config.noisy else {}),
     }
 
 
@@ -80,7 +80,7 @@ def _flags(best: list[BestConfig]) -> str:
         if len(best) > 1:
             lines.append(f"# {config.target} on {config.device_type}")
         if config.noisy:
-            lines.append(f"# noisy: {NOISY_ADVICE}")
+            lines.append(f"# noisy: {noisy_advice([config.arch])}")
         lines.append(shlex.join([*config.flag_argv, *config.defines]))
     return "".join(f"{line}\n" for line in lines)
 
@@ -119,7 +119,7 @@ def _defines(config: BestConfig) -> list[str]:
         f"{_number(config.speedup)}x the baseline ({_number(config.median)} vs "
         f"{_number(config.baseline_median)} {_comment(config.unit)})",
         f" * flags: {_comment(shlex.join(config.flag_argv)) or '(none)'}",
-        *([f" * noisy: {_comment(NOISY_ADVICE)}"] if config.noisy else []),
+        *([f" * noisy: {_comment(noisy_advice([config.arch]))}"] if config.noisy else []),
         f" * candidate {config.candidate_key}{'; ' + _comment(config.reason) if config.reason else ''} */",
     ]
     for name, value in config.params.items():

@@ -174,3 +174,26 @@ def test_an_output_that_cannot_be_written_is_one_line_and_a_missing_folder_is_ma
     made = tmp_path / "new" / "folder" / "target.yaml"
     assert CliRunner().invoke(main, ["kt-import", str(script), "--output", str(made)]).exit_code == 0
     assert load_target(made).spec.kind == "kernel"
+
+
+@pytest.mark.parametrize(("draw", "noted"), [("numpy.random.randn", True), ("numpy.random.rand", False)])
+def test_inputs_drawn_unevenly_are_noted_where_they_become_uniform(tmp_path, draw, noted):
+    """Seen: np.random.randn inputs became `uniform: [-5.2, 5.2]` without a word."""
+    script = tmp_path / "tune.py"
+    script.write_text(SCRIPT.format(restrictions="None", extra="").replace(
+        "x = numpy.linspace(0, 1, 4).astype(numpy.float32)",
+        f"numpy.random.seed(0); x = {draw}(100000).astype(numpy.float32)").replace("tune_kernel(\"gather\", src, 4,",
+                                                                                "tune_kernel(\"gather\", src, 100000,"))
+    out = tmp_path / "target.yaml"
+    result = CliRunner().invoke(main, ["kt-import", str(script), "--output", str(out)])
+    assert result.exit_code == 0, result.output
+    notes = [line for line in result.output.splitlines() if line.startswith("note:")]
+    [x] = [a for a in load_target(out).spec.kernel.arguments if a.name == "x"]
+    assert x.uniform is not None
+    if noted:
+        assert len(notes) == 1 and notes[0].startswith(f"note: {script}: x: the script's values are not spread "
+                                                       "evenly over their range"), notes
+        assert "--inputs npy" in notes[0] and f"uniform: [{x.uniform[0]}, {x.uniform[1]}]" in notes[0]
+        assert f"# {notes[0].split(': ', 2)[2]}" in out.read_text()
+    else:
+        assert notes == []

@@ -51,3 +51,24 @@ def test_a_log_names_each_stage_a_status_line_a_study_and_every_long_job(monkeyp
     flow.agents_running, flow.stage = False, Stage.FINAL
     progress.update()
     assert lines[0] == "pb_2mm@H100: final" and any("75 s so far" in line for line in lines)
+
+
+def test_at_80_columns_the_bars_keep_their_stage_and_words(monkeypatch) -> None:
+    """Seen: "[search]" was read as rich markup and vanished, and at 80 columns the lines were cut
+    mid-word with no room left for the bar."""
+    from io import StringIO
+
+    from rich.console import Console
+
+    flow = study("matmul_unroll@NVIDIA H100 80GB HBM3 (sm_90)")
+    check = Job(JobKind.FINAL, flow.name, [0], None, (), label="the final of -DUNROLL=4 -DTILE=32")
+    scheduler = Scheduler([(check, 45.0)])
+    console = Console(width=80, file=StringIO())
+    with SweepProgress([flow], 40, scheduler, console=console) as progress:
+        progress.update()
+    text = console.file.getvalue()
+    assert all(len(line) <= 80 for line in text.splitlines()) and "…" not in text, text
+    words = text.split()  # the columns wrap side by side: each word whole, somewhere
+    for word in ["matmul_unroll@NVIDIA", "H100", "80GB", "HBM3", "(sm_90):", "search", "+", "agents", "12/40",
+                 "(2.00x)", "-DUNROLL=4", "-DTILE=32):"]:
+        assert word in words, (word, text)

@@ -18,7 +18,9 @@ from cluster.engine.verification.verify import LocalVerifier
 from cluster.platform.devices import cpu_device
 from tests.conftest import REPO, needs
 
-pytestmark = [pytest.mark.nvcc, needs("nvcc")]
+# One pytest-xdist worker runs the module: suite_workflow's cache is a process's, so that a target's
+# workflow (its variants' builds) split over two workers was run twice.
+pytestmark = [pytest.mark.nvcc, needs("nvcc"), pytest.mark.xdist_group("workflow_suite")]
 ARCH = "sm_90"
 
 

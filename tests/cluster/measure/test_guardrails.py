@@ -14,7 +14,7 @@ import pytest
 from agents._base import AnalysisContext, Proposal
 from agents.patch import Variant, variant_bundle
 from agents.workflow.steps import Finding, Level, Plan, Verdict, VerdictStatus, Verification, Verifier
-from cluster.compile.build import compile_candidate
+from cluster.compile.build import HARNESS_INCLUDE, compile_candidate
 from cluster.config import Target, load_target
 from cluster.core.types import BuildArtifact, Candidate, DeviceInfo, Status
 from cluster.engine.verification.verify import GuardedVerifier
@@ -256,7 +256,7 @@ def test_the_harness_reads_the_poison_switch(tmp_path: Path) -> None:
         pytest.skip("no C++ compiler")
     program = tmp_path / "p.cpp"
     program.write_text('#include <warpfleet/harness_core.hpp>\nint main() { return wf::detail::poison_requested(); }\n')
-    subprocess.run([compiler, "-std=c++17", f"-I{REPO / 'cluster' / 'build' / 'include'}", str(program), "-o",
+    subprocess.run([compiler, "-std=c++17", f"-I{HARNESS_INCLUDE}", str(program), "-o",
                     str(tmp_path / "p")], check=True)
     codes = {value: subprocess.run([str(tmp_path / "p")], env={"WARPFLEET_POISON": value} if value else {}).returncode
              for value in ("", "0", "1")}

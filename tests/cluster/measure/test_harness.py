@@ -16,12 +16,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from cluster.compile.build import HARNESS_INCLUDE
 from cluster.config import MetricSpec
 from cluster.core.types import Stats
 from cluster.measure.measure import harness_region, parse_samples
-from tests.conftest import REPO, gpu_present, needs
+from tests.conftest import gpu_present, needs
 
-INCLUDE = REPO / "cluster" / "build" / "include"
+INCLUDE = HARNESS_INCLUDE
 EXAMPLE = INCLUDE / "warpfleet" / "example.cu"
 NVCC_FLAGS = ["-std=c++17", f"-I{INCLUDE}", "-Xcompiler", "-Wall,-Wextra", "-Werror", "all-warnings"]
 

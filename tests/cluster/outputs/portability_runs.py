@@ -66,7 +66,7 @@ def cpu_runs(tmp: Path) -> dict:
     run_b = _sweep(tmp, "b")
     export = tmp / "a.json"
     cli("export", str(run_a), "--format", "json", "--output", str(export))
-    evaluated = cli("evaluate", str(export), str(run_b), "--output-dir", str(tmp / "eval"))
+    evaluated = cli("evaluate", str(export), str(run_b), "--output-dir", str(tmp / "eval"), "--progress")
     [run_e] = list((tmp / "eval").iterdir())
     here = str(read_results(run_b)["device_type"].iloc[0])
     return {"a": run_a, "b": run_b, "e": run_e, "other": other, "here": here, "tmp": tmp,

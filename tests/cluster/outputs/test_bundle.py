@@ -77,25 +77,31 @@ def test_bundle_needs_a_folder(tmp_path):
     assert isinstance(read_results(run), pd.DataFrame)
 
 
-def test_an_output_in_a_folder_not_yet_made_is_written_and_one_that_cannot_be_is_one_line(tmp_path):
-    """Seen: `export --output newdir/x.flags`, `compare --output` and a bundle to a place that
-    cannot be written ended in tracebacks, where `report` makes its folder or says why not."""
+def test_an_output_file_needs_its_folder_a_bundle_makes_its_own_and_what_cannot_be_written_is_one_line(tmp_path):
+    """Seen: `export --output newdir/x.flags` and `compare --output` made the folders without a word
+    (a typo sends a result somewhere new: refused, as cp does), and a bundle to a place that cannot
+    be written ended in a traceback."""
     run = _one_run_on_three_gpus(tmp_path)
     runner = CliRunner()
-    made = tmp_path / "newdir" / "x.flags"
+    for args in (["export", str(run), "--device", "sm_80", "--output"], ["compare", str(run), "--no-compile",
+                                                                          "--output"]):
+        refused = runner.invoke(main, [*args, str(tmp_path / "newdir" / "x")])
+        assert refused.exit_code == 2 and refused.output.splitlines() == [
+            f"error: {tmp_path / 'newdir' / 'x'}: --output: no folder {tmp_path / 'newdir'} to write it in "
+            "(make it first)"], refused.output
+    assert not (tmp_path / "newdir").exists()
+    made = tmp_path / "x.flags"
     result = runner.invoke(main, ["export", str(run), "--device", "sm_80", "--output", str(made)])
     assert result.exit_code == 0 and made.read_text() == "-maxrregcount=32 -DBLOCK=64 -DITEMS=8\n"
-    compared = tmp_path / "cmp" / "matrix.md"
-    assert runner.invoke(main, ["compare", str(run), "--no-compile", "--output", str(compared)]).exit_code == 0
-    assert "saxpy" in compared.read_text()
+    bundle = tmp_path / "new" / "bundle"  # a folder of outputs: made, with the folders above it
+    assert runner.invoke(main, ["export", str(run), "--format", "bundle", "--output", str(bundle)]).exit_code == 0
+    assert (bundle / "warpfleet.json").is_file()
     blocker = tmp_path / "file"
     blocker.write_text("mine")
     before = sorted(p.name for p in tmp_path.rglob("*"))
-    for args in (["export", str(run), "--output"], ["export", str(run), "--format", "bundle", "--output"],
-                 ["compare", str(run), "--no-compile", "--output"]):
-        out = blocker / "sub" / "x"
-        result = runner.invoke(main, [*args, str(out)])
-        assert result.exit_code == 2 and "Traceback" not in result.output, result.output
-        [line] = result.output.splitlines()
-        assert line.startswith(f"error: {out}: --output: cannot be written") and "Not a directory" in line, line
+    out = blocker / "sub" / "x"
+    result = runner.invoke(main, ["export", str(run), "--format", "bundle", "--output", str(out)])
+    assert result.exit_code == 2 and "Traceback" not in result.output, result.output
+    [line] = result.output.splitlines()
+    assert line.startswith(f"error: {out}: --output: cannot be written") and "Not a directory" in line, line
     assert sorted(p.name for p in tmp_path.rglob("*")) == before and blocker.read_text() == "mine"

@@ -216,3 +216,70 @@ def test_a_variant_winner_is_compiled_for_another_arch_from_the_sources_its_run_
     [matrix] = json.loads(cli("compare", str(run), "--arch", "sm_80", "--format", "json"))
     error = {(r["config_id"], r["arch"]): r for r in matrix["resources"]}[(winner["config_id"], "sm_80")]["error"]
     assert "no run given stored variant" in error
+
+
+def _order_runs(tmp_path: Path) -> list[Path]:
+    """An H100 sweep whose search hit the H200's winner once (five samples, slow), an H200 sweep, and
+    an evaluation on the H100 of both winners (five samples each): two runs measured the H200's
+    winner beside the H100's, with as many samples."""
+    from cluster.config import load_target
+    from cluster.core.types import Phase
+    from tests.cluster.outputs.fake_runs import Row, gpu, write_run
+
+    saxpy = load_target(REPO / "configs" / "targets" / "saxpy" / "target.yaml")
+    h100, h200 = gpu("NVIDIA H100 80GB HBM3", "9.0", "H100"), gpu("NVIDIA H200", "9.0", "H200")
+    base, w100, w200 = {"BLOCK": 256, "ITEMS": 1}, {"BLOCK": 128, "ITEMS": 4}, {"BLOCK": 512, "ITEMS": 2}
+    sweep_h100 = write_run(tmp_path, "suite-h100-20261128-100000", saxpy, h100, [
+        Row(base, (2.0,) * 3, phase=Phase.BASELINE), Row(w200, (1.6,) * 5), Row(w100, (1.0,) * 5),
+        Row(w100, (1.0,) * 5, phase=Phase.FINAL), Row(base, (2.0,) * 5, phase=Phase.FINAL)])
+    sweep_h200 = write_run(tmp_path, "suite-h200-20261128-100000", saxpy, h200, [
+        Row(base, (1.8,) * 3, phase=Phase.BASELINE), Row(w200, (0.8,) * 5),
+        Row(w200, (0.8,) * 5, phase=Phase.FINAL), Row(base, (1.8,) * 5, phase=Phase.FINAL)])
+    evaluation = write_run(tmp_path, "evaluate-20261128-090000", saxpy, h100, [
+        Row(base, (2.0,) * 5, phase=Phase.BASELINE), Row(w100, (1.0,) * 5, phase=Phase.EVALUATE),
+        Row(w200, (1.25,) * 5, phase=Phase.EVALUATE)], meta={"kind": "evaluate"})
+    return [sweep_h100, sweep_h200, evaluation]
+
+
+def test_compare_does_not_depend_on_the_order_of_its_runs(tmp_path):
+    """Seen: one configuration scored 89.7% with the evaluation run given last and 63.4% with it
+    first: among runs with as many samples, the first given won, and a sweep's single search
+    measurement outweighed the evaluation made for the purpose."""
+    runs = _order_runs(tmp_path)
+    first, last = ([str(r) for r in order] for order in (runs, [runs[2], runs[0], runs[1]]))
+    assert cli("compare", *first, "--format", "json", "--no-compile") == \
+        cli("compare", *last, "--format", "json", "--no-compile")
+    [matrix] = json.loads(cli("compare", *first, "--format", "json", "--no-compile"))
+    labels = {c["config_id"]: c["label"] for c in matrix["configs"]}
+    cells = {(labels[c["config_id"]], c["device"]): c for c in matrix["cells"]}
+    on_h100 = cells[("tuned on NVIDIA H200 (sm_90) in suite-h200-20261128-100000", "NVIDIA H100 80GB HBM3 (sm_90)")]
+    assert on_h100["how"] == "same run" and on_h100["run_id"] == runs[2].name
+    assert on_h100["share"] == pytest.approx(1.0 / 1.25)  # the evaluation's, not the search's 1.0 / 1.6
+    markdown = cli("compare", *last, "--no-compile")
+    assert markdown == cli("compare", *first, "--no-compile")
+    assert f"| 80.0% (same run: {runs[2].name}) |" in markdown
+
+
+def test_a_final_rows_speedup_is_the_one_show_and_export_give(runs):
+    """Seen: a winner's final row said 2.35 (over the search's baseline) where show said 2.65x (over
+    the baseline's re-measurement). A final row's speedup is over the baseline's final median."""
+    rows = read_results(runs["a"])
+    finals = rows[(rows["phase"] == "final") & (rows["status"] == "ok")]
+    [baseline_key] = rows.loc[rows["phase"] == "baseline", "candidate_key"].unique()
+    base = Stats.of([s for arr in finals.loc[finals["candidate_key"] == baseline_key, "samples"] for s in arr])
+    assert finals["speedup"].to_numpy() == pytest.approx(base.median / finals["median"].to_numpy())
+    [study] = json.loads(cli("show", str(runs["a"]), "--json"))["studies"]
+    [exported] = json.loads(cli("export", str(runs["a"]), "--format", "json"))
+    winner = finals[finals["candidate_key"] != baseline_key]
+    assert study["selected"]["speedup"] == pytest.approx(float(winner["speedup"].iloc[0]))
+    assert exported["speedup"] == study["selected"]["speedup"]
+
+
+def test_evaluate_shows_a_bar_per_study_and_takes_no_progress(runs, tmp_path):
+    """Seen: evaluate alone of the long commands had no --no-progress (a script passing it to each failed)."""
+    study = f"stencil_c@{runs['here']}"
+    [bar] = [line for line in runs["evaluate_output"].splitlines() if line.startswith(f"{study}: ")]
+    assert bar.startswith((f"{study}: final ", f"{study}: done ")), bar
+    assert bar.rstrip().endswith("3/3"), bar  # the baseline and the two winners
+    quiet = CliRunner().invoke(main, ["evaluate", str(tmp_path / "nowhere"), "--no-progress"])
+    assert quiet.exit_code == 2 and "neither a run directory nor an export file" in quiet.output, quiet.output

@@ -77,3 +77,10 @@ def test_a_node_gets_the_registered_platform_whose_devices_it_has(with_other):
         assert gpu_device(0, "w").arch == "other_1" and gpu_device(0, "w").worker_id == "w"
         assert ncu_prefix(["m"])[0] == "other-prof"
         assert node_platform().device_paths() == ("/dev/null",)
+
+
+def test_the_sanitizer_checks_only_the_kernels_named_and_a_bounded_number_of_launches():
+    nvidia = PLATFORMS.load("nvidia")()
+    assert nvidia.sanitizer_filters(("mm", "scale"), 16) == ["--kernel-name", "kns=mm", "--kernel-name", "kns=scale",
+                                                              "--launch-count", "16"]
+    assert nvidia.sanitizer_filters((), None) == []

@@ -337,3 +337,23 @@ def test_no_check_starts_while_a_baseline_or_final_waits_for_a_worker():
     assert scheduler._next(a) is final  # built: it goes first
     scheduler._dispatch()  # the final on one worker, then the check on the other
     assert sorted(j.kind for j in scheduler.running.values()) == [JobKind.FINAL, JobKind.SANITIZE]
+
+
+def test_a_check_goes_to_an_idle_worker_and_nothing_queues_behind_one():
+    """With two jobs an actor, a check queued behind a search job (or a final behind a 72 s compute-
+    sanitizer run) waited while the other GPU was free: a check now goes only to a worker with
+    nothing on it, and a worker running a check takes nothing more until it is done."""
+    scheduler = Scheduler([FakeActor(), FakeActor()], [device("A")] * 2, per_worker=2, cpu_slots=4)
+    scheduler.searched.add("s")
+    search = ready_job(scheduler, JobKind.SEARCH, workers=(0, 1))
+    scheduler._dispatch()
+    assert search.worker is not None
+    check = ready_job(scheduler, JobKind.SANITIZE, workers=(0, 1))
+    scheduler._dispatch()
+    assert check.worker is not None and check.worker != search.worker  # the idle GPU, not behind the search
+    late = [ready_job(scheduler, JobKind.SEARCH, workers=(0, 1)) for _ in range(2)]
+    scheduler._dispatch()
+    assert [j.worker for j in late] == [search.worker, None]  # behind the search job, never behind the check
+    other = ready_job(scheduler, JobKind.GUARD, workers=(0, 1))
+    scheduler._dispatch()
+    assert other.worker is None  # no idle worker: it waits in its queue

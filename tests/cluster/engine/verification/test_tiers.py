@@ -160,3 +160,29 @@ def test_a_time_budget_ends_the_sweep_in_time_with_re_measured_winners(tmp_path,
     # The hard stop is the budget plus its grace: no row finishes after it (the loop has ended there).
     end = rows["finished_at"].max().timestamp()
     assert end <= started_wall + budget + grace_s(budget) + 1.0
+
+
+def test_checks_that_would_take_minutes_are_bounded_and_the_search_keeps_most_of_the_budget(tmp_path, one_fake_gpu):
+    """A fake GPU whose every expensive check would take five minutes, a budget of 40 s: each check
+    job ends within the time plan's bound (5% of the budget, less near its end), so no check holds
+    the GPU and the search goes on past half the budget; the variant whose checks could not finish is
+    never the winner, and the sweep ends by its grace with a re-measured one."""
+    from cluster.engine.plan.budget import CHECK_BOUND_SHARE
+
+    fast = variant_hash("unchecked")
+    model = Model(compile_s=0.01, run_s=0.05, check_s=300.0, speed=((fast, 0.25),))
+    budget = 40.0
+    started, started_wall = time.monotonic(), time.time()
+    run_dir, summary = sweep(tmp_path, Commented(("unchecked",)), model, trials=None, budget=budget,
+                             started_at=started)
+    rows = read_results(run_dir.path)
+    jobs = read_table(run_dir.path, RunDir.JOBS, JOBS_SCHEMA)
+    checks = jobs[jobs["kind"].isin(["sanitize", "guard", "review", "profile"])]
+    assert len(checks) >= 1
+    assert checks["service_s"].max() <= CHECK_BOUND_SHARE * budget + 1.0
+    search = rows[rows["phase"] == "search"]
+    assert search["started_at"].max().timestamp() - started_wall > budget / 2
+    [best] = select_best(rows)
+    assert best.source_hash != fast and best.reason != ""
+    assert rows["finished_at"].max().timestamp() <= started_wall + budget + grace_s(budget) + 1.0
+    assert summary.unfinished == ()

@@ -814,6 +814,7 @@ def _isolate(plan: RunPlan, unsandboxed: bool) -> Any:
     from cluster.sandbox.isolation import Policy, start_bubblewrap
     from cluster.sandbox.sandbox import SandboxError
 
+    out_of_sight = (str(Path(plan.config.output_dir).resolve()),)  # the runs: references, others' outputs
     if unsandboxed:
         click.echo("warning: --unsandboxed: candidates run with this user's rights, files and network", err=True)
         policy = Policy("off", plan.config.sandbox)
@@ -823,7 +824,7 @@ def _isolate(plan: RunPlan, unsandboxed: bool) -> Any:
         except SandboxError as exc:
             raise ConfigError(plan.file, "sandbox", f"cannot start on this node: {exc}; `warpfleet doctor` says "
                               "more, --unsandboxed runs without it") from None
-        policy = Policy("bwrap", plan.config.sandbox)
+        policy = Policy("bwrap", plan.config.sandbox, out_of_sight)
     policy.install()
     return policy
 

@@ -73,6 +73,15 @@ class OutputSpec(_Model):
     rtol: float | None = Field(None, ge=0)  # this output's tolerances; default: verify's
     atol: float | None = Field(None, ge=0)
 
+    @field_validator("path")
+    @classmethod
+    def _in_scratch(cls, value: str) -> str:
+        """An output is a file the run writes in its scratch directory: the worker reads nothing else."""
+        parts = Path(value).parts
+        if not parts or Path(value).is_absolute() or ".." in parts:
+            raise ValueError(f"{value!r} is not a path inside the run's scratch directory (relative, without '..')")
+        return value
+
     @field_validator("dtype")
     @classmethod
     def _known_dtype(cls, value: str) -> str:

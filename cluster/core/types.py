@@ -244,6 +244,22 @@ class Clock:
     claimed_s: float
     wall_s: float
     wall_spread_s: float = 0.0
+    # The device's busy time a run (the union of its kernels', copies' and memsets' intervals, by
+    # CUPTI: ``cluster.runners.device_clock``) and its spread, as the wall's; None without a record.
+    device_s: float | None = None
+    device_spread_s: float = 0.0
+
+
+@dataclass(frozen=True)
+class DeviceRecord:
+    """What the GPU did in one run, by warpfleet's device clock (``cluster.runners.device_clock``):
+    the seconds it was busy (the union of the intervals, so that work overlapped on streams counts
+    once), the records it saw, and whether the record is whole (a process that left without its
+    exit handlers, ``_exit``, leaves one begun and never ended)."""
+
+    busy_s: float
+    records: int
+    complete: bool = True
 
 
 @dataclass(frozen=True)

@@ -41,6 +41,13 @@ from cluster.core.types import Clock
 FRACTION = 0.5  # of a claimed saving that must show in the wall clock
 FLOOR_S = 0.005  # the wall clock's noise at the least: a process start in bubblewrap varies by milliseconds
 UNTIMED_SHARE = 0.25  # ... or this share of the baseline's time outside its samples (start-up noise grows with it)
+DEVICE_FLOOR_S = 20e-6  # the device clock's noise at the least: a few launches' jitter
+DEVICE_SHARE = 0.02  # ... or this share of the baseline's busy time (clocks and caches vary run to run)
+# No sample can take less: nothing a program times, or averages per item of real work, takes under
+# a picosecond (a clock cycle is 200 of them), and no GPU work timed with events (a kernel's launch
+# and its two events) takes under a microsecond.
+TICK_S = 1e-12
+LAUNCH_S = 1e-6
 CONFIRM_RUNS = 3  # runs a candidate gets, at the least, before its claim is found unsupported
 PAIRS = (3, 6)  # runs in turn with the baseline (measure.beside): a first round, and more where it fails
 SECONDS = {"s": 1.0, "ms": 1e-3, "us": 1e-6, "µs": 1e-6, "ns": 1e-9}
@@ -65,6 +72,44 @@ def clock_problem(candidate: Clock, baseline: Clock) -> str | None:
             f"{_ms(candidate.wall_s)} against the baseline's {_ms(baseline.wall_s)}, {_ms(seen)} less: a saving "
             f"that real shows at least {FRACTION:.0%} of itself, less {_ms(floor)} of noise (its metric is not "
             f"what its runs took)")
+
+
+def device_problem(candidate: Clock, baseline: Clock) -> str | None:
+    """Why the device's own record does not bear out the candidate's claimed saving, or None: the
+    seconds its samples save must show in the GPU's busy time (the union of its activity
+    intervals, ``Clock.device_s``), at least ``FRACTION`` of them less the record's noise
+    (``DEVICE_FLOOR_S``, ``DEVICE_SHARE`` of the baseline's busy time, or the spread of its runs').
+    Work moved to a stream the program's timer does not wait on, and a printed time lower than the
+    one measured, save nothing there; streams that really overlap do. None where either side has
+    no record (no GPU work seen, or no device clock on the node: the wall clock judges alone)."""
+    if candidate.device_s is None or baseline.device_s is None:
+        return None
+    claimed = baseline.claimed_s - candidate.claimed_s
+    floor = max(DEVICE_FLOOR_S, DEVICE_SHARE * baseline.device_s, baseline.device_spread_s)
+    if FRACTION * claimed <= floor:
+        return None
+    seen = baseline.device_s - candidate.device_s
+    if seen >= FRACTION * claimed - floor:
+        return None
+    return (f"its samples add up to {_ms(claimed)} less a run than the baseline's, but the device's own record "
+            f"(CUPTI: the GPU busy {_ms(candidate.device_s)} a run against the baseline's {_ms(baseline.device_s)}) "
+            f"shows {_ms(seen)} less: its timer does not time the GPU's work (work on a stream its events do not "
+            f"wait for, or a time it did not measure)")
+
+
+def sample_floor_s(gpu: bool) -> float:
+    """The least time a sample can take (``TICK_S``; ``LAUNCH_S`` on a GPU): a metric below is not
+    a measurement."""
+    return LAUNCH_S if gpu else TICK_S
+
+
+def unjudged(candidate: Clock, baseline: Clock) -> bool:
+    """Whether the wall rule left a claim unjudged for its floor alone: a claim the minimum floor
+    (``FLOOR_S``) could judge but the baseline's noise or untimed time (a first run's warm-up, a
+    loaded node) hid. The finals judge such a claim on runs in turn with the baseline."""
+    claimed = baseline.claimed_s - candidate.claimed_s
+    return FRACTION * claimed > FLOOR_S and clock_problem(candidate, baseline) is None and (
+        baseline.wall_s - candidate.wall_s < FRACTION * claimed - FLOOR_S)
 
 
 def paired_problem(candidate_claims: Sequence[float], candidate_walls: Sequence[float],

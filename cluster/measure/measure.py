@@ -23,7 +23,16 @@ from cluster.config import MetricSpec, OutputSpec, Target, VerifySpec
 from cluster.core.compare import compare
 from cluster.core.placeholders import names_in
 from cluster.core.types import BuildArtifact, Candidate, Clock, DeviceInfo, Measurement, RunOutputs, Status
-from cluster.measure.clock import CONFIRM_RUNS, PAIRS, clock_problem, paired_problem, seconds_per_unit
+from cluster.measure.clock import (
+    CONFIRM_RUNS,
+    PAIRS,
+    clock_problem,
+    device_problem,
+    paired_problem,
+    sample_floor_s,
+    seconds_per_unit,
+    unjudged,
+)
 from cluster.measure.telemetry import Monitor
 from cluster.runners._base import Invocation, ProcessRunner, Runner, Staged
 from cluster.sandbox.sandbox import read_output
@@ -183,9 +192,11 @@ def measure_candidate(
     clocked = not runner.samples_are_warpfleets and seconds_per_unit(spec.metric) is not None
     claims: list[float] = []  # per run: the seconds its samples add up to
     walls: list[float] = []  # per run: the seconds warpfleet's own clock saw it take
+    busy: list[float | None] = []  # per run: the GPU's busy seconds by the device clock (None: no record)
+    floor_s = sample_floor_s(device.kind == "gpu")
 
     def clock() -> Clock | None:
-        return _clock(claims, walls) if clocked else None
+        return _clock(claims, walls, busy) if clocked else None
 
     with runner.stage(target, dict(candidate.params), candidate.arch, artifact.binary) as staged, \
             monitor or nullcontext():
@@ -194,6 +205,9 @@ def measure_candidate(
             # The baseline runs seeds 0..runs-1; candidates cycle through the seeds it ran.
             seed = index if reference is None or not reference.runs else index % len(reference.runs)
             wanted = reference.for_run(seed) if reference else None
+            tampered = staged.reset() if index > first_seed else None  # nothing a run left serves the next
+            if tampered:
+                return done(Status.CRASHED, f"refused: {tampered}")
             result = staged.run(Invocation(seed=seed, stop_above=stop_above, max_samples=max_samples,
                                               reference=wanted))
             run_s += result.seconds
@@ -203,13 +217,17 @@ def measure_candidate(
                 return done(Status.TOO_MANY_FILES if result.limit_exceeded == "files" else Status.CRASHED,
                             result.tail())
             found = parse_samples(result.stdout, spec.metric)
-            problem = metric_problem(found, spec.metric)
+            problem = metric_problem(found, spec.metric, floor_s)
             if problem:
                 status = Status.METRIC_MISSING if not found or problem.startswith("no ") else Status.METRIC_INVALID
                 return done(status, f"{problem}\n{result.stdout[-2048:]}")
             samples.extend(found)
             claims.append(sum(found) * (seconds_per_unit(spec.metric) or 0.0))
             walls.append(result.seconds)
+            if result.device is not None and not result.device.complete and reference is not None and clocked:
+                return done(Status.CLOCK_MISMATCH, "its device record was begun and never ended (it left without "
+                            "its exit handlers, or wrote the record itself): the device's work cannot be seen")
+            busy.append(result.device.busy_s if result.device is not None and result.device.complete else None)
             region = harness_region(result.stdout)
             if region:
                 regions.append(region)
@@ -229,9 +247,16 @@ def measure_candidate(
                 if not test.ok:
                     return done(Status.TEST_FAILED, test.tail())
             index += 1
-            if index == last and last - first_seed < CONFIRM_RUNS and _clock_problem(clock(), reference):
+            if index == last and last - first_seed < CONFIRM_RUNS and (
+                    _clock_problem(clock(), reference) or _device_problem(clock(), reference)):
                 last = first_seed + CONFIRM_RUNS  # a claim the clock does not bear out: confirmed on more runs
-        problem = _clock_problem(clock(), reference)
+        measured = clock()
+        problem = _device_problem(measured, reference)
+        if problem:  # the GPU's own record: no load on the node's CPUs changes it, nothing to re-run
+            return done(Status.CLOCK_MISMATCH, problem)
+        problem = _clock_problem(measured, reference)
+        if problem is None and _hidden_by_floor(measured, reference, runs):
+            problem = "its claimed saving was under the baseline's clock's noise"
         if problem and baseline is not None and reference is not None:
             again, seconds = beside(staged, runner, baseline(), reference, first_seed=first_seed)
             run_s += seconds
@@ -255,11 +280,19 @@ def beside(staged: Staged, runner: Runner, baseline: Baseline, reference: Refere
     seconds, problem, indices = 0.0, None, itertools.count(first_seed)
     params = dict(baseline.candidate.params)
     with runner.stage(baseline.target, params, baseline.candidate.arch, baseline.binary, prefix="beside-") as base:
+        # Each run leaves nothing for the other side to find (a persistent host's candidates share a
+        # folder that holds both directories), nor for its own next run.
+        staged.reset()
+        for which in (base, staged):  # a warm-up each, left out: a first run's costs are not the program's claim
+            seconds += which.run(Invocation(seed=first_seed % len(reference.runs) if reference.runs else first_seed)
+                                 ).seconds
+            which.reset()
         for pairs in rounds:
             for index in itertools.islice(indices, pairs):
                 seed = index % len(reference.runs) if reference.runs else index
                 for side, which in enumerate((base, staged)):
                     result = which.run(Invocation(seed=seed))
+                    which.reset()
                     seconds += result.seconds
                     found = parse_samples(result.stdout, metric) if result.ok and not result.timed_out else []
                     invalid = metric_problem(found, metric)
@@ -273,12 +306,19 @@ def beside(staged: Staged, runner: Runner, baseline: Baseline, reference: Refere
     return problem, seconds
 
 
-def _clock(claims: list[float], walls: list[float]) -> Clock | None:
-    """Medians over the runs (``Clock``); None with no runs."""
+def _clock(claims: list[float], walls: list[float], busy: list[float | None]) -> Clock | None:
+    """Medians over the runs (``Clock``), the first left out where there are more (its warm-up:
+    a cache made, a JIT, a context, is no part of the program's steady runs nor of the noise);
+    None with no runs. The device's busy time only where every run has a record."""
     if not walls:
         return None
+    start = 1 if len(walls) > 1 else 0
+    claims, walls, busy = claims[start:], walls[start:], busy[start:]
     wall = statistics.median(walls)
-    return Clock(statistics.median(claims), wall, 2 * statistics.median(abs(w - wall) for w in walls))
+    device = [b for b in busy if b is not None]
+    device_s = statistics.median(device) if device and len(device) == len(busy) else None
+    return Clock(statistics.median(claims), wall, 2 * statistics.median(abs(w - wall) for w in walls),
+                 device_s, 2 * statistics.median(abs(b - device_s) for b in device) if device_s is not None else 0.0)
 
 
 def _clock_problem(measured: Clock | None, reference: Reference | None) -> str | None:
@@ -287,18 +327,38 @@ def _clock_problem(measured: Clock | None, reference: Reference | None) -> str |
     return clock_problem(measured, reference.clock)
 
 
+def _device_problem(measured: Clock | None, reference: Reference | None) -> str | None:
+    if measured is None or reference is None or reference.clock is None:
+        return None
+    return device_problem(measured, reference.clock)
+
+
+def _hidden_by_floor(measured: Clock | None, reference: Reference | None, runs: int) -> bool:
+    """A claim the finals (``CONFIRM_RUNS`` runs or more) would make that the wall rule left
+    unjudged for the baseline's noise alone, with no device record to judge it: judged on runs in
+    turn with the baseline (a first run's warm-up or a load that came and went hid lies there)."""
+    if measured is None or reference is None or reference.clock is None or runs < CONFIRM_RUNS:
+        return False
+    return measured.device_s is None and unjudged(measured, reference.clock)
+
+
 TIME_UNITS = {"s", "ms", "us", "µs", "ns", "cycles"}
 
 
-def metric_problem(samples: list[float], metric: MetricSpec) -> str | None:
+def metric_problem(samples: list[float], metric: MetricSpec, floor_s: float = 0.0) -> str | None:
     """Why these samples cannot be measurements, or None. A time or an energy is positive and
-    finite; any metric is finite."""
+    finite; any metric is finite; a time is no less than ``floor_s`` (``clock.sample_floor_s``:
+    no timer resolves less, no GPU work takes less)."""
     if not samples:
         return "no metric samples in stdout"
     if not all(math.isfinite(s) for s in samples):
         return "no finite metric samples: NaN or Inf among them"
     if metric.unit in TIME_UNITS | {"J", "mJ"} and min(samples) <= 0:
         return f"a sample of {min(samples):g} {metric.unit}: a time or an energy must be positive"
+    unit = seconds_per_unit(metric)
+    if unit and min(samples) * unit < floor_s:
+        return (f"a sample of {min(samples):g} {metric.unit}: less than {floor_s * 1e9:g} ns, which no "
+                f"{'GPU work' if floor_s > 1e-9 else 'timer'} can measure")
     return None
 
 

@@ -331,6 +331,7 @@ class KernelRunner(HostRunner):
 
     name = "kernel"
     samples_are_warpfleets = True  # its host times the cubin's launches with its own events
+    isolates_runs = False  # a cubin writes no file; the references handed to the host stay
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)

@@ -14,12 +14,14 @@ from __future__ import annotations
 import _ctypes
 import contextlib
 import ctypes
+import dataclasses
 import os
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
 from cluster.runners._base import BINARY_FILE, HostRunner, Invocation, Staged, harness_env
+from cluster.runners.device_clock import RECORD_FILE
 from cluster.sandbox.host import STDERR_FILE, STDOUT_FILE, host_python
 from cluster.sandbox.sandbox import ProcessResult
 
@@ -83,7 +85,12 @@ class PersistentRunner(HostRunner):
         request = {"loader": "program", "library": library, "argv": argv, "env": harness_env(invocation),
                    "cwd": str(staged.workdir), "stdout": str(staged.workdir / STDOUT_FILE),
                    "stderr": str(staged.workdir / STDERR_FILE)}
-        return self.call(staged, request, timeout)
+        clock = self.device_clock if self.clocked(invocation) else None
+        if clock is None:
+            return self.call(staged, request, timeout)
+        clock.forget(staged.files)
+        request["device_record"] = str(staged.workdir / RECORD_FILE)  # the host writes it after the candidate
+        return dataclasses.replace(self.call(staged, request, timeout), device=clock.read(staged.files))
 
     def binary_argv(self, workdir: Path) -> list[str]:
         return host_python("-m", "cluster.sandbox.host", "program", str(workdir / BINARY_FILE))

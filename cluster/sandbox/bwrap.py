@@ -2,9 +2,11 @@
 
 What a command started through ``Bubblewrap.prepare`` gets (flags in ``_mounts`` and ``_namespaces``):
 
-- the node's root file system read-only; its scratch directory (and ``writable``) the only
-  places it may write to; a private ``/tmp``, and the scratch root behind a private tmpfs, so that
-  it sees no other command's directory; credentials in the worker's home hidden;
+- the node's root file system read-only, but for the runs' output directory (the references,
+  other candidates' rows and outputs), out of sight behind an empty tmpfs; its scratch directory
+  (and ``writable``) the only places it may write to; a private ``/tmp``, and the scratch root
+  behind a private tmpfs, so that it sees no other command's directory; credentials in the
+  worker's home hidden;
 - bubblewrap's minimal ``/dev``, and on GPU workers the platform's device nodes (NVIDIA's), nothing else;
 - a PID namespace whose init (``INIT``) is the command's parent (``--die-with-parent``): when the
   command's main process exits, or the worker kills bubblewrap, every process it started is gone;
@@ -91,14 +93,18 @@ class Bubblewrap(Sandbox):
     name = "bwrap"
 
     def __init__(self, program: Program, spec: SandboxSpec, gpu: bool = False, cgroups: Cgroups | None = None,
-                 uid: int | None = None, home: Path | None = None, hidden: Sequence[Path] = ()) -> None:
+                 uid: int | None = None, home: Path | None = None, hidden: Sequence[Path] = (),
+                 out_of_sight: Sequence[Path] = ()) -> None:
         """``gpu``: bind the GPU platform's device nodes into every command; ``uid``: run commands as this
-        uid (the worker is root); ``hidden``: more files to hide (a Ray token file elsewhere)."""
+        uid (the worker is root); ``hidden``: more files to hide (a Ray token file elsewhere);
+        ``out_of_sight``: folders no command may see, whenever they come to exist (the runs'
+        output directory: the references, every candidate's rows and outputs)."""
         self.program, self.spec, self.gpu, self.cgroups, self.uid = program, spec, gpu, cgroups, uid
         self.passed = tuple(spec.env)
         self.memory_mb = spec.memory_mb or node_memory_bytes() // 2 // MB
         home = home or Path.home()
         self.hidden = tuple(p for p in (*(home / h for h in HIDDEN), *hidden) if p.exists())
+        self.out_of_sight = tuple(Path(p).absolute() for p in out_of_sight)
         # The Python that runs warpfleet (a runner's host, a launcher) and warpfleet itself (its
         # harness headers) must be there for the command: where they live below the private /tmp
         # (a clone in /tmp) or below a folder the command's uid cannot pass (/root/.pyenv,
@@ -180,6 +186,9 @@ class Bubblewrap(Sandbox):
             args += ["--dev-bind", node, node]
         for path in self.hidden:
             args += ["--tmpfs", str(path)] if path.is_dir() else ["--ro-bind", "/dev/null", str(path)]
+        for path in self.out_of_sight:
+            if path.is_dir():  # an empty folder in its place: a command finds nothing there
+                args += ["--perms", "0755", "--tmpfs", str(path)]
         size = ["--size", str(limits.disk_mb * MB)] if self.modern and limits and limits.disk_mb else []
         tops: list[Path] = [Path("/tmp")]
         for shared in ("/tmp", "/dev/shm"):  # private, and anyone's to write to, as on the host

@@ -22,6 +22,7 @@ import ctypes
 import importlib
 import json
 import os
+import secrets
 import select
 import stat
 import subprocess
@@ -34,6 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from cluster.core.limits import Limits
+from cluster.sandbox.reaper import adopt_orphans, end_strays
 from cluster.sandbox.sandbox import (
     DISK_POLL_S,
     STDERR_FILE,
@@ -142,22 +144,70 @@ def handle(request: Mapping[str, Any]) -> int:
             os.close(fd)
 
 
-def serve(fd_in: int, fd_out: int, cuda: bool) -> None:
-    """The host's loop: one JSON request a line in, one JSON reply a line out, until EOF."""
+def _device_record() -> Callable[[str | None], int] | None:
+    """The device clock's writer, where the driver injected its library into this process
+    (``cluster.runners.device_clock``): ``write(PATH)`` writes what the GPU did since the last
+    call, ``write(None)`` drops it."""
+    library = os.environ.get("CUDA_INJECTION64_PATH")
+    if not library:
+        return None
+    try:
+        write = ctypes.CDLL(library).wf_device_record_write
+    except (OSError, AttributeError):
+        return None
+    write.argtypes, write.restype = [ctypes.c_char_p], ctypes.c_int
+
+    def record(path: str | None) -> int:
+        if path is not None:
+            with contextlib.suppress(OSError):
+                os.unlink(path)  # made afresh: never written through what a candidate left at the name
+        return int(write(path.encode() if path is not None else None))
+
+    return record
+
+
+PRIVATE = ("/tmp", "/dev/shm")  # the sandbox's own for the host: emptied after each candidate
+
+
+def _empty_private(workdir: Path) -> None:
+    """/tmp and /dev/shm emptied but for the way to the host's own folder (bound in there)."""
+    for place in PRIVATE:
+        with contextlib.suppress(OSError), UntrustedDir(place) as held:
+            held.clear(keep={workdir.relative_to(place).parts[0]} if workdir.is_relative_to(place) else ())
+
+
+def serve(fd_in: int, fd_out: int, cuda: bool, private: bool = False) -> None:
+    """The host's loop: one JSON request a line in, one JSON reply a line out, until EOF. Each
+    reply carries its request's nonce, which the candidate never sees (popped before it runs): a
+    line a candidate writes on the reply channel is not taken for the host's. ``private``: /tmp
+    and /dev/shm are the sandbox's own, emptied after each candidate."""
     context = _CudaContext() if cuda else None
+    device = _device_record() if cuda else None
     requests = os.fdopen(fd_in, "r")
     replies = os.fdopen(fd_out, "w")
     os.dup2(os.open(os.devnull, os.O_RDONLY), 0)  # candidates read no stdin
+    adopt_orphans()
+    workdir = Path.cwd()  # the client starts the host in its folder
     for line in requests:
         start = time.perf_counter()
         refused = ""
+        request = json.loads(line)
+        nonce = request.pop("nonce", "")
+        line = ""
+        if device:
+            device(None)  # what the host did between candidates is no candidate's
         try:
-            status = handle(json.loads(line))
+            status = handle(request)
         except CaptureRefused as exc:
             status, refused = 1, exc.strerror or str(exc)
+        end_strays()
+        if private:
+            _empty_private(workdir)
         healthy = context.healthy() if context else True
+        if device and healthy and request.get("device_record"):
+            device(request["device_record"])
         replies.write(json.dumps({"rc": status, "seconds": time.perf_counter() - start, "healthy": healthy,
-                                  "refused": refused}) + "\n")
+                                  "refused": refused, "nonce": nonce}) + "\n")
         replies.flush()
         if not healthy:
             os._exit(BROKEN_CONTEXT_EXIT)  # nothing else may run on a broken context
@@ -169,7 +219,7 @@ def main(argv: list[str]) -> None:
     ``... program LIBRARY [ARGS...]`` (a program built as a shared library) or ``... once
     REQUEST.json`` (any loader's request); either exits with the candidate's status."""
     if argv[:1] == ["serve"]:
-        serve(int(argv[1]), int(argv[2]), "--cuda" in argv)
+        serve(int(argv[1]), int(argv[2]), "--cuda" in argv, "--private" in argv)
         return
     if argv[:1] == ["program"] and len(argv) >= 2:
         request: dict[str, Any] = {"loader": "program", "library": argv[1], "argv": argv[1:]}
@@ -181,6 +231,9 @@ def main(argv: list[str]) -> None:
     status = _loader(request["loader"])(request)
     sys.stdout.flush()
     ctypes.CDLL(None).fflush(None)
+    device, path = _device_record(), os.environ.get("WARPFLEET_DEVICE_RECORD")
+    if device and path:
+        device(path)  # os._exit skips the library's exit handler that would write it
     os._exit(int(status or 0))
 
 
@@ -196,6 +249,7 @@ class Reply:
     amount: str = ""
     error: str = ""  # why no host could run it
     refused: str = ""  # why the host would not write the run's capture files (ProcessResult.refused)
+    forged: bool = False  # the line read was not the host's reply (no nonce of the request's)
 
 
 def package_root() -> str:
@@ -218,8 +272,9 @@ class HostProcess:
     staged) as its only writable place."""
 
     def __init__(self, cuda: bool, sandbox: Sandbox | None = None, workdir: Path | None = None,
-                 limits: Limits | None = None) -> None:
-        self.cuda, self.sandbox, self.limits = cuda, sandbox or Unsandboxed(), limits
+                 limits: Limits | None = None, env: Mapping[str, str] | None = None) -> None:
+        """``env``: warpfleet's own variables for the host (the device clock's library)."""
+        self.cuda, self.sandbox, self.limits, self.env = cuda, sandbox or Unsandboxed(), limits, dict(env or {})
         self.workdir = workdir or Path.cwd()
         self.proc: subprocess.Popen[bytes] | None = None
         self.prepared: Prepared | None = None
@@ -229,8 +284,9 @@ class HostProcess:
         to_host, from_client = os.pipe()
         to_client, from_host = os.pipe()
         argv = host_python("-m", "cluster.sandbox.host", "serve", str(to_host), str(from_host),
-                           *(["--cuda"] if self.cuda else []))
-        env = self.sandbox.environment(os.environ)
+                           *(["--cuda"] if self.cuda else []),
+                           *(["--private"] if not isinstance(self.sandbox, Unsandboxed) else []))
+        env = self.sandbox.environment(os.environ, self.env)
         try:
             self.prepared = self.sandbox.prepare(argv, self.workdir, env, self.limits, self.cuda,
                                                  writable=(self.workdir,))
@@ -250,7 +306,22 @@ class HostProcess:
 
     def call(self, request: Mapping[str, Any], timeout: float, over: Callable[[], str] | None = None) -> Reply:
         """``request`` run in the host within ``timeout``; ``over``, asked every ``DISK_POLL_S`` while
-        it runs, names a limit the run is past ("disk", "files"): the host is stopped for it."""
+        it runs, names a limit the run is past ("disk", "files"): the host is stopped for it.
+
+        A reply without the request's nonce was written by a candidate (this one, or a thread an
+        earlier one left): the host is no longer warpfleet's, so it is stopped and the request run
+        once more in a fresh one; a second such reply refuses the run."""
+        reply = self._call(request, timeout, over)
+        if reply.forged:
+            self.stop()
+            reply = self._call(request, timeout, over)
+        if reply.forged:
+            self.stop()
+            return Reply(None, reply.seconds, host_died=True,
+                         refused="a reply on the host's channel that the host did not write (the candidate's)")
+        return reply
+
+    def _call(self, request: Mapping[str, Any], timeout: float, over: Callable[[], str] | None) -> Reply:
         if self.proc is None or self.proc.poll() is not None:
             self.stop()
             try:
@@ -258,8 +329,9 @@ class HostProcess:
             except (OSError, SandboxError) as exc:
                 return Reply(None, 0.0, host_died=True, error=f"the host process could not start: {exc}")
         start = time.perf_counter()
+        nonce = secrets.token_hex(16)
         try:
-            self.requests.write(json.dumps(request) + "\n")
+            self.requests.write(json.dumps({**request, "nonce": nonce}) + "\n")
             self.requests.flush()
         except (BrokenPipeError, OSError):
             return self._died(start)
@@ -279,7 +351,12 @@ class HostProcess:
         if not line:
             return self._died(start)
         seconds = time.perf_counter() - start
-        reply = json.loads(line)
+        try:
+            reply = json.loads(line)
+        except ValueError:
+            reply = {}
+        if not isinstance(reply, dict) or reply.get("nonce") != nonce:
+            return Reply(None, seconds, host_died=True, forged=True)
         if not reply["healthy"]:
             self.stop()
         return Reply(reply["rc"], seconds, host_died=not reply["healthy"], refused=reply.get("refused", ""))

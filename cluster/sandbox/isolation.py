@@ -49,14 +49,17 @@ class Policy:
 
     mode: Mode = "auto"
     spec: SandboxSpec = field(default_factory=SandboxSpec)
+    # Folders no candidate may see (the runs' output directory): an empty tmpfs over each in the sandbox.
+    out_of_sight: tuple[str, ...] = ()
 
     def encode(self) -> str:
-        return json.dumps({"mode": self.mode, "spec": self.spec.model_dump()}, sort_keys=True)
+        return json.dumps({"mode": self.mode, "spec": self.spec.model_dump(), "out_of_sight": list(self.out_of_sight)},
+                          sort_keys=True)
 
     @classmethod
     def decode(cls, text: str) -> Policy:
         data = json.loads(text)
-        return cls(data["mode"], SandboxSpec.model_validate(data["spec"]))
+        return cls(data["mode"], SandboxSpec.model_validate(data["spec"]), tuple(data.get("out_of_sight", ())))
 
     @classmethod
     def current(cls) -> Policy:
@@ -97,16 +100,19 @@ def _sandbox_for(encoded: str, bwrap: str | None, gpu: bool) -> Sandbox:
     if policy.mode == "off":
         return Unsandboxed(policy.spec.env)
     try:
-        return start_bubblewrap(policy.spec, gpu, bwrap)
+        return start_bubblewrap(policy.spec, gpu, bwrap, policy.out_of_sight)
     except SandboxError as exc:
         return Unsandboxed(policy.spec.env) if policy.mode == "auto" else Refused(str(exc))
 
 
-def start_bubblewrap(spec: SandboxSpec, gpu: bool = False, bwrap: str | None = None) -> Bubblewrap:
-    """This node's bubblewrap sandbox, tried on a trivial command; ``SandboxError`` says why not."""
+def start_bubblewrap(spec: SandboxSpec, gpu: bool = False, bwrap: str | None = None,
+                     out_of_sight: Sequence[str | Path] = ()) -> Bubblewrap:
+    """This node's bubblewrap sandbox, tried on a trivial command; ``SandboxError`` says why not.
+    ``out_of_sight``: folders its commands must not see (``Policy.out_of_sight``)."""
     program = Program.find(spec.bwrap or bwrap or os.environ.get(ENV_BWRAP))
     token = os.environ.get("RAY_AUTH_TOKEN_PATH")
-    sandbox = Bubblewrap(program, spec, gpu, Cgroups.detect(), sandbox_uid(), hidden=[Path(token)] if token else [])
+    sandbox = Bubblewrap(program, spec, gpu, Cgroups.detect(), sandbox_uid(), hidden=[Path(token)] if token else [],
+                         out_of_sight=[Path(p) for p in out_of_sight])
     result = trial(sandbox, ["true"])
     if not result.ok:
         lines = [line for line in result.tail().splitlines() if line.strip()]

@@ -37,6 +37,7 @@ from pathlib import Path
 from typing import BinaryIO
 
 from cluster.core.limits import MB, Limits
+from cluster.core.types import DeviceRecord
 from cluster.sandbox.untrusted_dir import UntrustedDir
 
 STDOUT_FILE, STDERR_FILE = ".warpfleet.stdout", ".warpfleet.stderr"  # a command's output, in its directory
@@ -84,6 +85,7 @@ class ProcessResult:
     limits: Limits | None = None
     limit_amount: str = ""  # the exceeded limit's size where the sandbox, not ``limits``, set it: "256 MB"
     refused: str = ""  # what the worker would not go through in the directory (a link where its file was)
+    device: DeviceRecord | None = None  # what the GPU did, by warpfleet's device clock; None: not recorded
 
     @property
     def ok(self) -> bool:

@@ -15,8 +15,9 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import stat
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
 from pathlib import Path
 from typing import BinaryIO
 
@@ -103,6 +104,24 @@ class UntrustedDir:
             os.unlink(name, dir_fd=parent)
 
     # -- the whole tree ----------------------------------------------------------------------------
+    def clear(self, keep: Collection[str] = ()) -> None:
+        """Everything in the directory removed but the names ``keep``: links themselves, never what
+        they point to (each folder removed through descriptors, ``shutil.rmtree``'s own defence)."""
+        listing_fd = os.dup(self.fd)
+        try:
+            with os.scandir(listing_fd) as listing:
+                names = [(entry.name, entry.is_dir(follow_symlinks=False)) for entry in listing]
+        finally:
+            os.close(listing_fd)
+        for name, folder in names:
+            if name in keep:
+                continue
+            with contextlib.suppress(OSError):
+                if folder:
+                    shutil.rmtree(name, dir_fd=self.fd)
+                else:
+                    os.unlink(name, dir_fd=self.fd)
+
     def usage(self, max_bytes: int | None = None, max_entries: int | None = None) -> tuple[int, int]:
         """(bytes, entries) under the directory, links not followed, entries that vanish skipped;
         the count stops early once past ``max_bytes`` or ``max_entries`` (enough to say "over")."""

@@ -65,3 +65,17 @@ def test_a_shared_folder_is_beside_the_target_not_above_it_or_absolute(tmp_path,
     with pytest.raises(ConfigError) as exc:
         load_target(path)
     assert "shared[0]" in _one_line(exc)
+
+
+@pytest.mark.parametrize("output", ["/etc/shadow", "../references/out.bin", "data/../../x.bin", ""])
+def test_an_output_path_outside_the_scratch_directory_is_refused(tmp_path, output):
+    path = write_target(tmp_path / "t", verify={"outputs": [{"path": output}]})
+    with pytest.raises(ConfigError) as exc:
+        load_target(path)
+    message = _one_line(exc)
+    assert "target.yaml" in message and "verify.outputs[0].path" in message
+
+
+def test_an_output_in_a_folder_of_the_scratch_directory_is_fine(tmp_path):
+    target = load_target(write_target(tmp_path / "t", verify={"outputs": ["results/out.bin", "./c.txt"]}))
+    assert [o.path for o in target.spec.verify.outputs] == ["results/out.bin", "./c.txt"]

@@ -1,0 +1,132 @@
+"""The device clock on a machine without a GPU: the union of recorded intervals, the record file's
+parser, and the judgement end to end on programs that write the record the injection library would
+(tests/fixtures/device_clock/recorded.c): work on a non-blocking stream and a printed third are
+``clock_mismatch`` where the wall clock's floor is too high to judge them, streams that really
+overlap win, a record begun and never ended is no way out, and a node without a device clock judges
+by the wall clock alone."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+import yaml
+
+from cluster.compile.build import compile_candidate
+from cluster.config import load_target
+from cluster.core.types import Candidate, Clock, DeviceRecord, Phase, Status
+from cluster.measure.clock import device_problem
+from cluster.measure.measure import Reference, measure_candidate
+from cluster.platform.devices import cpu_device
+from cluster.runners._base import ProcessRunner
+from cluster.runners.device_clock import RECORD_FILE, DeviceClock, busy_seconds, cupti_places, parse_record
+from cluster.sandbox.untrusted_dir import UntrustedDir
+
+FIXTURE = Path(__file__).parents[2] / "fixtures" / "device_clock" / "recorded.c"
+MS = 1_000_000
+
+
+def test_busy_time_is_the_union_of_the_intervals():
+    assert busy_seconds([]) == 0.0
+    assert busy_seconds([(0, 10 * MS), (10 * MS, 20 * MS)]) == pytest.approx(0.020)  # back to back
+    assert busy_seconds([(0, 10 * MS), (5 * MS, 15 * MS)]) == pytest.approx(0.015)  # overlapped: once
+    assert busy_seconds([(0, 20 * MS), (5 * MS, 15 * MS)]) == pytest.approx(0.020)  # nested
+    assert busy_seconds([(30 * MS, 31 * MS), (0, 1 * MS)]) == pytest.approx(0.002)  # out of order, a gap
+    assert busy_seconds([(5, 5), (9, 3)]) == 0.0  # empty and reversed intervals count for nothing
+
+
+def test_the_parser_reads_the_librarys_file_and_nothing_else():
+    whole = parse_record("wf-device-record 1\nC 0 1000000\nK 1000000 11000000\nK 2000000 12000000\nend 3\n")
+    assert whole == DeviceRecord(pytest.approx(0.012), 3, complete=True)
+    begun = parse_record("wf-device-record 1\nK 0 1000\n")
+    assert begun.complete is False and begun.records == 1
+    for text in ("", "K 0 1\nend 1\n", "wf-device-record 1\nK 0\nend 1\n", "wf-device-record 1\nK 0 1\nend 2\n",
+                 "wf-device-record 1\nend 0\nK 0 1\n", "wf-device-record 1\nX 0 1\nend 1\n"):
+        with pytest.raises(ValueError):
+            parse_record(text)
+
+
+def test_the_worker_reads_the_record_never_through_a_link(tmp_path):
+    (tmp_path / "secret").write_text("wf-device-record 1\nend 0\n")
+    with UntrustedDir(tmp_path) as files:
+        assert DeviceClock.read(files) is None  # no record: the run never initialised CUDA
+        (tmp_path / RECORD_FILE).symlink_to(tmp_path / "secret")
+        assert DeviceClock.read(files) == DeviceRecord(0.0, 0, complete=False)
+        DeviceClock.forget(files)
+        assert not (tmp_path / RECORD_FILE).is_symlink()
+        (tmp_path / RECORD_FILE).write_text("not the library's\n")
+        assert DeviceClock.read(files).complete is False
+
+
+def test_the_judgement_on_recorded_intervals():
+    # A baseline busy 41 ms a run (a copy, 4 kernels one after another), its samples 40 ms.
+    baseline = Clock(claimed_s=0.040, wall_s=0.5, device_s=0.041)
+    overlapped = Clock(claimed_s=0.0115, wall_s=0.48, device_s=0.0125)  # the 4 kernels on 4 streams
+    off_stream = Clock(claimed_s=0.000008, wall_s=0.5, device_s=0.041)  # its events time nothing
+    a_third = Clock(claimed_s=0.0133, wall_s=0.5, device_s=0.041)
+    small = Clock(claimed_s=0.0399, wall_s=0.5, device_s=0.041)  # 0.1 ms claimed: under the noise
+    assert device_problem(overlapped, baseline) is None
+    assert "device's own record" in device_problem(off_stream, baseline)
+    assert device_problem(a_third, baseline) is not None
+    assert device_problem(small, baseline) is None
+    assert device_problem(Clock(0.0, 0.5), baseline) is None  # no record on one side: the wall clock judges
+    assert device_problem(off_stream, Clock(0.040, 0.5)) is None
+
+
+def test_cupti_is_found_in_a_toolkit_and_in_nvidias_pip_packages(tmp_path):
+    toolkit, wheel = tmp_path / "cuda", tmp_path / "site" / "nvidia" / "cu13"
+    for folder, header in ((toolkit / "include", "cuda.h"), (toolkit / "extras/CUPTI/include", "cupti.h"),
+                           (wheel / "include", "cupti.h")):
+        folder.mkdir(parents=True)
+        (folder / header).write_text("")
+    (toolkit / "extras/CUPTI/lib64").mkdir(parents=True)
+    (toolkit / "extras/CUPTI/lib64/libcupti.so.13").write_bytes(b"")
+    includes, library = cupti_places([toolkit])
+    assert set(includes) == {toolkit / "include", toolkit / "extras/CUPTI/include"}
+    assert library == toolkit / "extras/CUPTI/lib64/libcupti.so.13"
+    (wheel / "lib").mkdir(parents=True)
+    (wheel / "lib/libcupti.so.13").write_bytes(b"")
+    assert cupti_places([wheel]) == ([wheel / "include"], None)  # cupti.h without cuda.h: cannot build
+    assert cupti_places([wheel, toolkit])[1] == wheel / "lib/libcupti.so.13"
+
+
+def _target(tmp_path: Path):
+    folder = tmp_path / "t"
+    folder.mkdir()
+    shutil.copy(FIXTURE, folder / "recorded.c")
+    (folder / "space.yaml").write_text("name: one\ntoolchain: cc\nflags: {opt_level: ['-O1']}\n")
+    (folder / "target.yaml").write_text(yaml.safe_dump({
+        "name": "recorded", "toolchain": "cc", "sources": ["recorded.c"], "space": "space.yaml", "runner": "process",
+        "run": ["{binary}"], "verify": {"outputs": ["out.bin"]}, "params": {"MODE": [0, 1, 2, 3, 4]},
+        "timeouts": {"build": 60, "run": 30}}))
+    return load_target(folder / "target.yaml")
+
+
+def _measure(target, runner, mode: int, reference: Reference | None, runs: int = 1):
+    params = {**target.baseline_params, "MODE": mode}
+    candidate = Candidate(target.name, "cc", "host", "host", target.bundle.hash, (("opt_level", "-O1"),),
+                          tuple(params.items()), Phase.SEARCH, runner=target.runner)
+    artifact = compile_candidate(target, candidate)
+    assert artifact.status is Status.OK, artifact.error_tail
+    return measure_candidate(target, candidate, artifact, cpu_device("w"), reference, runs, runner)
+
+
+def test_claims_the_device_record_does_not_bear_out_are_clock_mismatch(tmp_path):
+    target = _target(tmp_path)
+    # The library's path matters to a CUDA driver only: these programs write their record themselves.
+    runner = ProcessRunner(device_clock=DeviceClock(tmp_path / "libwf_device_clock.so"))
+    baseline = _measure(target, runner, 0, None, runs=3)
+    assert baseline.status is Status.OK and baseline.clock.device_s == pytest.approx(0.041), baseline.error_tail
+    reference = Reference(baseline.outputs, baseline.clock)
+    found = {mode: _measure(target, runner, mode, reference) for mode in (1, 2, 3, 4)}
+    assert found[1].status is Status.OK, found[1].error_tail  # real overlap: the union shrank
+    for mode in (2, 3):
+        assert found[mode].status is Status.CLOCK_MISMATCH, (mode, found[mode].error_tail)
+        assert "device's own record" in found[mode].error_tail
+    assert found[4].status is Status.CLOCK_MISMATCH and "never ended" in found[4].error_tail
+    # Without a device clock (a CPU node, a GPU node without CUPTI) the wall clock judges alone, and
+    # its floor (a quarter of the 100 ms setup) is too high for these kernel-scale claims.
+    bare = ProcessRunner()
+    unclocked = Reference(baseline.outputs, Clock(baseline.clock.claimed_s, baseline.clock.wall_s))
+    assert _measure(target, bare, 2, unclocked).status is Status.OK

@@ -49,11 +49,11 @@ class RecordingJobs:
     under the tool times out within its first budget, the baseline's takes ``baseline_seconds``;
     each budget a variant's run was given is recorded."""
 
-    def __init__(self, baseline_seconds: float) -> None:
+    def __init__(self, baseline_seconds: float, target) -> None:
         self.baseline_seconds, self.budgets, self.values = baseline_seconds, [], []
-        self.state = type("S", (), {"name": "study", "target": type("T", (), {"name": "prog"})()})()
+        self.state = type("S", (), {"name": "study", "target": target})()
 
-    def sanitize(self, variant, tools, timeout, timeouts, label="", value=0.0):
+    def sanitize(self, variant, tools, timeout, timeouts, label="", value=0.0, kernels=(), launches=None):
         from cluster.core.types import BuildArtifact
 
         self.values.append(value)
@@ -79,7 +79,7 @@ def test_a_variants_budget_is_the_larger_of_the_floor_and_a_multiple_of_the_base
     target = target_with(tmp_path, runner="process")
     cap = 300.0
     for baseline_s, again in ((1.0, None), (50.0, SANITIZER_FACTOR * 50.0), (500.0, cap)):
-        jobs, written = RecordingJobs(baseline_s), []
+        jobs, written = RecordingJobs(baseline_s, target), []
         checks = DeepChecks(jobs, ("memcheck",), cap, False, written.append)
         checks.run_s = 0.01
         checks.add(AcceptedVariant(target, "variant", {}, True), None)

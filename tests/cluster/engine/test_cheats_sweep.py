@@ -37,7 +37,7 @@ def test_the_real_win_is_selected_and_neither_the_liar_nor_the_cache(tmp_path, s
     (folder / "target.yaml").write_text(yaml.safe_dump({
         "name": "cheats", "toolchain": "cc", "space": "space.yaml", "sources": ["cheats.c"],
         "run": ["{binary}", *(["{seed}"] if seeded else [])],
-        "verify": {"outputs": ["out.bin"]}, "params": {"MODE": [0, 1, 2, 3]}, "timeouts": {"build": 60, "run": 30}}))
+        "verify": {"outputs": ["out.bin"]}, "params": {"ATTACK": [0, 1, 2, 3]}, "timeouts": {"build": 60, "run": 30}}))
     config = tmp_path / "run.yaml"
     config.write_text(yaml.safe_dump({"name": "cheats", "targets": ["targets/cheats/target.yaml"],
                                       "output_dir": str(tmp_path / "runs"), "search": {"sampler": "grid", "trials": 4},
@@ -51,10 +51,10 @@ def test_the_real_win_is_selected_and_neither_the_liar_nor_the_cache(tmp_path, s
     from cluster.store.select import select_best
 
     rows = read_results(next((tmp_path / "runs").iterdir()))
-    mode = rows["p_MODE"]
-    table = rows[["phase", "p_MODE", "status", "error_tail"]].to_string()
+    mode = rows["p_ATTACK"]
+    table = rows[["phase", "p_ATTACK", "status", "error_tail"]].to_string()
     best = select_best(rows)
-    assert [b.params.get("MODE") for b in best] == [3], f"{best}\n{table}"
+    assert [b.params.get("ATTACK") for b in best] == [3], f"{best}\n{table}"
     liar = rows[(mode == 1) & (rows["phase"] == "final")]
     assert liar.empty or set(liar["status"]) == {"clock_mismatch"}, table
     cached = rows[mode == 2]

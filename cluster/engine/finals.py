@@ -90,16 +90,17 @@ class Finals:
             return 0
         return max(0, self.runs + 1 - len(self.reference.runs))
 
-    def referenced(self, measurement: Measurement, first_seed: int | None = None) -> None:
+    def referenced(self, measurement: Measurement, first_seed: int | None = None, final: bool = False) -> None:
         """The baseline's outputs on the missing seeds are in (from ``first_seed`` on; default: the
-        seed after the reference's last): the reference extended, then the finals."""
+        seed after the reference's last): the reference extended, then the finals; ``final``: they
+        came from the baseline's own final, which is not run again."""
         assert self.reference is not None
         keep = len(self.reference.runs) if first_seed is None else first_seed
         # The clock stays: the finals' claims are judged against it (a reference without one judged none).
         self.reference = Reference((*self.reference.runs[:keep], *measurement.outputs), self.reference.clock)
         save_reference(self.flow.ctx.run_dir, self.flow.state.baseline_candidate().key, self.reference)
         self.flow.state.reference = ray.put(self.reference)
-        self._ready(True)
+        self._ready(not final)
 
     def reference_failed(self, why: str) -> None:
         log.info(f"{self.flow.name}: the baseline failed on the finals' seeds ({why}): no finals")
@@ -204,7 +205,7 @@ class Finals:
             why = measurement.status.value if measurement is not None else "not run"
             self.reference_failed(why)
             return
-        self.referenced(measurement, first_seed=1)
+        self.referenced(measurement, first_seed=1, final=True)
 
     # -- the time plan -------------------------------------------------------------------------
     def work_left(self, run_s: float, overhead_s: float = 0.0) -> float:

@@ -62,3 +62,24 @@ def test_the_study_ends_when_no_final_fits_any_more():
 def test_a_given_up_finalist_whose_checks_failed_is_dropped():
     finals, submitted = finals_with_one_given_up(Trust.FAILED, time_left_s=100.0)
     assert finals.step() is True and submitted == [] and finals.gave_up == []
+
+
+def test_the_baseline_s_final_that_made_the_finals_references_is_not_run_again(monkeypatch, tmp_path):
+    """Seen on an H200 (2026-11-29): on a seeded target the baseline's final, which makes the finals'
+    references, was submitted again once its outputs were in: two baseline finals a study."""
+    from cluster.core.types import Measurement, RunOutputs, Status
+    from cluster.engine import finals as module
+    from cluster.measure.measure import Reference
+
+    finals, submitted = finals_with_one_given_up(Trust.PASSED, time_left_s=100.0)
+    baseline = SimpleNamespace(key="base")
+    finals.flow.state.baseline_candidate = lambda: baseline
+    finals.flow.ctx.run_dir = tmp_path
+    finals.reference = Reference((RunOutputs(),))
+    monkeypatch.setattr(module, "save_reference", lambda *args: None)
+    monkeypatch.setattr(module.ray, "put", lambda value: value)
+    done = Measurement("base", Status.OK, None, outputs=(RunOutputs(),) * RUNS)
+    finals.measured("base", done, extended=True)
+    assert "base" not in submitted and finals.reference_ready
+    finals.referenced(done)  # from a reference job (references/ lost): the baseline's final runs then
+    assert submitted.count("base") == 1

@@ -96,7 +96,8 @@ class Finals:
         came from the baseline's own final, which is not run again."""
         assert self.reference is not None
         keep = len(self.reference.runs) if first_seed is None else first_seed
-        self.reference = Reference((*self.reference.runs[:keep], *measurement.outputs))
+        # The clock stays: the finals' claims are judged against it (a reference without one judged none).
+        self.reference = Reference((*self.reference.runs[:keep], *measurement.outputs), self.reference.clock)
         save_reference(self.flow.ctx.run_dir, self.flow.state.baseline_candidate().key, self.reference)
         self.flow.state.reference = ray.put(self.reference)
         self._ready(not final)

@@ -604,7 +604,7 @@ class StudyFlow(Flow):
                 self.finals.reference_failed(why)
             return
         if self.stage is Stage.BASELINE:
-            reference = Reference(measurement.outputs)
+            reference = Reference(measurement.outputs, measurement.clock)
             save_reference(self.ctx.run_dir, measurement.candidate_key, reference)
             self.state.reference, self.finals.reference = ray.put(reference), reference
             if self.run_estimate is None:

@@ -492,7 +492,8 @@ def save_reference(run_dir: Path, key: str, reference: Reference) -> None:
         manifest.append({"files": names, "stdout_values": list(run.stdout_values)})
     if reference.clock is not None:  # the baseline's claimed and wall time a run (measure.clock), for a resume
         clock = reference.clock
-        (folder / "clock.json").write_text(json.dumps([clock.claimed_s, clock.wall_s, clock.wall_spread_s]))
+        (folder / "clock.json").write_text(json.dumps([clock.claimed_s, clock.wall_s, clock.wall_spread_s,
+                                                       clock.device_s, clock.device_spread_s]))
     tmp = folder / "manifest.json.tmp"
     tmp.write_text(json.dumps(manifest))
     tmp.replace(folder / "manifest.json")  # written last: its presence means the folder is whole
@@ -508,4 +509,4 @@ def load_reference(run_dir: Path, key: str) -> Reference | None:
         files = tuple((path, (folder / str(index) / f"{n}.out").read_bytes()) for n, path in enumerate(run["files"]))
         runs.append(RunOutputs(files, tuple(run["stdout_values"])))
     clock = folder / "clock.json"
-    return Reference(tuple(runs), Clock(*map(float, json.loads(clock.read_text()))) if clock.is_file() else None)
+    return Reference(tuple(runs), Clock(*json.loads(clock.read_text())) if clock.is_file() else None)

@@ -86,7 +86,7 @@ def test_a_liar_behind_a_first_run_warm_up_is_caught_in_the_finals_and_a_real_wi
     of work and prints a third of it. A quarter of the baseline's untimed time (100 ms) is a floor
     over half its claim (80 ms): the wall rule cannot judge it. The finals (3 runs or more) judge
     such a claim on runs in turn with the baseline; the honest 3x candidate's saving shows at once."""
-    target = _target(tmp_path, "warm_liar.c", params={"WORK_MS": [120, 40], "WARM_MS": [400]})
+    target = _target(tmp_path, "sweep_cheats.c", params={"ATTACK": [0, 1, 2, 3]})
     runner = ProcessRunner()
     base_candidate, base_artifact = _built(target, ATTACK=0)
     fetched = []
@@ -99,7 +99,7 @@ def test_a_liar_behind_a_first_run_warm_up_is_caught_in_the_finals_and_a_real_wi
     reference = Reference(first.outputs, first.clock)
     searched = _measure(target, runner, reference, runs=1, baseline=baseline, ATTACK=1)
     final = _measure(target, runner, reference, runs=3, baseline=baseline, ATTACK=1)
-    honest = _measure(target, runner, reference, runs=3, baseline=baseline, ATTACK=0, WORK_MS=40)
+    honest = _measure(target, runner, reference, runs=3, baseline=baseline, ATTACK=3)
     assert searched.status is Status.OK  # one run cannot say: the search's claims are judged in the finals
     assert final.status is Status.CLOCK_MISMATCH and "judged again beside the baseline" in final.error_tail
     assert honest.status is Status.OK, honest.error_tail

@@ -190,6 +190,9 @@ def test_with_nine_pairs_a_claim_fails_only_where_nearly_every_pair_falls_short(
     liar = [0.40 - s for s in (0.004, -0.010, 0.300, 0.010, -0.020, 0.000, 0.015, -0.005, 0.020)]
     problem = paired_problem([0.075] * 9, liar, claims, baseline_walls)
     assert problem is not None and "in 8 of 9 pairs" in problem
+    # Two bursts of load on the baseline's side, each over half the claim, not over all of it.
+    bursts = [0.40 - s for s in (0.004, 0.130, -0.010, 0.150, 0.010, -0.020, 0.000, 0.015, -0.005)]
+    assert paired_problem([0.075] * 9, bursts, claims, baseline_walls) is not None
 
 
 def test_the_median_bounds_are_the_sign_tests() -> None:

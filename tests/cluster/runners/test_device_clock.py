@@ -130,3 +130,17 @@ def test_claims_the_device_record_does_not_bear_out_are_clock_mismatch(tmp_path)
     bare = ProcessRunner()
     unclocked = Reference(baseline.outputs, Clock(baseline.clock.claimed_s, baseline.clock.wall_s))
     assert _measure(target, bare, 2, unclocked).status is Status.OK
+
+
+def test_the_kernel_runner_takes_no_device_clock_its_samples_are_its_own_events(tmp_path):
+    from cluster.runners.kernel import KernelRunner
+    from cluster.runners.persistent import PersistentRunner
+
+    clock = DeviceClock(tmp_path / "libwf_device_clock.so")
+    kernel, persistent = KernelRunner(cuda=False, device_clock=clock), PersistentRunner(cuda=False, device_clock=clock)
+    try:
+        assert kernel.device_clock is None and kernel.host.env == {}
+        assert persistent.device_clock is clock and persistent.host.env == clock.host_env()
+    finally:
+        kernel.close()
+        persistent.close()

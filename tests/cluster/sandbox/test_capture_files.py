@@ -129,3 +129,18 @@ def test_a_staged_directory_swapped_for_a_link_is_not_handed_over_nor_run_in(tmp
     assert (owner.st_uid, owner.st_gid) == (os.getuid(), os.getgid())  # never handed to the sandbox's uid
     assert sorted(os.listdir(victim_dir)) == ["site.pth"] and (victim_dir / "site.pth").read_bytes() == SECRET
 
+
+
+def test_clearing_a_directory_removes_links_never_what_they_point_to(tmp_path):
+    victim = _victim(tmp_path)
+    place = tmp_path / "scratch"
+    (place / "deep" / "er").mkdir(parents=True)
+    (place / "deep" / "er" / "cache.bin").write_bytes(b"kept by a run")
+    (place / "kept").mkdir()
+    os.symlink(victim, place / "out.bin")
+    os.symlink(tmp_path, place / "deep" / "up")  # a folder's link: removed as a link, not walked
+    (place / ".warmed").write_text("")
+    with UntrustedDir(place) as files:
+        files.clear(keep={"kept"})
+    assert sorted(p.name for p in place.iterdir()) == ["kept"]
+    assert victim.read_bytes() == SECRET and (tmp_path / "scratch").is_dir()

@@ -183,3 +183,17 @@ def test_a_result_for_a_trial_already_finished_is_kept_in_the_rows_and_the_sweep
     state.record(candidate, Evaluated(Status.OK, 2.0))
     assert state.results[candidate.key].median == 2.0 and state.top(1) == [candidate]
     assert "already FAIL" in caplog.text
+
+
+def test_a_kept_reference_keeps_its_clock_the_devices_too(tmp_path):
+    """A resume judges claims against the clock the baseline's reference was kept with: the wall's
+    and the device's (``measure.clock``); one kept before the device clock has none of the latter."""
+    from cluster.core.types import Clock, RunOutputs
+    from cluster.engine.study.state import load_reference, save_reference
+    from cluster.measure.measure import Reference
+
+    kept = Reference((RunOutputs((("out.bin", b"\0\0\x80?"),), ()),), Clock(0.24, 0.7, 0.01, 0.0098, 0.0001))
+    save_reference(tmp_path, "k", kept)
+    assert load_reference(tmp_path, "k") == kept
+    (tmp_path / "references" / "k" / "clock.json").write_text("[0.24, 0.7, 0.01]")
+    assert load_reference(tmp_path, "k").clock == Clock(0.24, 0.7, 0.01)

@@ -62,16 +62,20 @@ def clock_problem(candidate: Clock, baseline: Clock) -> str | None:
     """Why warpfleet's clock does not bear out the candidate's claimed time, or None."""
     claimed = baseline.claimed_s - candidate.claimed_s
     floor = max(FLOOR_S, baseline.wall_spread_s, UNTIMED_SHARE * max(0.0, baseline.wall_s - baseline.claimed_s))
-    if FRACTION * claimed <= floor:
-        return None  # too small a claim for the wall clock to judge
     seen = baseline.wall_s - candidate.wall_s
-    if seen >= FRACTION * claimed - floor:
+    if _borne_out(claimed, seen, floor):
         return None
     return (f"its samples add up to {_ms(candidate.claimed_s)} a run against the baseline's "
             f"{_ms(baseline.claimed_s)}, {_ms(claimed)} less, but warpfleet's own clock saw its runs take "
             f"{_ms(candidate.wall_s)} against the baseline's {_ms(baseline.wall_s)}, {_ms(seen)} less: a saving "
             f"that real shows at least {FRACTION:.0%} of itself, less {_ms(floor)} of noise (its metric is not "
             f"what its runs took)")
+
+
+def _borne_out(claimed: float, seen: float, floor: float) -> bool:
+    """Whether a clock's ``seen`` saving bears out the ``claimed`` one: a claim too small for the clock's
+    noise (``floor``) to judge, or at least ``FRACTION`` of it seen, less that noise."""
+    return FRACTION * claimed <= floor or seen >= FRACTION * claimed - floor
 
 
 def device_problem(candidate: Clock, baseline: Clock) -> str | None:
@@ -86,10 +90,8 @@ def device_problem(candidate: Clock, baseline: Clock) -> str | None:
         return None
     claimed = baseline.claimed_s - candidate.claimed_s
     floor = max(DEVICE_FLOOR_S, DEVICE_SHARE * baseline.device_s, baseline.device_spread_s)
-    if FRACTION * claimed <= floor:
-        return None
     seen = baseline.device_s - candidate.device_s
-    if seen >= FRACTION * claimed - floor:
+    if _borne_out(claimed, seen, floor):
         return None
     return (f"its samples add up to {_ms(claimed)} less a run than the baseline's, but the device's own record "
             f"(CUPTI: the GPU busy {_ms(candidate.device_s)} a run against the baseline's {_ms(baseline.device_s)}) "

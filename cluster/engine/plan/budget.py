@@ -182,34 +182,31 @@ class TimePlan:
                 runs[flow.device_type].append(flow.run_estimate)
         self.typical = {device_type: max(found) for device_type, found in runs.items()}
         finals: dict[str, float] = defaultdict(float)
-        checks: dict[str, float] = defaultdict(float)
-        known: dict[str, tuple[float, float]] = defaultdict(lambda: (0.0, 0.0))  # the studies with a time of their own
+        known: dict[str, float] = defaultdict(float)  # the finals of the studies with a time of their own
         guessed: set[str] = set()  # device types with a study planned on a guess
         for flow in flows:
             if not flow.done:
-                f, c = flow.work_left()
+                f = flow.work_left()[0]  # the checks run beside the search: not kept for (``_reserve``)
                 finals[flow.device_type] += f
-                checks[flow.device_type] += c
                 if getattr(flow, "run_estimate", None) is None:
                     guessed.add(flow.device_type)
                 else:
-                    kf, kc = known[flow.device_type]
-                    known[flow.device_type] = (kf + f, kc + c)
+                    known[flow.device_type] += f
         for device_type in finals:
             n = max(1, workers(device_type))
             after = SAFETY * finals[device_type] / n
-            self.reserve[device_type] = self._reserve(finals[device_type], checks[device_type], n, now)
+            self.reserve[device_type] = self._reserve(finals[device_type], n)
             mine = [f for f in flows if f.device_type == device_type]
             if device_type in self.closed:
                 self._reopen(device_type, mine, now)
                 continue
             searching = any(f.in_search() for f in mine)
-            if device_type in guessed and now + self._reserve(*known[device_type], n, now) < self.deadline:
+            if device_type in guessed and now + self._reserve(known[device_type], n) < self.deadline:
                 continue  # the baselines still queued will say what they need: no closing on a guess
             if searching and after > FINALS_SHARE * self.time_left(now):
                 finals[device_type] *= self._fit_finals(device_type, after, now)
                 after = SAFETY * finals[device_type] / n
-                self.reserve[device_type] = self._reserve(finals[device_type], checks[device_type], n, now)
+                self.reserve[device_type] = self._reserve(finals[device_type], n)
             if searching and now + self.reserve[device_type] >= self.deadline:
                 self.closed[device_type] = now
                 if not any(f.searched() for f in mine) and after + MARGIN_S >= self.time_left(now):
@@ -235,7 +232,8 @@ class TimePlan:
             log.info(f"time budget: {self.time_left(now):.0f} s left, {math.ceil(self.reserve[device_type])} s "
                      f"needed after the finals on {device_type}: the search reopens")
 
-    def _reserve(self, finals: float, checks: float, workers: int, now: float) -> float:
+    @staticmethod
+    def _reserve(finals: float, workers: int) -> float:
         """What the search keeps for after it: the finals. The finalists' checks run beside the
         search, in their lane, and are not kept for: on an H200 (2026-11-29) keeping them closed eight
         programs' search 61 s into 300 s, with 276 s kept and 75 s of checks run in all; a finalist

@@ -467,7 +467,10 @@ class StudyFlow(Flow):
         if self.parked():  # what it needs if its search reopens: one more final
             return self._one_final_s(), 0.0
         run = self._run_s()
-        return self.finals.work_left(run, self.job_overhead), self.gate.checks_left(run)
+        # The checks count only where the finals wait for them (``Finals`` asks ``may_wait``); the
+        # plan keeps nothing for them, so the driver's loop does not rank every study's candidates for it.
+        checks = self.gate.checks_left(run) if self.stage is Stage.FINAL else 0.0
+        return self.finals.work_left(run, self.job_overhead), checks
 
     # -- results ---------------------------------------------------------------------------------
     def on_result(self, result: JobResult) -> None:

@@ -4,7 +4,8 @@
         │   (analysts that read the profile: after Nsight Compute on the baseline, GPU)
         ─► each outcome to variants/ as it comes (with provenance)
         ─► each variant the cheap checks admit joins the running search: a value of the "variant"
-           dimension (the study moves to a widened Optuna study), its params, enqueued points
+           dimension of the variants' own stream (``StudyState``: its Optuna study widened), its
+           params, enqueued points; the own sources' stream is the search as it is without agents
 
 A study whose workflow finished in an earlier invocation gets its admitted variants back from the
 run directory (resume); the agents are not asked again. One that had not finished gets back what it
@@ -60,7 +61,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(f"warpfleet.{__name__}")
 
 MAX_ENQUEUED = 64  # points per variant entered ahead of the sampler; the rest is the sampler's
-ENQUEUED_SHARE = 0.5  # of the trial budget, kept for the agents' variants while they work
+ENQUEUED_SHARE = 0.5  # of the variants' stream's trials, its plans' points
 VARIANTS_EXPECTED = 4  # a study's admitted variants, as the share is split before they are known
 FINDINGS_AT_ONCE = 8  # an expert's findings verified at once (their jobs spread over the cluster)
 
@@ -126,10 +127,6 @@ class AgentStage:
     def profiled_baseline(self, study: str) -> bool:
         """Whether the analysts profiled this study's baseline (its profile stage need not again)."""
         return study in self._profiled
-
-    def reserved_trials(self, trials: int) -> int:
-        """Of a study's trials, those kept for the agents' variants while the agents work."""
-        return int(trials * ENQUEUED_SHARE)
 
     def propose(self, study: StudyState, jobs: StudyJobs, kernels: tuple,
                 admit: Callable[[AcceptedVariant], Future[tuple[Verdict, ...]]] | None = None) -> None:
@@ -325,17 +322,20 @@ class AgentStage:
 
     def _enqueue_variant(self, study: StudyState, target: Target, limit: int,
                          best_flags: dict[str, str] | None = None) -> None:
-        """The variant at points of its own params (the plan's search) with the baseline's flags,
-        then at its default params with the best flags so far."""
+        """The variant at its default params with the best flags so far (what the variant and the
+        flags found may make together: the likeliest winner, first), then at points of its own
+        params (the plan's search) with the baseline's flags, into the variants' stream."""
         names = list(target.spec.params)
         points = [dict(zip(names, values, strict=True)) for values in itertools.product(*target.spec.params.values())]
         points = _spread([p for p in points if target.satisfies(p)], limit)
         flag_sets = [(study.target.space.baseline, point) for point in points]
         if best_flags is not None:
-            flag_sets.append((best_flags, target.baseline_params))
+            flag_sets.insert(0, (best_flags, target.baseline_params))
+        stream = study.stream_of(True)
+        assert stream is not None
         for flags, point in flag_sets:
             params = optuna_point(flags, point, target.spec.params, target.bundle.hash)
-            storage_retry(lambda params=params: study.study.enqueue_trial(params, skip_if_exists=True))
+            storage_retry(lambda params=params: stream.enqueue_trial(params, skip_if_exists=True))
 
 
 def _needs_profile(step: Steps, context: AnalysisContext) -> bool:
@@ -376,8 +376,7 @@ def _add_register_options(study: StudyState, values: tuple, enqueue: bool, limit
     study.widen()
     for v in _spread(list(values), limit):
         flags = {**space.baseline, "maxrregcount": f"-maxrregcount={v}"}
-        params = optuna_point(flags, study.target.baseline_params, study.target.spec.params,
-                              "" if study.variants else None)
+        params = optuna_point(flags, study.target.baseline_params, study.target.spec.params)
         storage_retry(lambda params=params: study.study.enqueue_trial(params, skip_if_exists=True))
 
 

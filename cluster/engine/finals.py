@@ -2,10 +2,10 @@
 use (1..final_runs), what the selection trusts.
 
     the baseline's final (on seeds it had not run, its outputs become the reference there)
-        ─► the best candidates in order, each once its checks passed
-           (a variant's expensive checks, a 10x candidate's fresh-seed review: asked for now where
-           they never ran, and promoted to the front of the check lane), up to ``final_top_k``;
-           one that failed makes room for the next
+        ─► the best candidates in order, up to ``final_top_k``: one that needs no checks at once;
+           a variant once its expensive checks passed, a 10x candidate once its fresh-seed review
+           did (asked for now where they never ran, and promoted to the front of the check lane),
+           waiting beside the others, not in their place; one that failed is left out
 
 With a time budget, a candidate whose checks cannot finish in time is left out (its rows stay: it
 is shown as the best so far where nothing re-measured beats it); its checks go on, and where they
@@ -124,12 +124,17 @@ class Finals:
             self.gave_up and self._late_fits())
 
     def _fill(self) -> None:
-        while self.pool and len(self.finalists) + len(self.holding) < self.wanted:
+        """Finalists up to ``wanted``, best first. A variant whose checks are not in waits for them
+        (``holding``) beside the finalists and takes no place of theirs, so the best candidates that
+        need no checks have their finals whatever the variants' checks do: the finals with the
+        agents on re-measure at least what they would without (on an H200, three studies whose one
+        place was held by a variant's pending checks ended at 1.00x)."""
+        while self.pool and len(self.finalists) < self.wanted:
             candidate = self.pool.pop(0)
             unchecked = (candidate.source_hash in self.flow.state.variants
                          and self.flow.checks.trust(candidate.source_hash) is Trust.NOT_RUN)
-            if unchecked and not self.gate.beats_baseline(candidate):
-                continue  # a variant no better than the baseline: not worth its expensive checks
+            if unchecked and not self.gate.could_win(candidate):
+                continue  # a variant no better than the own sources' best: not worth its expensive checks
             if unchecked and len(self.flow.checks.pending()) >= self.gate.check_slots:
                 continue  # with a time budget, one variant's checks at a time: the best one's
             trust = self.gate.trust(candidate)
@@ -215,6 +220,6 @@ class Finals:
             measured = sum(1 for c in self.flow.state.ranked() if c.key != baseline)
             finals = min(self.wanted, max(1, measured)) + 1
         else:
-            room = max(0, self.wanted - len(self.finalists) - len(self.holding)) if self.pool else 0
+            room = max(0, self.wanted - len(self.finalists)) if self.pool else 0
             finals = len(self.outstanding) + len(self.holding) + room
         return finals * (overhead_s + self.runs * run_s)

@@ -192,8 +192,7 @@ class StudyFlow(Flow):
 
     def can_search(self) -> bool:
         """Whether its search has trials and points left, the time plan aside."""
-        trials, state = self.ctx.config.search.trials, self.state
-        return (trials is None or state.n_search + len(state.pending) < trials) and not state.exhausted
+        return any(self._streams()) and not self.state.exhausted
 
     def _one_final_s(self) -> float:
         return self.job_overhead + self.finals.runs * self._run_s()
@@ -404,16 +403,17 @@ class StudyFlow(Flow):
 
     # -- the search ------------------------------------------------------------------------------
     def wants_more(self) -> bool:
-        """Room for another search candidate: trials left (while the agents work, the share kept
-        for their variants is not the flags search's), points left, the time plan's search open."""
-        trials = self.ctx.config.search.trials
-        state = self.state
-        used = state.n_search + len(state.pending)
-        if trials is not None and self.agents_running and not (used < trials and state.waiting_points()):
-            trials -= self.ctx.agents.reserved_trials(trials)  # the rest waits for the variants' points
-        trials_left = trials is None or used < trials
+        """Room for another search candidate: trials left in a stream (``search.trials`` each: the
+        own sources' as with the agents off, the variants' beside them), points left, the time
+        plan's search open."""
         open_ = self.ctx.plan is None or self.ctx.plan.search_open(self.device_type)
-        return trials_left and not state.exhausted and open_ and self.stage is Stage.SEARCH
+        return any(self._streams()) and not self.state.exhausted and open_ and self.stage is Stage.SEARCH
+
+    def _streams(self) -> tuple[bool, bool]:
+        """(own, variants): whether each search stream has trials left."""
+        trials, state = self.ctx.config.search.trials, self.state
+        return ((trials is None or state.used(False) < trials),
+                state.stream_of(True) is not None and (trials is None or state.used(True) < trials))
 
     def race_bound(self) -> float | None:
         """Racing (``measure.race``): the time above which a search candidate's lower quartile
@@ -428,7 +428,7 @@ class StudyFlow(Flow):
 
     def ask(self) -> bool:
         """One more search candidate submitted; False when the sampler proposed nothing new."""
-        asked = self.state.ask()
+        asked = self.state.ask(*self._streams())
         if asked is None:
             return False
         candidate = asked[1]

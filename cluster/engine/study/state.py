@@ -47,6 +47,9 @@ T = TypeVar("T")
 
 # Consecutive asks that propose nothing new before a study counts as exhausted.
 MAX_REJECTIONS = 200
+# Of the search candidates asked since the first variant joined, the share the variants' stream
+# takes: while the own sources' best is ahead, and while a variant is.
+VARIANT_SHARE = (0.25, 0.5)
 
 
 GRID_LIMIT = 100_000
@@ -145,12 +148,20 @@ class Evaluated:
 class StudyState:
     """What the sweep knows of one study, and its Optuna study (``open_study``).
 
+    The search is two streams, each its own Optuna study: the target's own sources (flags and
+    params: the search as it is with the agents off, the same sampler on the same space, so its
+    points are the ones a sweep without agents would try), and the agents' variants (a ``variant``
+    dimension, with the flags and each variant's params). The variants never take the own
+    stream's trials: ``ask`` draws from the variants' stream a share of the candidates asked since
+    the first variant joined (``VARIANT_SHARE``: more while a variant measures better than the best
+    of the own sources), its plan's points first.
+
     The search runs while the agents work: a variant that joins, or a flag that gains options (the
-    register expert's ``-maxrregcount`` values), grows the space. An Optuna categorical cannot
-    grow, so the study moves to a new Optuna study over the grown space (``widen``), seeded with
-    every result so far (the rows are the truth; a study is what the sampler learned from them) and
-    the points queued in the old one; a trial of the old study still in flight is told there and
-    copied into the new one when its result comes.
+    register expert's ``-maxrregcount`` values), grows a stream's space. An Optuna categorical
+    cannot grow, so that stream moves to a new Optuna study over the grown space (``widen``), seeded
+    with every result of the stream so far (the rows are the truth; a study is what the sampler
+    learned from them) and the points queued in the old one; a trial of the old study still in
+    flight is told there and copied into the new one when its result comes.
     """
 
     target: Target
@@ -184,6 +195,10 @@ class StudyState:
     search: SearchSpec | None = None
     storage: Any = None
     run_id: str = ""
+    variant_study: optuna.Study | None = None  # the variants' stream (``study``: the own sources')
+    # Search candidates asked for (key -> the source hash it builds): each stream's trials are its own.
+    search_keys: dict[str, str] = field(default_factory=dict)
+    streamed: dict[bool, int] = field(default_factory=lambda: {False: 0, True: 0})  # asks since a variant joined
 
     @property
     def name(self) -> str:
@@ -230,11 +245,46 @@ class StudyState:
         self.space_size -= variant.space_size()
         self.widen()
 
-    def waiting_points(self) -> int:
-        """Points entered ahead of the sampler (the agents' variants' plans) not yet asked for."""
-        if self.study is None:
-            return 0
-        return len(self.study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.WAITING,)))
+    def used(self, variants: bool) -> int:
+        """Search candidates of one stream measured or in flight (its trials used); a retired
+        variant's are given back to the variants' stream (a cheat's trials are no variant's)."""
+        if variants:
+            return sum(1 for source in self.search_keys.values() if source in self.variants)
+        return sum(1 for source in self.search_keys.values() if source == self.target.bundle.hash)
+
+    def stream_of(self, variants: bool) -> optuna.Study | None:
+        """The Optuna study of a stream; a fixed study (``search`` None: tests, tools) is both."""
+        if not variants:
+            return self.study
+        if self.search is None:
+            return self.study if self.variants else None
+        return self.variant_study if self.variants else None
+
+    def variants_lead(self) -> bool:
+        """Whether a variant measured better than every candidate of the target's own sources."""
+        best = {False: None, True: None}
+        for key, result in self.results.items():
+            candidate = self.candidates.get(key)
+            if candidate is None or result.status is not Status.OK or result.median is None:
+                continue
+            mine = candidate.source_hash in self.variants
+            if best[mine] is None or self.better(result.median, best[mine]):
+                best[mine] = result.median
+        return best[True] is not None and (best[False] is None or self.better(best[True], best[False]))
+
+    def next_stream(self, own: bool = True, variants: bool = True) -> bool | None:
+        """The stream the next search candidate comes from (True: the variants'), of those with
+        room (``own``, ``variants``: trials left); None where neither has. The variants' stream
+        takes ``VARIANT_SHARE`` of the candidates asked since the first variant joined: the larger
+        share while a variant leads. Its plan's points are its first candidates."""
+        variants = variants and self.stream_of(True) is not None
+        if not (own or variants):
+            return None
+        if not (own and variants):
+            return variants
+        share = VARIANT_SHARE[1] if self.variants_lead() else VARIANT_SHARE[0]
+        asked = self.streamed[False] + self.streamed[True]
+        return self.streamed[True] < share * (asked + 1)
 
     def add_variant(self, variant: Target) -> None:
         """A variant into the space; ``widen`` then moves the search to the grown space."""
@@ -247,71 +297,77 @@ class StudyState:
 
     # -- the Optuna study -----------------------------------------------------------------------
     def variant_choices(self) -> list[str]:
-        """The variant dimension's choices: "" (the target's own sources), then the variants in a
-        fixed order, so that a resumed run meets the same distribution."""
-        return ["", *sorted(self.variants)]
+        """The variant dimension's choices: the variants in a fixed order, so that a resumed run
+        meets the same distribution."""
+        return sorted(self.variants)
 
-    def signature(self) -> str:
-        """The space as far as it grows during a sweep ("" while it has not): flag options and variants."""
+    def signature(self, variants: bool = False) -> str:
+        """A stream's space as far as it grows during a sweep (the own sources' "" while it has not):
+        flag options, and the variants of the variants' stream."""
         flags = {k: list(v) for k, v in self.target.space.flags.items()}
-        if not self.variants and flags == self._initial_flags:
+        if not variants and flags == self._initial_flags:
             return ""
-        return hashlib.sha256(json.dumps([flags, sorted(self.variants)], sort_keys=True).encode()).hexdigest()[:12]
+        chosen = sorted(self.variants) if variants else []
+        return hashlib.sha256(json.dumps([flags, chosen], sort_keys=True).encode()).hexdigest()[:12]
 
     def open_study(self) -> None:
-        """The Optuna study of the current space: loaded where an earlier invocation made it (its
-        trials left running settled against the results), else created and seeded."""
+        """The Optuna studies of the current spaces (the variants' once a variant joined): loaded
+        where an earlier invocation made them (their trials left running settled against the
+        results), else created and seeded."""
         assert self.search is not None and self.storage is not None
-        old = self.study
-        name = search_study_name(self.name, self.run_id, self.signature())
+        self.study = self._open(self.study, variants=False)
+        self.variant_study = self._open(self.variant_study, variants=True) if self.variants else None
+
+    def _open(self, old: optuna.Study | None, variants: bool) -> optuna.Study:
+        assert self.search is not None
+        name = search_study_name(self.name, self.run_id, self.signature(variants))
         if old is not None and old.study_name == name:
-            return  # the space did not grow (a register value it had already): the search stays
+            return old  # the space did not grow (a register value it had already): the search stays
         study = create_study(self.search, self.target, name, self.storage)
-        self.study = study
         if study.trials:
-            self._settle_trials()
-            return
-        self._seed(study, old)
+            self._settle_trials(study)
+            return study
+        self._seed(study, old, variants)
+        return study
 
     def widen(self) -> None:
-        """The space grew: move the search to a study of the grown space."""
+        """A space grew: move its stream to a study of the grown space."""
         if self.search is None:  # a fixed study (tests, tools): the old behaviour, no growth
             return
         self.open_study()
 
-    def _seed(self, study: optuna.Study, old: optuna.Study | None) -> None:
-        """A new study: every result so far as a finished trial, then the old study's queued points
-        (or, for the first study of a grid search, the grid)."""
-        trials = [t for key, result in self.results.items() if (t := self._as_trial(key, result)) is not None]
+    def _seed(self, study: optuna.Study, old: optuna.Study | None, variants: bool) -> None:
+        """A new study: every result of its stream so far as a finished trial, then the old study's
+        queued points (or, for the first study of a grid search, the grid)."""
+        trials = [t for key, result in self.results.items()
+                  if (t := self._as_trial(key, result, variants)) is not None]
         if trials:
             storage_retry(lambda: study.add_trials(trials))
         if old is None:
-            if self.search is not None and self.search.sampler == "grid":
+            if not variants and self.search is not None and self.search.sampler == "grid":
                 enqueue_grid(study, self.target, self.search.seed)
             return
         for trial in old.get_trials(deepcopy=False, states=(optuna.trial.TrialState.WAITING,)):
             point = dict(trial.system_attrs.get("fixed_params", {}))
-            if self.variants:
-                point.setdefault(VARIANT, "")
-            if point.get(VARIANT, "") not in ("", *self.variants):
+            if variants and point.get(VARIANT) not in self.variants:
                 continue  # a retired variant's point
-            if not self.variants:
+            if not variants:
                 point.pop(VARIANT, None)
             storage_retry(lambda p=point: study.enqueue_trial(p, skip_if_exists=True))
 
-    def _as_trial(self, key: str, result: Evaluated) -> optuna.trial.FrozenTrial | None:
-        """A result as a finished trial of the current space (None where it is not a point of it)."""
+    def _as_trial(self, key: str, result: Evaluated, variants: bool) -> optuna.trial.FrozenTrial | None:
+        """A result as a finished trial of a stream's current space (None where it is not a point of it)."""
         candidate = self.candidates.get(key)
         if candidate is None:
             return None
         source = self.variants.get(candidate.source_hash, self.target)
-        if candidate.source_hash != source.bundle.hash:
+        if candidate.source_hash != source.bundle.hash or (source is not self.target) != variants:
             return None
         flags, params = dict(candidate.flags), dict(candidate.params)
         point: dict[str, Any] = {}
         distributions: dict[str, optuna.distributions.BaseDistribution] = {}
-        if self.variants:
-            point[VARIANT] = candidate.source_hash if source is not self.target else ""
+        if variants:
+            point[VARIANT] = candidate.source_hash
             distributions[VARIANT] = optuna.distributions.CategoricalDistribution(self.variant_choices())
         for name, options in self.target.space.flags.items():
             if flags.get(name) not in options:
@@ -336,13 +392,17 @@ class StudyState:
         self._initial_flags = {k: list(v) for k, v in self.target.space.flags.items()}
 
     # -- ask and tell ---------------------------------------------------------------------------
-    def ask(self) -> tuple[optuna.trial.Trial, Candidate] | None:
-        """A new trial and its candidate, or None when the trial proposed nothing new."""
-        assert self.study is not None
-        study = self.study
+    def ask(self, own: bool = True, variants: bool = True) -> tuple[optuna.trial.Trial, Candidate] | None:
+        """A new trial and its candidate, from the stream ``next_stream`` picks of those with room
+        (``own``, ``variants``), or None when the trial proposed nothing new."""
+        stream = self.next_stream(own, variants)
+        study = self.stream_of(bool(stream))
+        assert study is not None and stream is not None
+        if self.variants:
+            self.streamed[stream] += 1
         trial = storage_retry(study.ask)
         source = self.target
-        if self.variants:
+        if stream:
             chosen = storage_retry(lambda: trial.suggest_categorical(VARIANT, self.variant_choices()))
             source = self.variants.get(chosen, self.target)
         flags = {k: storage_retry(lambda k=k, v=v: trial.suggest_categorical(OPTUNA_FLAG + k, list(v)))
@@ -363,6 +423,7 @@ class StudyState:
             self.rejections += 1
             return None
         self.rejections = 0
+        self.search_keys[candidate.key] = candidate.source_hash
         return trial, candidate
 
     def tell(self, trial_number: int, result: Evaluated) -> None:
@@ -397,17 +458,20 @@ class StudyState:
         if result.status is Status.OK and result.median is not None and (
                 self.best is None or self.better(result.median, self.best)):
             self.best = result.median
+        of_variant = candidate.source_hash in self.variants or candidate.source_hash in self.retired
         if candidate.phase is Phase.SEARCH:
             self.n_search += 1
             self.n_failed += result.status is not Status.OK
+            self.search_keys[candidate.key] = candidate.source_hash
         copied = False
+        current = self.stream_of(of_variant)
         for study, number in self.asked.pop(candidate.key, []):
             self._tell(study, number, result)
-            if (self.study is not None and study.study_name != self.study.study_name  # the search moved on
-                    and not copied):
-                trial = self._as_trial(candidate.key, result)
+            if (current is not None and study.study_name != current.study_name  # the search moved on
+                    and not copied and self.search is not None):
+                trial = self._as_trial(candidate.key, result, of_variant)
                 if trial is not None:
-                    storage_retry(lambda trial=trial: self.study.add_trial(trial))
+                    storage_retry(lambda trial=trial: current.add_trial(trial))
                 copied = True
 
     def top(self, k: int) -> list[Candidate]:
@@ -440,30 +504,29 @@ class StudyState:
                 self.baseline_median = result.median
             self.record(candidate, result)
         if self.study is not None and self.search is None:
-            self._settle_trials()
+            self._settle_trials(self.study)
 
-    def _settle_trials(self) -> None:
+    def _settle_trials(self, study: optuna.Study) -> None:
         """Trials left running by an interrupted driver: told their result if their candidate has a
         row, else failed and enqueued again so that the candidate is evaluated exactly once."""
-        assert self.study is not None
         # Trials this driver asked and still waits for are in flight, not left running: their
         # result is told when it comes (a space that grew back to an earlier study's, say, by a
         # variant retired). Failed here, that tell raised and ended the sweep.
-        in_flight = {number for asked in self.asked.values() for study, number in asked
-                     if study.study_name == self.study.study_name}
-        for trial in self.study.get_trials(deepcopy=False):
+        in_flight = {number for asked in self.asked.values() for other, number in asked
+                     if other.study_name == study.study_name}
+        for trial in study.get_trials(deepcopy=False):
             key = trial.user_attrs.get("key")
             if trial.state is optuna.trial.TrialState.RUNNING:
                 if trial.number in in_flight:
                     continue
                 if key in self.results:
-                    self.tell(trial.number, self.results[key])
+                    self._tell(study, trial.number, self.results[key])
                     continue
-                self.study.tell(trial.number, state=optuna.trial.TrialState.FAIL)
+                study.tell(trial.number, state=optuna.trial.TrialState.FAIL)
                 if key:
-                    self.study.enqueue_trial(trial.params, skip_if_exists=False)
+                    study.enqueue_trial(trial.params, skip_if_exists=False)
             elif trial.state is optuna.trial.TrialState.COMPLETE and key and key not in self.results:
-                self.study.enqueue_trial(trial.params, skip_if_exists=False)  # its row was never flushed
+                study.enqueue_trial(trial.params, skip_if_exists=False)  # its row was never flushed
 
 
 def _suggest_param(trial: optuna.trial.Trial, name: str, values: list[Scalar]) -> Scalar:

@@ -1,15 +1,16 @@
-"""Verification's expensive tier (issue 25): compute-sanitizer and the cheat checks, for a variant
-that measured faster than the baseline beyond its noise, and the fresh-seed review of a candidate
-more than 10x the baseline.
+"""Verification's expensive tier: compute-sanitizer and the cheat checks, for a variant that
+measured faster than the best of the target's own sources beyond its noise, and the fresh-seed
+review of a candidate more than 10x the baseline.
 
     admitted variant (cheap tier: guards, dependence graph, contracts, build, one run, its time)
-        ─► joins the search ─► measures faster than the baseline, among the best few
+        ─► joins the search ─► measures faster than the own sources' best, among the best few
         ─► ``DeepChecks.request`` ─► compute-sanitizer (the baseline's own run of each tool only
            where a variant's is not clean) and the cheat checks, as jobs of the check lane
         ─► passed or failed, recorded in ``variants/``
 
-A variant no faster than the baseline never pays for them; one that could be a final, a winner or
-an export must have passed them (``StudyFlow`` asks for them, promoted, before its finals).
+A variant that could not win (``Gate.could_win``) never pays for them; one that could be a final,
+a winner or an export must have passed them (``StudyFlow`` asks for them, promoted, before its
+finals).
 """
 
 from __future__ import annotations
@@ -42,7 +43,7 @@ log = logging.getLogger(f"warpfleet.{__name__}")
 class Trust(StrEnum):
     """Where a variant or candidate stands with the expensive tier."""
 
-    NOT_RUN = ""  # never asked for (no faster than the baseline so far)
+    NOT_RUN = ""  # never asked for (it could not win so far)
     PENDING = "pending"
     PASSED = "passed"
     FAILED = "failed"

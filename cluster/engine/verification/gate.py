@@ -49,23 +49,36 @@ class Gate:
         best = [c.key for c in state.ranked() if c.source_hash not in state.retired and c.key != baseline]
         return set(best[:wanted])
 
-    def beats_baseline(self, candidate: Candidate) -> bool:
-        """Whether its measurement is better than the baseline's beyond their noise."""
-        stats = self.flow.stats
-        mine, base = stats.get(candidate.key), stats.get(self.flow.state.baseline_candidate().key)
-        return mine is not None and base is not None and beats(mine.median, mine.iqr, base.median, base.iqr,
-                                                                 self.flow.state.goal)
+    def own_best(self) -> Stats | None:
+        """The statistics of the best candidate of the target's own sources (the baseline is one):
+        what a sweep without the agents would have, and what a variant's checks must be worth
+        beating."""
+        state, stats = self.flow.state, self.flow.stats
+        for candidate in state.ranked():
+            if candidate.source_hash not in state.variants and candidate.key in stats:
+                return stats[candidate.key]
+        return stats.get(state.baseline_candidate().key)
+
+    def could_win(self, candidate: Candidate, stats: Stats | None = None) -> bool:
+        """Whether its measurement (``stats``, else its own) is better than the best of the target's
+        own sources beyond their noise: a variant that is not could never be the winner, and its
+        expensive checks would buy nothing."""
+        mine = stats if stats is not None else self.flow.stats.get(candidate.key)
+        own = self.own_best()
+        return mine is not None and own is not None and beats(mine.median, mine.iqr, own.median, own.iqr,
+                                                                self.flow.state.goal)
 
     def consider(self, candidate: Candidate | None, stats: Stats,
                  ticket: Future[tuple[Verdict, ...]] | None = None) -> None:
-        """A measurement in: a variant faster than the baseline beyond the noise, and among the best
-        few (those the finals would take now), gets its expensive checks (``ticket``: its admission
-        waits for them); such a candidate over 10x, its fresh-seed review."""
+        """A measurement in: a variant faster than the best of the target's own sources beyond the
+        noise (one that could win), and among the best few (those the finals would take now), gets
+        its expensive checks (``ticket``: its admission waits for them); such a candidate over 10x
+        the baseline, its fresh-seed review."""
         flow, state = self.flow, self.flow.state
         base = flow.stats.get(state.baseline_candidate().key)
         if candidate is None or base is None or candidate.key not in self.contenders():
             return
-        faster = beats(stats.median, stats.iqr, base.median, base.iqr, state.goal)
+        faster = self.could_win(candidate, stats)
         if candidate.source_hash in state.variants and faster and len(flow.checks.pending()) < self.check_slots:
             ratio = speedup(stats.median, base.median, state.goal) or 0.0
             flow.checks.request(candidate.source_hash, f"measured {ratio:.2f}x the baseline", ticket,
@@ -123,14 +136,14 @@ class Gate:
     def checks_left(self, run: float) -> float:
         """Worker-seconds of the expensive checks the finals would wait for: those of the finalists
         (the candidates the finals would take now) not yet passed, a variant's compute-sanitizer and
-        cheat checks two jobs, a review one; a variant no faster than the baseline none (the finals
-        pass it by). A job at what the device type's checks took in this run, within the bound."""
+        cheat checks two jobs, a review one; a variant that could not win none (the finals pass it
+        by). A job at what the device type's checks took in this run, within the bound."""
         flow, state = self.flow, self.flow.state
         jobs = 0
         for key in self.contenders():
             candidate = state.candidates[key]
             trust = flow.checks.trust(candidate.source_hash) if candidate.source_hash in state.variants else None
-            if trust is Trust.PENDING or (trust is Trust.NOT_RUN and self.beats_baseline(candidate)):
+            if trust is Trust.PENDING or (trust is Trust.NOT_RUN and self.could_win(candidate)):
                 jobs += 2
             if self.review_trust.get(key) is Trust.PENDING:
                 jobs += 1

@@ -83,3 +83,49 @@ def test_the_baseline_s_final_that_made_the_finals_references_is_not_run_again(m
     assert "base" not in submitted and finals.reference_ready
     finals.referenced(done)  # from a reference job (references/ lost): the baseline's final runs then
     assert submitted.count("base") == 1
+
+
+def test_a_variant_waiting_for_its_checks_takes_no_place_of_the_candidates_that_need_none():
+    """With one finalist's place (a budget made the finals smaller), a variant whose checks are
+    pending waits beside it: the best candidate of the target's own sources has its final at once,
+    and the variant has one too once its checks pass (on an H200 three studies whose one place was
+    held by a variant's pending checks ended at 1.00x)."""
+    plan = TimePlan(1000.0, started_at=time.monotonic() - 900.0, finals=(1, RUNS))
+    variant, own, other = (SimpleNamespace(key=k, source_hash=h) for k, h in
+                           (("v", "variant"), ("own", "src"), ("other", "src")))
+    trust = {"variant": Trust.PENDING}
+
+    class Checks:
+        def trust(self, source_hash):
+            return trust.get(source_hash, Trust.NOT_RUN)
+
+        def pending(self):
+            return [h for h, t in trust.items() if t is Trust.PENDING]
+
+    class Gated(Gate):
+        check_slots = 1
+
+        def trust(self, candidate, ask: bool = True) -> Trust:
+            return trust.get(candidate.source_hash, Trust.PASSED)
+
+        def could_win(self, candidate) -> bool:
+            return True
+
+        def promote(self) -> None:
+            return None
+
+    flow = SimpleNamespace(name="s@H100", device_type="H100", checks=Checks(), awaited=set(),
+                           ctx=SimpleNamespace(plan=plan, config=SimpleNamespace(
+                               measure=SimpleNamespace(final_top_k=1, final_runs=RUNS))),
+                           state=SimpleNamespace(candidates={c.key: c for c in (variant, own, other)},
+                                                 variants={"variant": object()}),
+                           run_estimate=RUN_S, job_overhead=OVERHEAD_S)
+    finals = Finals(flow, Gated(Trust.PASSED))  # type: ignore[arg-type]
+    finals.reference_ready, finals.pool = True, [variant, own, other]
+    submitted = finals.finalists  # as the real ``_submit`` records them
+    finals._submit = lambda c, extend=False: submitted.append(c.key)  # type: ignore[method-assign]
+    assert finals.step() is False
+    assert submitted == ["own"] and finals.holding == {"v"}
+    trust["variant"] = Trust.PASSED
+    finals.step()
+    assert submitted == ["own", "v"] and not finals.holding

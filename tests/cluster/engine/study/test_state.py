@@ -197,3 +197,78 @@ def test_a_kept_reference_keeps_its_clock_the_devices_too(tmp_path):
     assert load_reference(tmp_path, "k") == kept
     (tmp_path / "references" / "k" / "clock.json").write_text("[0.24, 0.7, 0.01]")
     assert load_reference(tmp_path, "k").clock == Clock(0.24, 0.7, 0.01)
+
+
+def _variant_of(tmp_path, state: StudyState):
+    """A variant of ``state``'s target: the same target with its source changed."""
+    folder = tmp_path / "variant"
+    load_target(write_target(folder))
+    (folder / "tiny.c").write_text((folder / "tiny.c").read_text() + "\n/* a variant */\n")
+    return load_target(folder / "target.yaml")
+
+
+def _value(candidate) -> float:
+    """A deterministic measurement of a candidate (the same in every sweep)."""
+    return 1.0 + sum(map(ord, candidate.key)) % 97
+
+
+def _own_points(tmp_path, monkeypatch, join_at: int | None, wanted: int) -> list[tuple]:
+    """The own sources' first ``wanted`` search points of a study, a variant joining after
+    ``join_at`` asks (None: never), every variant candidate measured 100x better than any other."""
+    monkeypatch.setattr("cluster.engine.study.state.ray.put", lambda value: value)
+    state = _growing(tmp_path)
+    own: list[tuple] = []
+    for asks in range(200):
+        if asks == join_at:
+            state.add_variant(_variant_of(tmp_path, state))
+            state.widen()
+        asked = state.ask()
+        if asked is None:
+            continue
+        _, candidate = asked
+        mine = candidate.source_hash == state.target.bundle.hash
+        state.record(candidate, Evaluated(Status.OK, _value(candidate) / (1 if mine else 100)))
+        if mine:
+            own.append((candidate.flags, candidate.params))
+            if len(own) == wanted:
+                break
+    return own
+
+
+def test_the_own_sources_search_is_the_one_a_sweep_without_agents_makes(tmp_path, monkeypatch):
+    """A variant joins the search as a stream of its own: the target's own sources are searched at
+    the same points, in the same order, as with the agents off (on an H200 the variants' points,
+    entered ahead of the sampler, took most of a study's trials from the flags' search, and a 1.52x
+    block size that the flags found with the agents off was never tried with them on)."""
+    without = _own_points(tmp_path / "off", monkeypatch, None, 12)
+    with_variant = _own_points(tmp_path / "on", monkeypatch, 3, 12)
+    assert len(without) == 12 and with_variant == without
+
+
+def test_the_variants_stream_takes_the_larger_share_while_a_variant_leads(tmp_path, monkeypatch):
+    monkeypatch.setattr("cluster.engine.study.state.ray.put", lambda value: value)
+    state = _growing(tmp_path)
+    _, first = state.ask()
+    state.record(first, Evaluated(Status.OK, 10.0))
+    state.add_variant(_variant_of(tmp_path, state))
+    state.widen()
+
+    def streams(asks: int, variant_s: float) -> list[bool]:
+        drawn = []
+        for _ in range(asks):
+            stream = state.next_stream()
+            drawn.append(bool(stream))
+            asked = state.ask()
+            if asked is not None:
+                mine = asked[1].source_hash == state.target.bundle.hash
+                state.record(asked[1], Evaluated(Status.OK, 10.0 + _value(asked[1]) if mine else variant_s))
+        return drawn
+
+    trailing = streams(8, variant_s=50.0)  # the variant slower than the own sources' best
+    assert not state.variants_lead() and sum(trailing) == 2 and trailing[0]  # its first point at once
+    leading = streams(8, variant_s=1.0)
+    assert state.variants_lead() and sum(leading) >= 3
+    state.streamed = {False: 0, True: 0}
+    assert sum(streams(8, variant_s=1.0)) == 4
+    assert state.next_stream(own=False) is True and state.next_stream(variants=False) is False
+    assert state.next_stream(own=False, variants=False) is None

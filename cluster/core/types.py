@@ -248,6 +248,10 @@ class Clock:
     # CUPTI: ``cluster.runners.device_clock``) and its spread, as the wall's; None without a record.
     device_s: float | None = None
     device_spread_s: float = 0.0
+    # The kernels' busy time alone (the union of their intervals) and its spread: copies of a
+    # program's inputs vary by milliseconds run to run, more than a kernel's real saving.
+    kernel_s: float | None = None
+    kernel_spread_s: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -260,6 +264,7 @@ class DeviceRecord:
     busy_s: float
     records: int
     complete: bool = True
+    kernel_s: float | None = None  # the kernels' intervals alone, their union
 
 
 @dataclass(frozen=True)

@@ -3,7 +3,8 @@
     GPU worker ─► DeviceClock.on_node() (builds wf_device_clock.c against the node's CUPTI, once)
         process run:    CUDA_INJECTION64_PATH=lib, WARPFLEET_DEVICE_RECORD=SCRATCH/.warpfleet.device
         persistent run: the host loads lib at its start; after each candidate it writes the record
-    ─► read(files) ─► DeviceRecord (busy_s: the union of the intervals) ─► Clock.device_s ─► clock.py
+    ─► read(files) ─► DeviceRecord (busy_s: the union of the intervals; kernel_s: of the kernels')
+    ─► Clock.device_s, Clock.kernel_s ─► clock.py
 
 A program's own timer can be made to time nothing (the work on a ``cudaStreamNonBlocking`` stream
 that its events on the legacy stream do not wait for) or its words can lie; the device's record of
@@ -66,6 +67,7 @@ def parse_record(text: str) -> DeviceRecord:
     if not lines or lines[0] != HEADER:
         raise ValueError("not a device record (no header)")
     intervals: list[tuple[int, int]] = []
+    kernels: list[tuple[int, int]] = []
     ended = None
     for number, line in enumerate(lines[1:], start=2):
         fields = line.split()
@@ -73,11 +75,14 @@ def parse_record(text: str) -> DeviceRecord:
             ended = int(fields[1])
         elif len(fields) == 3 and fields[0] in KINDS and ended is None:
             intervals.append((int(fields[1]), int(fields[2])))
+            if fields[0] == "K":
+                kernels.append(intervals[-1])
         else:
             raise ValueError(f"line {number} of the device record is not the library's: {line[:80]!r}")
     if ended is not None and ended != len(intervals):
         raise ValueError(f"the device record says {ended} records and holds {len(intervals)}")
-    return DeviceRecord(busy_seconds(intervals), len(intervals), complete=ended is not None)
+    return DeviceRecord(busy_seconds(intervals), len(intervals), complete=ended is not None,
+                        kernel_s=busy_seconds(kernels))
 
 
 @dataclass(frozen=True)

@@ -24,7 +24,7 @@ from agents.workflow import Analyst, Finding, Level, Plan, Planner, Steps, Trans
 from cluster.config import load_run
 from cluster.core.types import DeviceInfo, Measurement, Status
 from cluster.engine.driver import Sweep
-from cluster.engine.scheduling.jobs import LANE, PRIORITY, URGENT, Build, Job, JobKind, JobResult, Lane
+from cluster.engine.scheduling.jobs import LANE, PRIORITY, URGENT, WEIGHT, Build, Job, JobKind, JobResult, Lane
 from cluster.engine.scheduling.scheduler import FIRST_SEARCH_HOLD_S, Scheduler
 from cluster.store.results import read_results
 from cluster.store.rundir import RunDir
@@ -218,7 +218,7 @@ def test_the_lanes_baselines_and_finals_first_then_checks_within_their_share():
 def test_a_lane_behind_in_virtual_time_goes_next_and_idleness_earns_no_credit():
     a = device("A").device_type
     scheduler = Scheduler([FakeActor()], [device("A")], per_worker=1, cpu_slots=4)
-    scheduler.vtime[(a, Lane.CHECK)] = 20.0  # a 6 s check ran (weight 0.3)
+    scheduler.vtime[(a, Lane.CHECK)] = 20.0  # a 6 s check ran (its weight 0.3)
     ready_job(scheduler, JobKind.SANITIZE)
     search = ready_job(scheduler, JobKind.SEARCH)
     admission = ready_job(scheduler, JobKind.VERIFY)
@@ -360,3 +360,23 @@ def test_a_check_goes_to_an_idle_worker_and_nothing_queues_behind_one():
     other = ready_job(scheduler, JobKind.GUARD, workers=(0, 1))
     scheduler._dispatch()
     assert other.worker is None  # no idle worker: it waits in its queue
+
+
+def test_while_the_search_waits_the_admissions_take_at_most_their_share():
+    """With search candidates and the agents' admission runs always queued, runs of one second each,
+    the worker serves them 5 to 2 (``WEIGHT``): the admissions are the variants' first measurements,
+    beside the variants' own share of the search, not an equal of the search (on an H200, eight
+    public programs of 3-4 s a run spent a quarter of a 300 s sweep in admission runs and a third in
+    their search)."""
+    a = device("A").device_type
+    scheduler = Scheduler([FakeActor()], [device("A")], per_worker=1, cpu_slots=4)
+    served = {Lane.SEARCH: 0, Lane.ADMIT: 0}
+    for _ in range(70):
+        for kind in (JobKind.SEARCH, JobKind.VERIFY):  # never empty: a lane that idled would restart
+            while len(scheduler.ready.get((a, LANE[kind]), ())) < 2:
+                ready_job(scheduler, kind)
+        job = scheduler._next(a)
+        heapq.heappop(scheduler.ready[(a, job.lane)])
+        scheduler.vtime[(a, job.lane)] += 1.0 / WEIGHT[job.lane]
+        served[job.lane] += 1
+    assert served == {Lane.SEARCH: 50, Lane.ADMIT: 20}

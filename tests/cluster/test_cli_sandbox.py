@@ -46,10 +46,11 @@ def test_a_sweep_refuses_to_run_where_the_sandbox_cannot_start(tmp_path, command
     assert not runs.exists() or not any(p.is_dir() for p in runs.iterdir())  # no run directory
 
 
-def test_unsandboxed_runs_anyway_and_says_so_in_meta_json(tmp_path):
+def test_unsandboxed_runs_anyway_and_says_so_in_meta_json(tmp_path, ray_address):
     write_target(tmp_path / "t")
     config = write_config(tmp_path, ["t/target.yaml"], search={"trials": 1}, measure={"final_top_k": 0})
-    result = _cli("sweep", str(config), "--no-progress", "--unsandboxed", cwd=tmp_path, env=NO_BWRAP)
+    result = _cli("sweep", str(config), "--no-progress", "--unsandboxed", "--address", ray_address, cwd=tmp_path,
+                  env=NO_BWRAP)
     assert result.returncode == 0, result.stderr[-3000:]
     assert "warning: --unsandboxed" in result.stderr
     meta = json.loads(next((tmp_path / "runs").iterdir()).joinpath("meta.json").read_text())

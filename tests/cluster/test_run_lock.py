@@ -30,10 +30,10 @@ def _holder(run: Path) -> int | None:
         return None
 
 
-def test_a_second_driver_refuses_in_one_line_and_a_dead_drivers_run_is_taken_over(tmp_path):
+def test_a_second_driver_refuses_in_one_line_and_a_dead_drivers_run_is_taken_over(tmp_path, ray_address):
     config = tmp_path / "run.yaml"
     config.write_text((FIXTURES / "demo_cpu.yaml").read_text().replace("../../configs", str(REPO / "configs")))
-    env = {**os.environ, "PYTHONPATH": repo_pythonpath()}
+    env = {**os.environ, "PYTHONPATH": repo_pythonpath(), "RAY_ADDRESS": ray_address}  # the drivers join one Ray
     first = subprocess.Popen(_cli("sweep", str(config), "--output-dir", str(tmp_path / "runs"), "--no-progress"),
                              cwd=tmp_path, env=env, start_new_session=True, stdout=subprocess.DEVNULL,
                              stderr=subprocess.PIPE)

@@ -23,12 +23,12 @@ from cluster.sandbox.isolation import start_bubblewrap
 from cluster.sandbox.sandbox import SandboxError
 from tests.conftest import REPO, gpu_present, repo_pythonpath
 
-pytestmark = pytest.mark.own_ray
 
-
-def _sweep(tmp_path: Path, source: Path, toolchain: str, run: list[str], params: dict) -> pd.DataFrame:
+def _sweep(tmp_path: Path, source: Path, toolchain: str, run: list[str], params: dict,
+           ray_address: str | None = None) -> pd.DataFrame:
     """``warpfleet sweep`` of one target of ``source``, a grid over ``params``, the rest defaults
-    (but no Nsight Compute profile); its rows, with a table of them for the failures' messages."""
+    (but no Nsight Compute profile), joined to the Ray at ``ray_address`` (None: a local one of its
+    own); its rows, with a table of them for the failures' messages."""
     try:
         start_bubblewrap(SandboxSpec(), gpu=toolchain == "nvcc")
     except SandboxError as exc:
@@ -46,7 +46,7 @@ def _sweep(tmp_path: Path, source: Path, toolchain: str, run: list[str], params:
                                       "output_dir": str(tmp_path / "runs"),
                                       "search": {"sampler": "grid", "trials": trials},
                                       "profile": {"candidates": "none"}}))
-    env = {**os.environ, "PYTHONPATH": repo_pythonpath()}
+    env = {**os.environ, "PYTHONPATH": repo_pythonpath(), **({"RAY_ADDRESS": ray_address} if ray_address else {})}
     done = subprocess.run([sys.executable, "-m", "cluster.cli", "sweep", str(config), "--no-progress"], cwd=tmp_path,
                           env=env, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, (done.stdout + done.stderr)[-4000:]
@@ -63,11 +63,11 @@ def _winner(rows: pd.DataFrame, param: str) -> tuple[list, str]:
 
 
 @pytest.mark.parametrize("seeded", [False, True])
-def test_the_real_win_is_selected_and_neither_the_liar_nor_the_cache(tmp_path, seeded):
+def test_the_real_win_is_selected_and_neither_the_liar_nor_the_cache(tmp_path, seeded, ray_address):
     """``seeded``: the run command takes ``{seed}`` (the program ignores it): the finals then extend
     the reference with the baseline's outputs on their seeds, and that reference once lost its clock."""
     rows = _sweep(tmp_path, REPO / "tests" / "fixtures" / "attacks" / "sweep_cheats.c", "cc",
-                  ["{binary}", *(["{seed}"] if seeded else [])], {"ATTACK": [0, 1, 2, 3]})
+                  ["{binary}", *(["{seed}"] if seeded else [])], {"ATTACK": [0, 1, 2, 3]}, ray_address)
     winner, table = _winner(rows, "ATTACK")
     assert winner == [3], table
     mode = rows["p_ATTACK"]
@@ -78,6 +78,7 @@ def test_the_real_win_is_selected_and_neither_the_liar_nor_the_cache(tmp_path, s
 
 
 @pytest.mark.gpu
+@pytest.mark.own_ray
 @pytest.mark.skipif(not gpu_present(), reason="needs an NVIDIA GPU")
 def test_on_a_gpu_the_streams_win_and_no_cheat_does(tmp_path):
     """tests/fixtures/device_clock/cheats.cu swept: timed work on a non-blocking stream, a printed

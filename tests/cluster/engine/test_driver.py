@@ -172,9 +172,10 @@ def test_cli_sweep_show_export(tmp_path):
     assert missing.exit_code == 2 and "--target" in missing.output
 
 
-def test_driver_killed_mid_sweep_then_resumed(tmp_path):
+def test_driver_killed_mid_sweep_then_resumed(tmp_path, ray_address):
     """SIGKILL the driver once some rows are on disk; --resume completes the budget with every
-    candidate exactly once, and no earlier row lost."""
+    candidate exactly once, and no earlier row lost. The driver joins the tests' shared Ray, where
+    the resume runs (a Ray of its own was one more start)."""
     import os
     import signal
     import subprocess
@@ -187,7 +188,8 @@ def test_driver_killed_mid_sweep_then_resumed(tmp_path):
         + "flush_interval_s: 0.1\n")
     proc = subprocess.Popen(
         [sys.executable, "-m", "cluster.cli", "sweep", str(config), "--output-dir", str(tmp_path / "runs"),
-         "--no-progress"], cwd=REPO, start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+         "--no-progress"], cwd=REPO, start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+        env={**os.environ, "RAY_ADDRESS": ray_address})
     deadline = time.monotonic() + 120
     run = None
     while time.monotonic() < deadline:

@@ -46,11 +46,11 @@ def _assert_every_planned_row_once(run: Path) -> None:
 
 
 class _Driver:
-    """`warpfleet sweep` in a process group of its own (its local Ray included), its stderr lines
-    timed as they come."""
+    """`warpfleet sweep` in a process group of its own, joined to the Ray at ``ray_address`` (which
+    outlives it, as a cluster does), its stderr lines timed as they come."""
 
-    def __init__(self, args: list[str], cwd: Path) -> None:
-        env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
+    def __init__(self, args: list[str], cwd: Path, ray_address: str) -> None:
+        env = {**os.environ, "RAY_ADDRESS": ray_address}
         env |= {"PYTHONPATH": repo_pythonpath(), "WARPFLEET_SCRATCH": "scratch"}  # relative: made absolute (issue 17)
         self.proc = subprocess.Popen([sys.executable, "-m", "cluster.cli", *args], cwd=cwd, env=env,
                                      start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
@@ -82,11 +82,12 @@ def _parts(run: Path | None) -> set[str]:
     return {p.name for p in (run / RunDir.RESULTS).glob("part-*.parquet")} if run else set()
 
 
-def test_the_driver_killed_five_times_at_random_points_then_resumed(tmp_path):
-    """SIGKILL the whole driver (and its local Ray) at random points, each time leaving Optuna's
-    journal lock behind as a kill inside a journal write does. Each resume writes rows again without
-    waiting for that lock (it is broken at once, where Optuna waited 30 s, saying so every 10 s),
-    and the last one ends with every planned row once."""
+def test_the_driver_killed_five_times_at_random_points_then_resumed(tmp_path, ray_address):
+    """SIGKILL the whole driver at random points, each time leaving Optuna's journal lock behind as a
+    kill inside a journal write does. Each resume writes rows again without waiting for that lock (it
+    is broken at once, where Optuna waited 30 s, saying so every 10 s), and the last one ends with
+    every planned row once. The drivers join the tests' shared Ray, which outlives them as a cluster
+    does (a local Ray of each driver's own was six starts, 5 CPU-seconds each)."""
     config = _config(tmp_path)
     rng = random.Random(17)
     run: Path | None = None
@@ -98,7 +99,8 @@ def test_the_driver_killed_five_times_at_random_points_then_resumed(tmp_path):
             if not lock.is_symlink():
                 os.symlink(run / RunDir.JOURNAL, lock)
         before = _parts(run)
-        driver = _Driver(["sweep", str(config), "--no-progress"] + (["--resume", str(run)] if run else []), tmp_path)
+        driver = _Driver(["sweep", str(config), "--no-progress"] + (["--resume", str(run)] if run else []), tmp_path,
+                         ray_address)
         # where to kill it: while it starts, after it joined Ray, or after it wrote rows again
         when, delay = rng.choice(["start", "joined", "rows", "rows"]), rng.uniform(0.0, 2.0)
         deadline, new_rows_at = time.monotonic() + 150, None

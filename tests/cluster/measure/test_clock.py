@@ -193,6 +193,9 @@ def test_with_nine_pairs_a_claim_fails_only_where_nearly_every_pair_falls_short(
     # Two bursts of load on the baseline's side, each over half the claim, not over all of it.
     bursts = [0.40 - s for s in (0.004, 0.130, -0.010, 0.150, 0.010, -0.020, 0.000, 0.015, -0.005)]
     assert paired_problem([0.075] * 9, bursts, claims, baseline_walls) is not None
+    # Two bursts over the whole claim lift the bound to it; the median, at nothing, still fails it.
+    over = [0.40 - s for s in (0.004, 0.240, -0.010, 0.260, 0.010, -0.020, 0.000, 0.015, -0.005)]
+    assert paired_problem([0.075] * 9, over, claims, baseline_walls) is not None
 
 
 def test_the_median_bounds_are_the_sign_tests() -> None:

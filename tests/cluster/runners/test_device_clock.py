@@ -156,21 +156,25 @@ def test_claims_the_device_record_does_not_bear_out_are_clock_mismatch(tmp_path)
     assert _measure(target, bare, 2, unclocked).status is Status.OK
 
 
-def test_a_claim_the_busy_time_misses_but_runs_in_turn_bear_out_is_a_saving_of_idle_gaps(tmp_path):
+def test_a_claim_the_busy_time_misses_goes_to_runs_in_turn_only_where_it_is_large(tmp_path):
     """A program bound by its launches saves the GPU's idle gaps between them: its timer sees it, the
     busy time does not (on an H200, honest flags saving 44-115 ms a run of a sorting network's 66
-    launches were failed on the record). A claim the wall clock can judge is judged on runs in turn
-    with the baseline: the saved gaps pass, the printed third (its run as long as the baseline's)
-    does not, and work on a stream the timer does not wait for does not either."""
+    launches were failed on the record). A claim over ``WALL_JUDGES_S`` a run is judged again on runs
+    in turn with the baseline; smaller ones, the lies of this fixture (40 ms and 27 ms) and its
+    honest 20 ms of gaps alike, are failed on the record: the wall's noise under load let such lies
+    through runs in turn."""
+    from cluster.measure.clock import WALL_JUDGES_S, wall_judges
+
+    baseline = Clock(claimed_s=0.420, wall_s=1.5, device_s=0.39)
+    assert wall_judges(Clock(claimed_s=0.376, wall_s=1.45, device_s=0.389), baseline)  # 44 ms claimed
+    assert not wall_judges(Clock(claimed_s=0.420 - WALL_JUDGES_S, wall_s=1.5, device_s=0.39), baseline)
     target = _target(tmp_path)
     runner = ProcessRunner(device_clock=DeviceClock(tmp_path / "libwf_device_clock.so"))
-    baseline = _measure(target, runner, 0, None, runs=3)
-    reference = Reference(baseline.outputs, baseline.clock)
-    gaps = _measure(target, runner, 5, reference, beside=True)
-    assert gaps.status is Status.OK, gaps.error_tail
-    for mode in (2, 3):
+    measured = _measure(target, runner, 0, None, runs=3)
+    reference = Reference(measured.outputs, measured.clock)
+    for mode in (2, 3, 5):
         found = _measure(target, runner, mode, reference, beside=True)
-        assert found.status is Status.CLOCK_MISMATCH and "judged again beside the baseline" in found.error_tail
+        assert found.status is Status.CLOCK_MISMATCH and "judged again" not in found.error_tail, found.error_tail
 
 
 def test_the_kernel_runner_takes_no_device_clock_its_samples_are_its_own_events(tmp_path):

@@ -212,6 +212,10 @@ class StudyState:
         return a < b if self.goal == "minimize" else a > b
 
     best: float | None = None  # the best median so far, kept as results come in
+    # Kept as results come in, by the objective's first value (``ranked``'s order): the best candidate
+    # of the target's own sources (the baseline is one) and the best value of a variant still in the space.
+    own_best: str | None = None
+    variant_best: float | None = None
 
     @property
     def exhausted(self) -> bool:
@@ -243,7 +247,26 @@ class StudyState:
             return
         self.retired[source_hash] = variant
         self.space_size -= variant.space_size()
+        self.variant_best = None
+        for key, result in self.results.items():
+            self._keep_best(self.candidates[key], result)
         self.widen()
+
+    def _ahead(self, a: float, b: float) -> bool:
+        """Whether objective value ``a`` ranks before ``b`` (``ranked``'s order)."""
+        return a > b if self.goal == "maximize" and self.objective == "time" else a < b
+
+    def _keep_best(self, candidate: Candidate, result: Evaluated) -> None:
+        values = result.values(self.objective)
+        if not values:
+            return
+        if candidate.source_hash == self.target.bundle.hash:
+            own = self.results[self.own_best].values(self.objective) if self.own_best else None
+            if not own or self._ahead(values[0], own[0]):
+                self.own_best = candidate.key
+        elif candidate.source_hash in self.variants and (
+                self.variant_best is None or self._ahead(values[0], self.variant_best)):
+            self.variant_best = values[0]
 
     def used(self, variants: bool) -> int:
         """Search candidates of one stream measured or in flight (its trials used); a retired
@@ -261,16 +284,12 @@ class StudyState:
         return self.variant_study if self.variants else None
 
     def variants_lead(self) -> bool:
-        """Whether a variant measured better than every candidate of the target's own sources."""
-        best = {False: None, True: None}
-        for key, result in self.results.items():
-            candidate = self.candidates.get(key)
-            if candidate is None or result.status is not Status.OK or result.median is None:
-                continue
-            mine = candidate.source_hash in self.variants
-            if best[mine] is None or self.better(result.median, best[mine]):
-                best[mine] = result.median
-        return best[True] is not None and (best[False] is None or self.better(best[True], best[False]))
+        """Whether a variant still in the space measured better than every candidate of the
+        target's own sources."""
+        if self.variant_best is None:
+            return False
+        own = self.results[self.own_best].values(self.objective) if self.own_best else None
+        return not own or self._ahead(self.variant_best, own[0])
 
     def next_stream(self, own: bool = True, variants: bool = True) -> bool | None:
         """The stream the next search candidate comes from (True: the variants'), of those with
@@ -458,6 +477,7 @@ class StudyState:
         if result.status is Status.OK and result.median is not None and (
                 self.best is None or self.better(result.median, self.best)):
             self.best = result.median
+        self._keep_best(candidate, result)
         of_variant = candidate.source_hash in self.variants or candidate.source_hash in self.retired
         if candidate.phase is Phase.SEARCH:
             self.n_search += 1

@@ -54,10 +54,8 @@ class Gate:
         what a sweep without the agents would have, and what a variant's checks must be worth
         beating."""
         state, stats = self.flow.state, self.flow.stats
-        for candidate in state.ranked():
-            if candidate.source_hash not in state.variants and candidate.key in stats:
-                return stats[candidate.key]
-        return stats.get(state.baseline_candidate().key)
+        found = stats.get(state.own_best) if state.own_best else None
+        return found or stats.get(state.baseline_candidate().key)
 
     def could_win(self, candidate: Candidate, stats: Stats | None = None) -> bool:
         """Whether its measurement (``stats``, else its own) is better than the best of the target's
@@ -93,8 +91,7 @@ class Gate:
         H100 with a 300 s budget, a 72 s compute-sanitizer run of a 1.01x variant, queued first,
         kept a verified 1.91x variant's checks and a 3.92x variant's final past the deadline."""
         state = self.flow.state
-        own = next((state.results[c.key].median for c in state.ranked() if c.source_hash not in state.variants),
-                   state.baseline_median)
+        own = state.results[state.own_best].median if state.own_best else state.baseline_median
         return speedup(median, own, state.goal) or 0.0
 
     def trust(self, candidate: Candidate, ask: bool = True) -> Trust:

@@ -272,3 +272,22 @@ def test_the_variants_stream_takes_the_larger_share_while_a_variant_leads(tmp_pa
     assert sum(streams(8, variant_s=1.0)) == 4
     assert state.next_stream(own=False) is True and state.next_stream(variants=False) is False
     assert state.next_stream(own=False, variants=False) is None
+
+
+def test_a_retired_variants_time_is_no_one_s_best(tmp_path, monkeypatch):
+    """A variant that failed its checks (a cheat, say, at 100x) leaves the space: its time is
+    neither the variants' lead nor the own sources' best that other variants must beat."""
+    monkeypatch.setattr("cluster.engine.study.state.ray.put", lambda value: value)
+    state = _growing(tmp_path)
+    _, own = state.ask()
+    state.record(own, Evaluated(Status.OK, 10.0))
+    variant = _variant_of(tmp_path, state)
+    state.add_variant(variant)
+    state.widen()
+    asked = None
+    while asked is None or asked[1].source_hash != variant.bundle.hash:
+        asked = state.ask(own=False)
+    state.record(asked[1], Evaluated(Status.OK, 0.1))
+    assert state.variants_lead() and state.own_best == own.key
+    state.retire(variant.bundle.hash)
+    assert not state.variants_lead() and state.own_best == own.key

@@ -13,9 +13,11 @@ from cluster.engine.verification.gate import Gate
 def gate_of(goal: str, baseline: float, measured: dict[str, tuple[float, str]]) -> Gate:
     """A study whose candidates (key: (median, source)) were measured; "own" is the target's sources."""
     better = (lambda k: measured[k][0]) if goal == "minimize" else (lambda k: -measured[k][0])
+    own = [k for k in sorted(measured, key=better) if measured[k][1] == "own"]
     state = SimpleNamespace(
         goal=goal, baseline_median=baseline, variants={"variant-a": object(), "variant-b": object()},
         results={k: SimpleNamespace(median=m) for k, (m, _) in measured.items()},
+        own_best=own[0] if own else None,  # as StudyState keeps it
         ranked=lambda: [SimpleNamespace(key=k, source_hash=measured[k][1]) for k in sorted(measured, key=better)])
     return Gate(SimpleNamespace(state=state), {})  # type: ignore[arg-type]
 

@@ -128,21 +128,34 @@ class Finals:
         (``holding``) beside the finalists and takes no place of theirs, so the best candidates that
         need no checks have their finals whatever the variants' checks do: the finals with the
         agents on re-measure at least what they would without (on an H200, three studies whose one
-        place was held by a variant's pending checks ended at 1.00x)."""
-        while self.pool and len(self.finalists) < self.wanted:
-            candidate = self.pool.pop(0)
+        place was held by a variant's pending checks ended at 1.00x). At most ``wanted`` wait: the
+        rest stay in the pool for a place (a fake GPU's sweep had held 300 candidates of one
+        variant, each to have a final once its checks passed)."""
+        rest: list[Candidate] = []
+        for candidate in self.pool:
+            if len(self.finalists) >= self.wanted:
+                rest.append(candidate)
+                continue
             unchecked = (candidate.source_hash in self.flow.state.variants
                          and self.flow.checks.trust(candidate.source_hash) is Trust.NOT_RUN)
             if unchecked and not self.gate.could_win(candidate):
                 continue  # a variant no better than the own sources' best: not worth its expensive checks
             if unchecked and len(self.flow.checks.pending()) >= self.gate.check_slots:
                 continue  # with a time budget, one variant's checks at a time: the best one's
+            if len(self.holding) + len(self.gave_up) >= self.wanted and self._needs_checks(candidate):
+                rest.append(candidate)  # waits for a place among those waiting
+                continue
             trust = self.gate.trust(candidate)
             if trust is Trust.PASSED:
                 self._submit(candidate)
             elif trust is not Trust.FAILED:
                 self.holding.add(candidate.key)
                 self.gate.promote()
+        self.pool = rest
+
+    def _needs_checks(self, candidate: Candidate) -> bool:
+        """Whether the gate would hold it: its trust is neither passed nor failed (asking nothing)."""
+        return self.gate.trust(candidate, ask=False) not in (Trust.PASSED, Trust.FAILED)
 
     def _settle_holds(self) -> None:
         flow = self.flow

@@ -85,15 +85,10 @@ def test_the_baseline_s_final_that_made_the_finals_references_is_not_run_again(m
     assert submitted.count("base") == 1
 
 
-def test_a_variant_waiting_for_its_checks_takes_no_place_of_the_candidates_that_need_none():
-    """With one finalist's place (a budget made the finals smaller), a variant whose checks are
-    pending waits beside it: the best candidate of the target's own sources has its final at once,
-    and the variant has one too once its checks pass (on an H200 three studies whose one place was
-    held by a variant's pending checks ended at 1.00x)."""
-    plan = TimePlan(1000.0, started_at=time.monotonic() - 900.0, finals=(1, RUNS))
-    variant, own, other = (SimpleNamespace(key=k, source_hash=h) for k, h in
-                           (("v", "variant"), ("own", "src"), ("other", "src")))
-    trust = {"variant": Trust.PENDING}
+def finals_with_pending_variants(candidates, trust: dict[str, Trust], top_k: int = 1):
+    """Finals with ``top_k`` places over ``candidates`` (best first): sources in ``trust`` are
+    variants whose checks stand there; the others need none."""
+    plan = TimePlan(1000.0, started_at=time.monotonic() - 900.0, finals=(top_k, RUNS))
 
     class Checks:
         def trust(self, source_hash):
@@ -116,16 +111,45 @@ def test_a_variant_waiting_for_its_checks_takes_no_place_of_the_candidates_that_
 
     flow = SimpleNamespace(name="s@H100", device_type="H100", checks=Checks(), awaited=set(),
                            ctx=SimpleNamespace(plan=plan, config=SimpleNamespace(
-                               measure=SimpleNamespace(final_top_k=1, final_runs=RUNS))),
-                           state=SimpleNamespace(candidates={c.key: c for c in (variant, own, other)},
-                                                 variants={"variant": object()}),
+                               measure=SimpleNamespace(final_top_k=top_k, final_runs=RUNS))),
+                           state=SimpleNamespace(candidates={c.key: c for c in candidates},
+                                                 variants={h: object() for h in trust}),
                            run_estimate=RUN_S, job_overhead=OVERHEAD_S)
     finals = Finals(flow, Gated(Trust.PASSED))  # type: ignore[arg-type]
-    finals.reference_ready, finals.pool = True, [variant, own, other]
+    finals.reference_ready, finals.pool = True, list(candidates)
     submitted = finals.finalists  # as the real ``_submit`` records them
     finals._submit = lambda c, extend=False: submitted.append(c.key)  # type: ignore[method-assign]
+    return finals, submitted
+
+
+def test_a_variant_waiting_for_its_checks_takes_no_place_of_the_candidates_that_need_none():
+    """With one finalist's place (a budget made the finals smaller), a variant whose checks are
+    pending waits beside it: the best candidate of the target's own sources has its final at once,
+    and the variant has one too once its checks pass (on an H200 three studies whose one place was
+    held by a variant's pending checks ended at 1.00x)."""
+    variant, own, other = (SimpleNamespace(key=k, source_hash=h) for k, h in
+                           (("v", "variant"), ("own", "src"), ("other", "src")))
+    trust = {"variant": Trust.PENDING}
+    finals, submitted = finals_with_pending_variants([variant, own, other], trust)
     assert finals.step() is False
     assert submitted == ["own"] and finals.holding == {"v"}
     trust["variant"] = Trust.PASSED
     finals.step()
     assert submitted == ["own", "v"] and not finals.holding
+
+
+def test_no_more_candidates_wait_for_checks_than_there_are_places():
+    """Seen on CI (a fake GPU, 40 s): 300 search candidates of one variant were all held for its
+    checks, the log said so 300 times, and each would have had a final once the checks passed. As
+    many wait as there are places; the others stay in the pool."""
+    many = [SimpleNamespace(key=f"v{i}", source_hash="variant") for i in range(50)]
+    own = SimpleNamespace(key="own", source_hash="src")
+    trust = {"variant": Trust.PENDING}
+    finals, submitted = finals_with_pending_variants([*many, own], trust, top_k=2)
+    finals.step()
+    assert submitted == ["own"] and finals.holding == {"v0", "v1"}
+    assert [c.key for c in finals.pool] == [f"v{i}" for i in range(2, 50)]
+    trust["variant"] = Trust.PASSED
+    finals.step()
+    assert submitted == ["own", "v0", "v1"] and not finals.holding
+    assert finals.step() is True  # the finals are full: the rest of the pool waits for nothing

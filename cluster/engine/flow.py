@@ -142,7 +142,8 @@ class StudyFlow(Flow):
         self.checks = DeepChecks(self.jobs, tuple(agents.sanitizer) if gpu else (), agents.sanitizer_timeout_s,
                                  agents.guardrails, self._write_variant, self._record_of, self._retire)
         plan = ctx.plan
-        self.checks.bound = (lambda: plan.check_bound()) if plan is not None else (lambda: None)
+        self.checks.bound = (lambda: plan.check_bound(device_type=self.device_type)) if plan is not None \
+            else (lambda: None)
         self.checks.launches = agents.sanitizer_launches
         self.gate = Gate(self, {k: Trust(v) for k, v in ctx.reviewed.items()})
         self.finals = Finals(self, self.gate)

@@ -118,11 +118,19 @@ class TimePlan:
     def search_open(self, device_type: str) -> bool:
         return device_type not in self.closed
 
-    def check_bound(self, now: float | None = None) -> float:
+    def check_bound(self, now: float | None = None, device_type: str | None = None) -> float:
         """The longest one check or profile job may take now: ``CHECK_BOUND_SHARE`` of the budget, and
         ``CHECK_LEFT_SHARE`` of the time left, so that no single check holds the GPU for a large part
-        of the sweep, and one late in it cannot push the finals past the deadline."""
-        return max(MIN_CHECK_S, min(CHECK_BOUND_SHARE * self.budget_s, CHECK_LEFT_SHARE * self.time_left(now)))
+        of the sweep, and one late in it cannot push the finals past the deadline. With the
+        ``device_type`` whose worker runs it, while that type's search is open: no longer than the
+        search has left before its reserve, so that a check started late in the search does not
+        hold the worker the finals need (a fake GPU's sweep of 40 s kept 4 s for its finals, and a
+        check of 2 s begun just before the search closed left a final running at the deadline)."""
+        now = time.monotonic() if now is None else now
+        bound = min(CHECK_BOUND_SHARE * self.budget_s, CHECK_LEFT_SHARE * self.time_left(now))
+        if device_type is not None and self.search_open(device_type) and device_type in self.reserve:
+            bound = min(bound, self.deadline - self.reserve[device_type] - now)
+        return max(MIN_CHECK_S, bound)
 
     def checked(self, device_type: str, seconds: float) -> None:
         """A check or profile job of the device type took ``seconds`` on its worker."""

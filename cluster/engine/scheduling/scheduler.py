@@ -370,25 +370,37 @@ class Scheduler:
         critical lane, else the shared lane furthest behind in virtual time (the check lane within
         its share of the workers while other work waits; no check, urgent or not, while a baseline
         or final of the type waits for a worker, nor before each study's first search candidate)."""
-        tops = {lane: heap[0] for lane in Lane if (heap := self.ready.get((device_type, lane)))}
-        tops = {lane: top for lane, top in tops.items()
+        ready = {lane: heap[0] for lane in Lane if (heap := self.ready.get((device_type, lane)))}
+        tops = {lane: top for lane, top in ready.items()
                 if all(w in self.dead for w in top[1].workers) or self._free(top[1])}
-        if Lane.CHECK in tops and self._critical_waits(device_type):
-            del tops[Lane.CHECK]  # baselines and finals first (compiling or queued), urgent checks too
+        # A check waits for a worker with nothing on it; while the search keeps every worker busy
+        # (two jobs an actor), none would ever be: a check whose turn it is has one drain for it.
+        draining = Lane.CHECK in ready and Lane.CHECK not in tops and any(
+            self.alive[w] for w in ready[Lane.CHECK][1].workers)
+        if self._critical_waits(device_type):
+            tops.pop(Lane.CHECK, None)  # baselines and finals first (compiling or queued), urgent checks too
+            draining = False
         urgent = [top for top in tops.values() if top[0][0] == URGENT]
         if urgent:
             return min(urgent, key=lambda top: top[0])[1]
         if Lane.CRITICAL in tops:
             return tops[Lane.CRITICAL][1]
-        if Lane.CHECK in tops and self._first_search_waits(device_type):
-            del tops[Lane.CHECK]  # then each study's first search candidate (compiling or queued)
-        if Lane.CHECK in tops and len(tops) > 1:
-            checking = sum(1 for j in self.running.values() if j.device_type == device_type and j.lane is Lane.CHECK)
-            if checking >= max(1, math.floor(self.weight[Lane.CHECK] * len(self.workers_of(device_type)))):
-                del tops[Lane.CHECK]
+        if draining and ready[Lane.CHECK][0][0] == URGENT:
+            return None  # a check its study's finals wait for: the next worker to drain takes it
+        if self._first_search_waits(device_type):
+            tops.pop(Lane.CHECK, None)  # then each study's first search candidate (compiling or queued)
+            draining = False
+        checking = sum(1 for j in self.running.values() if j.device_type == device_type and j.lane is Lane.CHECK)
+        if checking >= max(1, math.floor(self.weight[Lane.CHECK] * len(self.workers_of(device_type)))):
+            draining = False
+            if len(tops) > 1:
+                tops.pop(Lane.CHECK, None)
         if not tops:
             return None
-        return tops[min(tops, key=lambda lane: self._virtual(device_type, lane))][1]
+        lane = min(tops, key=lambda lane: self._virtual(device_type, lane))
+        if draining and self._virtual(device_type, Lane.CHECK) < self._virtual(device_type, lane):
+            return None  # the check lane's turn: what is on the workers ends first, then the check goes
+        return tops[lane][1]
 
     def _critical_waits(self, device_type: str) -> bool:
         """Whether a critical job (a baseline, a final, a reference) of the type is submitted and not

@@ -7,6 +7,8 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 
+import pytest
+
 from cluster.engine.plan.budget import (
     CHECK_BOUND_SHARE,
     FINALS_SHARE,
@@ -168,6 +170,22 @@ def test_one_checks_bound_is_a_share_of_the_budget_and_shrinks_with_the_time_lef
     assert plan.check_bound() < CHECK_BOUND_SHARE * 600.0 and plan.check_bound() <= 0.25 * 40.0 + 0.1
     plan, _ = plan_with(left_s=0.5, budget=600.0)
     assert plan.check_bound() == MIN_CHECK_S
+
+
+def test_a_check_started_late_in_the_search_ends_when_the_search_would_close():
+    """Seen on CI (a fake GPU, 40 s, 4 s kept for the finals): a 2 s check begun just before the
+    search closed held the only worker, and a final was still running at the deadline. While its
+    device type's search is open, a check may take no more than the search has left before the
+    reserve; once the search has closed (a finalist's checks) the budget's bounds alone."""
+    plan, _ = plan_with(left_s=300.0, budget=600.0)
+    plan.reserve["H100"] = 280.0
+    now = time.monotonic()
+    assert plan.check_bound(now, "H100") == pytest.approx(20.0, abs=0.5)  # 300 s left, 280 s kept
+    assert plan.check_bound(now, "A100") == CHECK_BOUND_SHARE * 600.0  # no reserve known for it
+    plan.reserve["H100"] = 299.9
+    assert plan.check_bound(now, "H100") == MIN_CHECK_S
+    plan.closed["H100"] = now
+    assert plan.check_bound(now, "H100") == plan.check_bound(now) == CHECK_BOUND_SHARE * 600.0
 
 
 def test_a_check_is_costed_at_what_the_device_types_checks_took_across_studies():

@@ -240,6 +240,33 @@ def test_a_lane_behind_in_virtual_time_goes_next_and_idleness_earns_no_credit():
     assert idle.vtime[(a, Lane.CHECK)] == 500.0
 
 
+def test_a_check_whose_turn_it_is_has_a_worker_drain_for_it():
+    """Seen on a fake GPU (one worker, two jobs an actor, a 40 s budget): the search kept the worker
+    busy, a check only goes to a worker with nothing on it, and a variant's cheat checks queued from
+    1 s in waited until the search closed, 16 s later, then held the worker the finals needed. When
+    the check lane's turn comes, no more search is put on the worker: it drains, and the check goes."""
+    a = device("A").device_type
+    scheduler = Scheduler([FakeActor()], [device("A")], per_worker=2, cpu_slots=4)
+    running = ready_job(scheduler, JobKind.SEARCH)
+    heapq.heappop(scheduler.ready[(a, Lane.SEARCH)])
+    running.worker, running.dispatched_at = 0, time.time()
+    scheduler.load[0], scheduler.on_worker[0] = 1, [running]
+    search = ready_job(scheduler, JobKind.SEARCH)
+    check = ready_job(scheduler, JobKind.SANITIZE)
+    scheduler.vtime[(a, Lane.CHECK)] = 100.0  # behind on its share: the search goes on the busy worker
+    assert scheduler._next(a) is search
+    scheduler.vtime[(a, Lane.SEARCH)] = 200.0  # the check lane's turn: nothing more on the worker
+    assert scheduler._next(a) is None
+    scheduler.load[0], scheduler.on_worker[0] = 0, []
+    assert scheduler._next(a) is check
+    # A check its study's finals wait for drains the worker whatever the shares.
+    scheduler.vtime[(a, Lane.SEARCH)] = 0.0
+    scheduler.load[0], scheduler.on_worker[0] = 1, [running]
+    assert scheduler._next(a) is search
+    scheduler.promote("s", frozenset({JobKind.SANITIZE}))
+    assert scheduler._next(a) is None
+
+
 def test_within_a_lane_the_studies_take_turns():
     """A study with many admissions in the queue does not hold another's first one behind them."""
     a = device("A").device_type

@@ -210,9 +210,13 @@ class Finals:
         else:
             self.finalists.append(candidate.key)
         self.outstanding.add(candidate.key)
+        # Every final's runs have their outputs poisoned, the baseline's too (the same conditions for
+        # all); a variant's are watched for a cache besides: the cheat checks, in runs it has anyway.
         flow.submit(flow.jobs.job(JobKind.FINAL, build, runs=self.runs, first_seed=1,
                                    reference=None if extend else flow.state.reference,
-                                   label="the baseline" if baseline else ""))
+                                   label="the baseline" if baseline else "",
+                                   args={"poison": True, "cache_check": flow.ctx.config.agents.guardrails
+                                         and candidate.source_hash in flow.state.variants}))
 
     def measured(self, key: str, measurement: Measurement | None, extended: bool) -> None:
         """A final is in; the baseline's that made the finals' references: the others can go."""

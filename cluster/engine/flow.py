@@ -51,6 +51,10 @@ log = logging.getLogger(f"warpfleet.{__name__}")
 
 SEARCH_ONLY = frozenset({JobKind.SEARCH})
 AGENTS_ONLY = frozenset({JobKind.VERIFY, JobKind.PROFILE})  # the agents' jobs (a study's own profiles come later)
+# A variant's final with one of these failed the cheat checks its finals' runs are (DeepChecks.failed_in_finals):
+# wrong outputs with the outputs poisoned or on fresh seeds, a cache, a claim the clocks do not bear out.
+CHEATS_FAIL = frozenset({Status.VERIFY_FAILED, Status.TEST_FAILED, Status.CLOCK_MISMATCH, Status.METRIC_INVALID,
+                         Status.METRIC_MISSING})
 
 
 class Stage(StrEnum):
@@ -486,7 +490,7 @@ class StudyFlow(Flow):
             self._profiled(result)
         elif job.kind is JobKind.REFERENCE:
             self._referenced(result)
-        elif job.kind in (JobKind.SANITIZE, JobKind.GUARD, JobKind.REVIEW):
+        elif job.kind in (JobKind.SANITIZE, JobKind.REVIEW):
             self.gate.timed(job)  # their futures' callbacks (the checks, the review) read them
         else:
             self._measured(result)
@@ -521,6 +525,10 @@ class StudyFlow(Flow):
                 self.measured.setdefault(key, measurement)
         if job.kind is JobKind.FINAL:
             self.finals.measured(job.candidate.key, measurement, extended=job.reference is None)
+            if measurement is not None and measurement.status in CHEATS_FAIL and \
+                    job.candidate.source_hash in state.variants:
+                self.checks.failed_in_finals(job.candidate.source_hash,
+                                             f"{measurement.status.value}: {measurement.error_tail.strip()}")
         stats = measurement.stats if measurement is not None and measurement.status is Status.OK else None
         if stats is not None and job.kind in (JobKind.VERIFY, JobKind.FINAL) and measurement is not None:
             self._timed((measurement.run_s + measurement.verify_s) / max(1, job.runs))

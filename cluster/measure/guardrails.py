@@ -43,10 +43,9 @@ from cluster.core.placeholders import names_in
 from cluster.core.types import BuildArtifact, RunOutputs, Verdict, VerdictStatus
 from cluster.measure.clock import median_bounds
 from cluster.measure.measure import PROTOCOL_PREFIX, parse_samples, verify_outputs
-from cluster.runners._base import Invocation, ProcessRunner, Runner, Staged
+from cluster.runners._base import POISON_ENV, Invocation, ProcessRunner, Runner, Staged
 from cluster.sandbox.sandbox import read_output, scratch_dir, write_bundle
 
-POISON_ENV = "WARPFLEET_POISON"
 POISON_BYTE = 0xFF  # four of them are a NaN as float32 (and as float64, eight)
 FRESH_SEEDS = (1_000_003, 2_000_029)  # far from the seeds 0..runs-1 that a sweep's runs use
 CACHE_SPEEDUP = 3.0  # a second run in the same directory this much faster holds a cache

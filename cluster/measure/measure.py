@@ -44,11 +44,13 @@ from cluster.measure.clock import (
     wall_judges,
 )
 from cluster.measure.telemetry import Monitor
-from cluster.runners._base import Invocation, ProcessRunner, Runner, Staged
+from cluster.runners._base import POISON_ENV, Invocation, ProcessRunner, Runner, Staged
 from cluster.sandbox.sandbox import read_output
 from cluster.sandbox.untrusted_dir import UntrustedDir
 
 PROTOCOL_PREFIX = "@warpfleet"
+POISONED = "poisoned_outputs"  # what an outputs' problem under ``poison`` says first
+CACHE_SPEEDUP = 3.0  # a later run of the same inputs this much faster than the first holds a cache
 RACED = " raced=1 "  # in the summary line of a run that stopped sampling early (kernel_harness.summary_line)
 _NUMBER = re.compile(r"[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?|[-+]?(?:inf|nan)", re.IGNORECASE)
 
@@ -171,6 +173,8 @@ def measure_candidate(
     stop_above: float | None = None,
     max_samples: int | None = None,
     baseline: Callable[[], Baseline] | None = None,
+    poison: bool = False,
+    cache_check: bool = False,
 ) -> Measurement:
     """Run a built candidate ``runs`` times through ``runner`` (default: a process per run), each
     run with its own ``{seed}``: ``first_seed``, ``first_seed + 1``, ...
@@ -181,6 +185,15 @@ def measure_candidate(
     search's cap on samples a run (``Invocation.max_samples``). ``baseline``: the baseline's build
     (fetched only when needed), run in turn with the candidate when its claimed time fails the clock
     rule against the reference's clock: the claim is judged again against that fresh clock.
+
+    ``poison`` (the finals' runs, every candidate's and the baseline's): each run with its outputs
+    poisoned (``POISON_ENV``: a harness fills its registered output buffers with NaN before every
+    launch, untimed), so that a launch that leaves its output to an earlier one fails the outputs'
+    check; the cheat checks' poisoned-outputs run, folded into runs the candidate has anyway, where a
+    candidate that knows the check's variable gains nothing by behaving only then. ``cache_check``
+    (an agent's variant's finals on a target without ``{seed}``, whose runs all have the same
+    inputs): a run whose samples' median is ``CACHE_SPEEDUP`` times below the first run's is a cache
+    kept across runs (in a persistent host's memory: the directories are fresh), ``verify_failed``.
     """
     started = time.time()
     spec = target.spec
@@ -204,6 +217,7 @@ def measure_candidate(
     walls: list[float] = []  # per run: the seconds warpfleet's own clock saw it take
     busy: list[DeviceRecord | None] = []  # per run: the device clock's record (None: none)
     floor_s = sample_floor_s(device.kind == "gpu")
+    medians: list[float] = []  # per run: its samples' median (``cache_check``)
 
     def clock() -> Clock | None:
         return _clock(claims, walls, busy) if clocked else None
@@ -219,7 +233,7 @@ def measure_candidate(
             if tampered:
                 return done(Status.CRASHED, f"refused: {tampered}")
             result = staged.run(Invocation(seed=seed, stop_above=stop_above, max_samples=max_samples,
-                                              reference=wanted))
+                                              reference=wanted, env={POISON_ENV: "1"} if poison else {}))
             run_s += result.seconds
             if result.timed_out:
                 return done(Status.TIMEOUT, result.tail())
@@ -232,6 +246,7 @@ def measure_candidate(
                 status = Status.METRIC_MISSING if not found or problem.startswith("no ") else Status.METRIC_INVALID
                 return done(status, f"{problem}\n{result.stdout[-2048:]}")
             samples.extend(found)
+            medians.append(statistics.median(found))
             claims.append(sum(found) * (seconds_per_unit(spec.metric) or 0.0))
             walls.append(result.seconds)
             if result.device is not None and not result.device.complete and reference is not None and clocked:
@@ -248,6 +263,9 @@ def measure_candidate(
             if reference is None and not problem and (seeded or not outputs):
                 outputs.append(_run_outputs(staged.files, result.stdout, spec.verify))
             verify_s += time.perf_counter() - t0
+            if problem and poison:
+                problem = (f"{POISONED}: with its output buffers poisoned ({POISON_ENV}=1: NaN before every launch), "
+                           f"{problem} (outputs left unwritten, or reused from an earlier launch?)")
             if problem:
                 return done(Status.VERIFY_FAILED, problem)
             if spec.verify.test:
@@ -260,6 +278,9 @@ def measure_candidate(
             if index == last and last - first_seed < CONFIRM_RUNS and (
                     _clock_problem(clock(), reference) or _device_problem(clock(), reference)):
                 last = first_seed + CONFIRM_RUNS  # a claim the clock does not bear out: confirmed on more runs
+        cached = _cached(medians, spec.metric.goal) if cache_check and not seeded else None
+        if cached:
+            return done(Status.VERIFY_FAILED, cached)
         measured = clock()
         problem = _device_problem(measured, reference)
         if problem and not (reference is not None and reference.clock is not None and measured is not None
@@ -279,6 +300,19 @@ def measure_candidate(
         if problem:
             return done(Status.CLOCK_MISMATCH, problem)
         return done(Status.OK)
+
+
+def _cached(medians: list[float], goal: str) -> str | None:
+    """Why the runs of one candidate on the same inputs look like a cache kept across them, or None:
+    a later run's median ``CACHE_SPEEDUP`` times better than the first run's."""
+    if len(medians) < 2 or medians[0] <= 0:
+        return None
+    later = statistics.median(medians[1:])
+    ratio = medians[0] / max(later, 1e-300) if goal == "minimize" else later / medians[0]
+    if ratio <= CACHE_SPEEDUP:
+        return None
+    return (f"cached_results: its runs after the first, on the same inputs in fresh directories, were {ratio:.1f}x "
+            f"faster than the first: results kept across runs")
 
 
 def beside(staged: Staged, runner: Runner, baseline: Baseline, reference: Reference,

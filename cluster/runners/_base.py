@@ -262,6 +262,9 @@ def worker_clock(device: DeviceInfo) -> DeviceClock | None:
     return DeviceClock.on_node() if device.kind == "gpu" else None
 
 
+# Set for a run whose outputs are poisoned: the harness fills the buffers registered with
+# wf::poison_output with 0xFF bytes (NaN) before every launch, outside the timed region.
+POISON_ENV = "WARPFLEET_POISON"
 MAX_SAMPLES_ENV = "WARPFLEET_MAX_SAMPLES"  # read by the harness (harness_core.hpp: parse_options)
 
 

@@ -32,13 +32,13 @@ from cluster.compile.kernel import KernelBinary
 from cluster.config.kernel import BenchOptions, LaunchPlan
 from cluster.core.compare import compare
 from cluster.core.types import RunOutputs
-from cluster.runners._base import BINARY_FILE, HostRunner, Invocation, Staged
+from cluster.runners._base import BINARY_FILE, POISON_ENV, HostRunner, Invocation, Staged
 from cluster.runners.kernel_harness import bench, capped_options, host_values, profile_options, write_output
 from cluster.sandbox.host import STDERR_FILE, STDOUT_FILE, host_python
 from cluster.sandbox.sandbox import ProcessResult, run_command
 
 REQUEST_FILE = "request.json"
-POISON_ENV, PROFILE_ENV = "WARPFLEET_POISON", "WARPFLEET_PROFILE"
+PROFILE_ENV = "WARPFLEET_PROFILE"
 _HOST_ENV = {POISON_ENV, PROFILE_ENV}  # variables the host run takes as request fields
 LAYOUTS_KEPT = 2  # argument buffer sets kept allocated (one per problem shape)
 INPUTS_KEPT = 8  # host-side uniform input arrays kept (per dtype, shape, bounds, seed and place in the stream)

@@ -20,7 +20,7 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
-from cluster.runners._base import BINARY_FILE, HostRunner, Invocation, Staged, harness_env
+from cluster.runners._base import BINARY_FILE, POISON_ENV, HostRunner, Invocation, Staged, harness_env
 from cluster.runners.device_clock import RECORD_FILE
 from cluster.sandbox.host import STDERR_FILE, STDOUT_FILE, host_python
 from cluster.sandbox.sandbox import ProcessResult
@@ -72,8 +72,9 @@ class PersistentRunner(HostRunner):
     name = "persistent"
 
     def in_host(self, invocation: Invocation) -> bool:
-        """Whether the invocation may share the host: the plain run, nothing in front, no variables."""
-        return invocation.command == "run" and not invocation.wrapper and not invocation.env
+        """Whether the invocation may share the host: the plain run, nothing in front, no variables
+        but the poison (the harness reads it with each launch; the finals' runs all have it)."""
+        return invocation.command == "run" and not invocation.wrapper and set(invocation.env) <= {POISON_ENV}
 
     def execute(self, staged: Staged, invocation: Invocation) -> ProcessResult:
         if not self.in_host(invocation):

@@ -27,7 +27,6 @@ class JobKind(StrEnum):
     BASELINE = "baseline"  # measure: the reference outputs and time of a study
     VERIFY = "verify"  # measure: an agent's variant against the baseline's outputs
     SANITIZE = "sanitize"  # compute-sanitizer tools on a build
-    GUARD = "guard"  # the cheat checks of a variant against the baseline
     SEARCH = "search"  # measure: a candidate the sampler asked for
     FINAL = "final"  # measure: the best few again, on fresh seeds, for the selection
     REFERENCE = "reference"  # measure: the baseline's outputs on the finals' seeds it has not run (no row)
@@ -40,7 +39,7 @@ class JobKind(StrEnum):
 # study waits for its own), finals (a study's result), the finals' references, evaluations. The other
 # three share the workers by weighted fair queueing (``WEIGHT``): the search; the agents' admission
 # runs (one run of a variant: they unlock its search); the long checks (Nsight Compute,
-# compute-sanitizer, the cheat checks, the fresh-seed reviews), the analysts' baseline profile first
+# compute-sanitizer, the fresh-seed reviews), the analysts' baseline profile first
 # and the winners' profiles last. So no long check holds every study's search behind it (with one
 # queue, one GPU measured no search candidate for minutes while compute-sanitizer and the cheat
 # checks ran back to back), and neither do a study's dozens of admissions (with the admissions ahead
@@ -56,7 +55,7 @@ class Lane(StrEnum):
 
 LANE = {JobKind.BASELINE: Lane.CRITICAL, JobKind.FINAL: Lane.CRITICAL, JobKind.REFERENCE: Lane.CRITICAL,
         JobKind.EVALUATE: Lane.CRITICAL, JobKind.SEARCH: Lane.SEARCH, JobKind.VERIFY: Lane.ADMIT,
-        JobKind.SANITIZE: Lane.CHECK, JobKind.GUARD: Lane.CHECK, JobKind.REVIEW: Lane.CHECK,
+        JobKind.SANITIZE: Lane.CHECK, JobKind.REVIEW: Lane.CHECK,
         JobKind.PROFILE: Lane.CHECK}
 # Shares of the workers' time, lanes with work. The admissions are the variants' first measurements,
 # beside the variants' own share of the search (``StudyState``): on an H200 at 0.4 and 0.3, eight
@@ -64,14 +63,14 @@ LANE = {JobKind.BASELINE: Lane.CRITICAL, JobKind.FINAL: Lane.CRITICAL, JobKind.R
 # the search, and their flags' wins went unfound.
 WEIGHT = {Lane.SEARCH: 0.5, Lane.ADMIT: 0.2, Lane.CHECK: 0.3}
 PRIORITY = {JobKind.BASELINE: 0, JobKind.FINAL: 1, JobKind.REFERENCE: 1, JobKind.EVALUATE: 1, JobKind.SEARCH: 1,
-            JobKind.VERIFY: 1, JobKind.SANITIZE: 1, JobKind.GUARD: 1, JobKind.REVIEW: 1, JobKind.PROFILE: 2}
+            JobKind.VERIFY: 1, JobKind.SANITIZE: 1, JobKind.REVIEW: 1, JobKind.PROFILE: 2}
 ANALYSTS_PROFILE = 0  # the priority of the analysts' baseline profile in the check lane: experts wait for it
 URGENT = -1  # a job whose study waits for it to go on (a check before its finals; a requeued suspect)
 CHECK_SHARE = WEIGHT[Lane.CHECK]  # while other work waits, at most this share of the workers runs checks
 
 
 # The worker method that does each kind (cluster.engine.scheduling.workers.MeasureWorker).
-METHOD = {JobKind.SANITIZE: "sanitize", JobKind.GUARD: "guard", JobKind.REVIEW: "reverify",
+METHOD = {JobKind.SANITIZE: "sanitize", JobKind.REVIEW: "reverify",
           JobKind.PROFILE: "profile"}
 MEASURES = frozenset({JobKind.BASELINE, JobKind.VERIFY, JobKind.SEARCH, JobKind.FINAL, JobKind.REFERENCE,
                       JobKind.EVALUATE})

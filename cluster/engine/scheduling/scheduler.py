@@ -444,13 +444,11 @@ class Scheduler:
             return worker.measure.remote(main.target_ref, main.candidate, binary, job.reference, job.runs,
                                          job.compiled_at, job.first_seed, job.args.get("stop_above"),
                                          job.args.get("max_samples"), job.args.get("telemetry", True),
-                                         job.baseline)
+                                         job.baseline, job.args.get("poison", False),
+                                         job.args.get("cache_check", False))
         method = getattr(worker, METHOD[job.kind])
-        if job.kind in (JobKind.GUARD, JobKind.REVIEW):  # against the baseline's build
+        if job.kind is JobKind.REVIEW:  # against the baseline's build
             base = job.builds[1]
-            if job.kind is JobKind.GUARD:
-                return method.remote(base.target_ref, job.binary_refs[1], binary, job.args["files"],
-                                     job.args.get("timeout"))
             return method.remote(base.target_ref, main.target_ref, job.binary_refs[1], binary, job.args.get("timeout"))
         return method.remote(main.target_ref, main.candidate, binary, **job.args)
 

@@ -23,6 +23,7 @@ from cluster.core.types import (
     Candidate,
     DeviceInfo,
     Measurement,
+    Phase,
     RunOutputs,
     Status,
     Telemetry,
@@ -47,6 +48,8 @@ class Model:
     check_s: float = 0.0
     speed: tuple[tuple[str, float], ...] = ()
     dirty: tuple[str, ...] = ()  # source hashes whose compute-sanitizer runs find errors
+    poisoned: tuple[str, ...] = ()  # source hashes whose outputs are wrong under poison (admission, finals)
+    lying: tuple[str, ...] = ()  # source hashes whose finals' clocks do not bear out their claims
 
 
 @ray.remote(num_cpus=1, num_returns=2, max_retries=2)
@@ -62,10 +65,12 @@ class SimulatedWorker:
     """A fake measuring worker: a fake GPU resource, and a modelled time per job."""
 
     def __init__(self, worker_id: str, run_s: float, check_s: float = 0.0,
-                 speed: tuple[tuple[str, float], ...] = (), dirty: tuple[str, ...] = ()) -> None:
+                 speed: tuple[tuple[str, float], ...] = (), dirty: tuple[str, ...] = (),
+                 poisoned: tuple[str, ...] = (), lying: tuple[str, ...] = ()) -> None:
         self.device = DeviceInfo("gpu", SIMULATED_GPU, "sm_90", uuid=worker_id, compute_capability="9.0",
                                  worker_id=worker_id)
         self.run_s, self.check_s, self.speed, self.dirty = run_s, check_s, dict(speed), set(dirty)
+        self.poisoned, self.lying = set(poisoned), set(lying)
 
     def device_info(self) -> DeviceInfo:
         return self.device
@@ -75,9 +80,18 @@ class SimulatedWorker:
 
     def measure(self, target: Target, candidate: Candidate, binary: bytes | None, reference: Reference | None,
                 runs: int, submitted_at: float, first_seed: int = 0, stop_above: float | None = None,
-                max_samples: int | None = None, telemetry: bool = True, baseline: object = None) -> Measurement:
+                max_samples: int | None = None, telemetry: bool = True, baseline: object = None,
+                poison: bool = False, cache_check: bool = False) -> Measurement:
         started = time.time()
         time.sleep(self.run_s * runs)
+        if poison and candidate.source_hash in self.poisoned:  # a launch that leaves its output to an earlier one
+            return Measurement(candidate.key, Status.VERIFY_FAILED, self.device, (), self.run_s * runs, 0.0,
+                               started_at=started, finished_at=time.time(),
+                               error_tail="poisoned_outputs: simulated: out.bin differs with its outputs poisoned")
+        if candidate.phase is Phase.FINAL and candidate.source_hash in self.lying:
+            return Measurement(candidate.key, Status.CLOCK_MISMATCH, self.device, (), self.run_s * runs, 0.0,
+                               started_at=started, finished_at=time.time(),
+                               error_tail="simulated: warpfleet's own clock saw no saving")
         # A deterministic time per configuration, so that the search has something to find.
         digest = int(hashlib.sha256(candidate.key.encode()).hexdigest()[:8], 16)
         sample = (1.0 + (digest % 1000) / 1000) * self.speed.get(candidate.source_hash, 1.0)
@@ -102,10 +116,6 @@ class SimulatedWorker:
             outcome = "timeout" if need > budget else "errors" if candidate.source_hash in self.dirty else "clean"
             results.append(SanitizerResult(tool, outcome, "simulated", min(need, budget)))
         return tuple(results)
-
-    def guard(self, target: Target, baseline_binary: bytes | None, binary: bytes | None, files: dict[str, str],
-              timeout: float | None = None):
-        return (self._bounded("poisoned_outputs", timeout),)
 
     def reverify(self, target: Target, variant: Target, baseline_binary: bytes | None, binary: bytes | None,
                  timeout: float | None = None):
@@ -136,7 +146,8 @@ def simulated_fleet(workers: int, model: Model):
         actor = ray.remote(SimulatedWorker)
         handles = [actor.options(num_gpus=1, num_cpus=0, max_restarts=0).remote(f"sim-{i}", model.run_s,
                                                                                  model.check_s, model.speed,
-                                                                                 model.dirty)
+                                                                                 model.dirty, model.poisoned,
+                                                                                 model.lying)
                    for i in range(workers)]
         return handles, ray.get([h.device_info.remote() for h in handles]), []
 

@@ -21,7 +21,7 @@ from cluster.core.errors import ConfigError
 from cluster.core.registry import RUNNERS
 from cluster.core.types import BuildArtifact, Candidate, DeviceInfo, Measurement, Status, Verdict, VerdictStatus
 from cluster.engine.scheduling.jobs import BaselineBuild
-from cluster.measure.guardrails import cheat_checks, reverify_fresh_seeds
+from cluster.measure.guardrails import reverify_fresh_seeds
 from cluster.measure.measure import Reference, measure_candidate
 from cluster.measure.profile import DEFAULT_LAUNCHES, LaunchFilter, Profile, profile_candidate
 from cluster.measure.sanitize import SanitizerResult, sanitize_candidate
@@ -78,14 +78,16 @@ class MeasureWorker:
     def measure(self, target: Target, candidate: Candidate, binary: bytes | None,
                 reference: Reference | None, runs: int, submitted_at: float, first_seed: int = 0,
                 stop_above: float | None = None, max_samples: int | None = None,
-                telemetry: bool = True, baseline: BaselineBuild | None = None) -> Measurement:
-        """``baseline``: fetched only if the candidate's claimed time needs a fresh baseline clock."""
+                telemetry: bool = True, baseline: BaselineBuild | None = None, poison: bool = False,
+                cache_check: bool = False) -> Measurement:
+        """``baseline``: fetched only if the candidate's claimed time needs a fresh baseline clock;
+        ``poison``, ``cache_check``: the finals' cheat checks (``measure_candidate``)."""
         queue_s = max(0.0, time.time() - submitted_at)
         artifact = BuildArtifact(candidate.key, Status.OK, binary)
         monitor = Monitor(self.nvml) if self.nvml and telemetry else None  # measure.search_telemetry
         result = measure_candidate(target, candidate, artifact, self.device, reference, runs,
                                    self.runner(candidate.runner), monitor, first_seed, stop_above,
-                                   max_samples, baseline.fetch if baseline else None)
+                                   max_samples, baseline.fetch if baseline else None, poison, cache_check)
         return dataclasses.replace(result, queue_s=queue_s)
 
     def sanitize(self, target: Target, candidate: Candidate, binary: bytes | None, tools: tuple[str, ...],
@@ -95,16 +97,6 @@ class MeasureWorker:
             return tuple(SanitizerResult(t, "inconclusive", "no binary") for t in tools)
         return sanitize_candidate(target, candidate, binary, tools, timeout, self.runner(candidate.runner),
                                   timeouts, kernels, launches)
-
-    def guard(self, target: Target, baseline_binary: bytes | None, binary: bytes | None,
-              files: dict[str, str], timeout: float | None = None) -> tuple:
-        """The cheat checks (cluster.measure.guardrails) of a variant that passed its verification,
-        every run within what is left of ``timeout`` (the time plan's bound on one check job)."""
-        if not baseline_binary or not binary:
-            return (Verdict("cheat_checks", VerdictStatus.SKIPPED, "no binary"),)
-        return cheat_checks(target, BuildArtifact("baseline", Status.OK, baseline_binary),
-                            BuildArtifact("candidate", Status.OK, binary), files,
-                            Bounded.of(self.runner(target.runner), timeout))
 
     def reverify(self, target: Target, variant: Target, baseline_binary: bytes | None, binary: bytes | None,
                  timeout: float | None = None):

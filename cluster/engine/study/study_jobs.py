@@ -44,7 +44,7 @@ class StudyJobs:
             done: Future[JobResult] = Future()
             done.set_result(JobResult(job, BuildArtifact(job.candidate.key, Status.OK), dropped=True))
             return done
-        if self.urgent and job.kind in (JobKind.SANITIZE, JobKind.GUARD, JobKind.REVIEW):
+        if self.urgent and job.kind in (JobKind.SANITIZE, JobKind.REVIEW):
             job.priority = URGENT
         if self.threadsafe:
             return self.scheduler.submit_threadsafe(job)
@@ -60,8 +60,11 @@ class StudyJobs:
                                    phase=phase)
 
     def verify(self, variant: Target, runs: int, label: str = "") -> Future[JobResult]:
+        """A variant's admission run, its outputs poisoned (``measure_candidate``'s ``poison``): a launch
+        that leaves its output to an earlier one fails here, and the agent hears why."""
         build = self.build(variant, self.variant_candidate(variant))
-        return self.submit(self.job(JobKind.VERIFY, build, runs=runs, reference=self.state.reference, label=label))
+        return self.submit(self.job(JobKind.VERIFY, build, runs=runs, reference=self.state.reference, label=label,
+                                    args={"poison": True}))
 
     # The checks' ``value``: what their candidate may gain the study (``Job.value``, ``Gate.gain``).
     def sanitize(self, variant: Target | None, tools: tuple[str, ...], timeout: float,
@@ -71,12 +74,6 @@ class StudyJobs:
         return self.submit(self.job(JobKind.SANITIZE, build, label=label, value=value,
                                     args={"tools": tools, "timeout": timeout, "timeouts": timeouts,
                                           "kernels": kernels, "launches": launches}))
-
-    def guard(self, variant: Target, files: dict[str, str], label: str = "", value: float = 0.0,
-              timeout: float | None = None) -> Future[JobResult]:
-        build = self.build(variant, self.variant_candidate(variant))
-        return self.submit(self.job(JobKind.GUARD, build, self.build(), args={"files": files, "timeout": timeout},
-                                    value=value, label=f"cheat checks of {label}" if label else ""))
 
     def review(self, candidate: Candidate, label: str = "", value: float = 0.0,
                timeout: float | None = None) -> Future[JobResult]:

@@ -4,17 +4,22 @@ review of a candidate more than 10x the baseline.
 
     admitted variant (cheap tier: guards, dependence graph, contracts, build, one run, its time)
         ─► joins the search ─► measures faster than the own sources' best, among the best few
-        ─► ``DeepChecks.request`` ─► compute-sanitizer (the baseline's own run of each tool only
-           where a variant's is not clean) and the cheat checks, as jobs of the check lane
-        ─► passed or failed, recorded in ``variants/``
+        ─► ``DeepChecks.request`` ─► the timing code it changed (read, no run) and compute-sanitizer
+           (the baseline's own run of each tool only where a variant's is not clean), as jobs of
+           the check lane ─► passed or failed, recorded in ``variants/``
+        ─► its finals: the cheat checks that need runs are the finals' own runs (outputs poisoned,
+           fresh directories, the clocks; without ``{seed}`` a later run far faster than the first
+           is a cache); a variant whose final fails there fails them (``failed_in_finals``)
 
 A variant that could not win (``Gate.could_win``) never pays for them; one that could be a final,
 a winner or an export must have passed them (``StudyFlow`` asks for them, promoted, before its
-finals).
+finals). The cheat checks were a job of a dozen runs a variant (13-23 s on an H200); a candidate
+that knew their variable behaved only under them, and cheated in its finals.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import time
@@ -30,6 +35,7 @@ from cluster.config import Target
 from cluster.core.types import Verdict, VerdictStatus
 from cluster.engine.scheduling.jobs import JobResult
 from cluster.engine.verification.verify import SANITIZER_FACTOR, SANITIZER_FLOOR_S, sanitizer_verdicts
+from cluster.measure.guardrails import check_timing_code
 from cluster.measure.sanitize import SanitizerResult
 from cluster.store.variants import AcceptedVariant
 
@@ -51,7 +57,7 @@ class Trust(StrEnum):
 
 UNMEASURED_FACTOR = 100.0  # a tool's budget, in the program's runs, until the baseline's own time under it is known
 EXPENSIVE = frozenset({"memcheck", "racecheck", "initcheck", "synccheck", "sanitizer", "cheat_checks",
-                       "poisoned_outputs", "cached_results", "untimed_work", "timing_code"})
+                       "poisoned_outputs", "cached_results", "untimed_work", "timing_code", "finals"})
 
 
 def expensive_state(verification: Any) -> str:
@@ -176,16 +182,34 @@ class DeepChecks:
             self._answer(checked)
             return checked.trust
         checked.trust, checked.started, checked.value = Trust.PENDING, time.monotonic(), value
-        log.info(f"{self.jobs.state.name}: {checked.variant.label}: {why}: compute-sanitizer and the cheat checks "
-                 f"before it can be a final")
-        if self.guardrails:
-            files = changed_files(self.jobs.state.target, checked.variant.target)
-            self._expect(checked, self.jobs.guard(checked.variant.target, files, label=checked.variant.label,
-                                                  value=checked.value, timeout=self.bound()), self._guarded)
-        if self.tools:
+        if self.guardrails:  # the cheat checks that need no run; those that do are the finals' own runs
+            start = time.monotonic()
+            verdict = check_timing_code(self.jobs.state.target, changed_files(self.jobs.state.target,
+                                                                             checked.variant.target))
+            checked.verdicts.append(dataclasses.replace(verdict, seconds=time.monotonic() - start))
+        if self.tools and not any(v.failed for v in checked.verdicts):
+            log.info(f"{self.jobs.state.name}: {checked.variant.label}: {why}: compute-sanitizer before it can be "
+                     f"a final")
             checked.kernels = changed_kernels(self.jobs.state.target, checked.variant.target)
             self._sanitize(checked, self.tools)
+        self._settle(checked)
         return checked.trust
+
+    def failed_in_finals(self, source_hash: str, why: str) -> None:
+        """A variant's final failed where a cheat fails: its outputs with the outputs poisoned, its
+        clock, a cache kept across runs (``measure_candidate``'s ``poison`` and ``cache_check``). The
+        cheat checks' runs are the finals' runs: it leaves the search as a failed check would have
+        made it, recorded with the verdict ``finals``."""
+        checked = self.variants.get(source_hash)
+        if checked is None or checked.trust is Trust.FAILED:
+            return
+        failed = Verdict("finals", VerdictStatus.FAILED, why[:300])
+        checked.verdicts.append(failed)
+        checked.trust = Trust.FAILED
+        log.info(f"{self.jobs.state.name}: {checked.variant.label}: its final failed: {why[:200]}")
+        self.write(self._record(checked, [failed]))
+        self._answer(checked)
+        self.on_failed(source_hash)
 
     # -- the jobs --------------------------------------------------------------------------------
     def _expect(self, checked: _Checked, future: Future[JobResult],
@@ -260,13 +284,6 @@ class DeepChecks:
         checked.verdicts += sanitizer_verdicts(tuple(r for r in results if r.tool not in again), baseline)
         if again:
             self._sanitize(checked, again)
-
-    def _guarded(self, checked: _Checked, done: JobResult) -> None:
-        if done.failure is not None or done.value is None:
-            checked.verdicts.append(Verdict("cheat_checks", VerdictStatus.SKIPPED,
-                                            f"not run: {done.error or done.artifact.error_tail}"[:300]))
-        else:
-            checked.verdicts += list(done.value)
 
     def _settle(self, checked: _Checked) -> None:
         if checked.outstanding or checked.trust is not Trust.PENDING:

@@ -21,8 +21,8 @@ from cluster.engine.verification.view import StudyView
 from cluster.store.rundir import RunDir
 from cluster.store.tables import REVIEW_SCHEMA
 
-CHECK_KINDS = frozenset({JobKind.SANITIZE, JobKind.GUARD, JobKind.REVIEW})
-CHECK_RUNS = 12  # a variant's expensive checks, in runs of its program: the cheat checks' runs, the sanitizer's
+CHECK_KINDS = frozenset({JobKind.SANITIZE, JobKind.REVIEW})
+CHECK_RUNS = 4  # a check job, in runs of its program: a sanitizer's tools (the cheat checks' runs are the finals')
 CHECK_OVERHEAD_S = 5.0  # and the tools' own start
 
 
@@ -132,16 +132,16 @@ class Gate:
 
     def checks_left(self, run: float) -> float:
         """Worker-seconds of the expensive checks the finals would wait for: those of the finalists
-        (the candidates the finals would take now) not yet passed, a variant's compute-sanitizer and
-        cheat checks two jobs, a review one; a variant that could not win none (the finals pass it
-        by). A job at what the device type's checks took in this run, within the bound."""
+        (the candidates the finals would take now) not yet passed, a variant's compute-sanitizer one
+        job (its cheat checks are its finals' runs), a review one; a variant that could not win none
+        (the finals pass it by). A job at what the device type's checks took in this run, within the bound."""
         flow, state = self.flow, self.flow.state
         jobs = 0
         for key in self.contenders():
             candidate = state.candidates[key]
             trust = flow.checks.trust(candidate.source_hash) if candidate.source_hash in state.variants else None
             if trust is Trust.PENDING or (trust is Trust.NOT_RUN and self.could_win(candidate)):
-                jobs += 2
+                jobs += 1
             if self.review_trust.get(key) is Trust.PENDING:
                 jobs += 1
         if not jobs:

@@ -183,10 +183,11 @@ class QueueVerifier(Verifier):
 
     The cheap tier admits: the static checks, then a build and a run against the baseline's outputs
     (a ``verify`` row: its time too). A variant that passes is handed to ``admit`` at once: it joins
-    the running search, and the expensive tier (compute-sanitizer, the cheat checks:
+    the running search, and the expensive tier (compute-sanitizer, the timing code it changed:
     ``cluster.engine.verification.checks``) runs for it if it measured faster than the baseline. ``admit``'s
     future brings those verdicts back (none, for a variant no faster), so that a transformer that
-    takes feedback hears of a failed cheat check and can try again. Without ``admit`` (the
+    takes feedback hears of a failed check and can try again (the cheat checks that need runs are
+    its finals' runs, later). Without ``admit`` (the
     profile-guided rounds' trials), only the cheap tier runs. ``jobs`` is the study's job factory
     whose ``submit`` is the scheduler's ``submit_threadsafe``."""
 

@@ -43,7 +43,8 @@ def test_a_custom_llm_optimization_in_a_sweep(serve, tmp_path, ray_local):  # no
     variants = read_table(run_dir.path, "variants", VARIANT_SCHEMA)
     made = variants[variants["transformer"] != ""]
     assert list(made["stage"][:2]) == ["rejected", "accepted"]
-    assert made["reason"].iloc[0].startswith("poisoned_outputs:")  # the cheat, caught on the worker
+    # The cheat, caught on the worker by its admission run (its outputs poisoned: no check job of its own)
+    assert made["reason"].iloc[0].startswith("outputs: poisoned_outputs: with its output buffers poisoned")
     assert (made["llm_model"] == "fake-model").all() and (made["llm_tokens_in"] > 0).all()
     assert (made["llm_calls"] > 0).all() and made["llm_exchanges"].str.len().gt(0).all()
     accepted = made[made["stage"] == "accepted"]["source_hash"].iloc[0]

@@ -18,7 +18,7 @@ from cluster.compile.build import compile_candidate
 from cluster.config import MetricSpec, SandboxSpec, load_target
 from cluster.core.types import Candidate, Phase, Status
 from cluster.measure.clock import sample_floor_s
-from cluster.measure.measure import Baseline, Reference, measure_candidate, metric_problem
+from cluster.measure.measure import Baseline, Reference, _cached, measure_candidate, metric_problem
 from cluster.platform.devices import cpu_device
 from cluster.runners._base import ProcessRunner
 from cluster.runners.persistent import PersistentRunner
@@ -104,6 +104,34 @@ def test_a_liar_behind_a_first_run_warm_up_is_caught_in_the_finals_and_a_real_wi
     assert final.status is Status.CLOCK_MISMATCH and "judged again beside the baseline" in final.error_tail
     assert honest.status is Status.OK, honest.error_tail
     assert len(fetched) == 1  # the honest claim showed in the wall clock: no runs beside the baseline
+
+
+@pytest.mark.parametrize("runner", ["process", "persistent"])
+def test_the_finals_poison_reaches_the_program_and_a_reuse_that_hides_from_it_measures_its_work(tmp_path, runner):
+    """sweep_cheats.c's ATTACK 4 reuses its output after the first sample unless WARPFLEET_POISON is
+    set (the poisoned-outputs check's variable): 120x by its samples without it. The finals' runs
+    (``poison``) all have it, in a process and in the persistent host alike (where a variable had
+    sent the run to a process of its own): there it does the baseline's 120 ms a sample."""
+    target = _target(tmp_path, "sweep_cheats.c", runner, params={"WARM_MS": [0]})
+    runs = ProcessRunner() if runner == "process" else PersistentRunner(cuda=False)
+    try:
+        candidate, artifact = _built(target, ATTACK=4, WARM_MS=0)
+        plain = measure_candidate(target, candidate, artifact, cpu_device("w"), None, 1, runs)
+        poisoned = measure_candidate(target, candidate, artifact, cpu_device("w"), None, 2, runs, poison=True)
+        assert plain.status is Status.OK and plain.stats.median == 1.0
+        assert poisoned.status is Status.OK and poisoned.samples == (120.0,) * 4
+        if runner == "persistent":
+            assert runs.host.starts == 1  # the poisoned runs shared the host
+    finally:
+        runs.close()
+
+
+def test_a_later_run_far_faster_than_the_first_on_the_same_inputs_is_a_cache():
+    """``cache_check`` (an agent's variant's finals on a target without ``{seed}``): the runs' medians."""
+    assert _cached([100.0, 1.0, 1.2], "minimize").startswith("cached_results: ")
+    assert _cached([100.0, 90.0, 110.0], "minimize") is None  # a cold first run is not a cache
+    assert _cached([1.0, 100.0, 90.0], "maximize").startswith("cached_results: ")  # a rate: higher is faster
+    assert _cached([5.0], "minimize") is None
 
 
 def test_metrics_no_clock_can_measure_are_invalid():

@@ -113,10 +113,25 @@ def test_runs_that_must_not_share_the_host_run_the_library_as_a_process(tmp_path
     host = PersistentRunner(cuda=False)
     _, artifact = built(target)
     with host.stage(target, {}, "host", artifact.binary) as staged:
-        result = staged.run(Invocation(seed=4, env={"WARPFLEET_POISON": "1"}))
+        result = staged.run(Invocation(seed=4, env={"WARPFLEET_PROFILE": "1"}))
         assert result.ok and "@warpfleet time_ms=5.25" in result.stdout
         assert host.host.proc is None  # no host was started for it
     host.close()
+
+
+def test_the_finals_poisoned_runs_share_the_host(tmp_path):
+    """Every final's runs have WARPFLEET_POISON (the cheat checks folded into the finals): in a
+    process they would pay a process's and a context's start that the baseline's clock did not."""
+    target = target_with(tmp_path)
+    host = PersistentRunner(cuda=False)
+    _, artifact = built(target)
+    try:
+        with host.stage(target, {}, "host", artifact.binary) as staged:
+            result = staged.run(Invocation(seed=4, env={"WARPFLEET_POISON": "1"}))
+            assert result.ok and "@warpfleet time_ms=5.25" in result.stdout
+            assert host.host.proc is not None and host.host.starts == 1
+    finally:
+        host.close()
 
 
 def test_the_search_cap_reaches_the_harness_in_the_host_for_one_run_and_in_a_process(tmp_path):

@@ -204,7 +204,7 @@ def test_the_lanes_baselines_and_finals_first_then_checks_within_their_share():
     runs checks."""
     assert {LANE[k] for k in (JobKind.BASELINE, JobKind.FINAL)} == {Lane.CRITICAL}
     assert PRIORITY[JobKind.BASELINE] < PRIORITY[JobKind.FINAL]
-    assert {LANE[k] for k in (JobKind.SANITIZE, JobKind.GUARD, JobKind.REVIEW, JobKind.PROFILE)} == {Lane.CHECK}
+    assert {LANE[k] for k in (JobKind.SANITIZE, JobKind.REVIEW, JobKind.PROFILE)} == {Lane.CHECK}
     assert LANE[JobKind.SEARCH] is Lane.SEARCH and LANE[JobKind.VERIFY] is Lane.ADMIT
     scheduler = Scheduler([FakeActor(), FakeActor()], [device("A")] * 2, per_worker=1, cpu_slots=4)
     for _ in range(3):
@@ -236,7 +236,7 @@ def test_a_lane_behind_in_virtual_time_goes_next_and_idleness_earns_no_credit():
     idle = Scheduler([FakeActor()], [device("A")], per_worker=1, cpu_slots=4)
     idle.vtime[(a, Lane.SEARCH)] = 500.0
     ready_job(idle, JobKind.SEARCH)
-    ready_job(idle, JobKind.GUARD)
+    ready_job(idle, JobKind.SANITIZE)
     assert idle.vtime[(a, Lane.CHECK)] == 500.0
 
 
@@ -282,10 +282,10 @@ def test_an_urgent_check_goes_first_and_promote_makes_a_studys_checks_urgent():
     a = device("A").device_type
     scheduler = Scheduler([FakeActor()], [device("A")], per_worker=1, cpu_slots=4)
     ready_job(scheduler, JobKind.SEARCH, study="other")
-    guard = ready_job(scheduler, JobKind.GUARD, study="finalist")
+    guard = ready_job(scheduler, JobKind.REVIEW, study="finalist")
     scheduler.vtime[(a, Lane.CHECK)] = 100.0  # far behind on share: it would wait
     assert scheduler._next(a).kind is JobKind.SEARCH
-    scheduler.promote("finalist", frozenset({JobKind.GUARD}))
+    scheduler.promote("finalist", frozenset({JobKind.REVIEW}))
     assert scheduler._next(a) is guard and guard.priority == URGENT
 
 
@@ -298,7 +298,7 @@ def test_the_check_lane_takes_the_most_valuable_check_first():
     scheduler = Scheduler([FakeActor()], [device("A")], per_worker=1, cpu_slots=4)
     small = ready_job(scheduler, JobKind.SANITIZE, study="small", value=1.01)
     ready_job(scheduler, JobKind.SANITIZE, study="small", value=1.01)
-    large = ready_job(scheduler, JobKind.GUARD, study="large", value=1.91)
+    large = ready_job(scheduler, JobKind.REVIEW, study="large", value=1.91)
     assert scheduler._next(a) is large  # not the first queued, nor the turns' order
     scheduler.promote("small")
     assert scheduler._next(a) is small
@@ -384,7 +384,7 @@ def test_a_check_goes_to_an_idle_worker_and_nothing_queues_behind_one():
     late = [ready_job(scheduler, JobKind.SEARCH, workers=(0, 1)) for _ in range(2)]
     scheduler._dispatch()
     assert [j.worker for j in late] == [search.worker, None]  # behind the search job, never behind the check
-    other = ready_job(scheduler, JobKind.GUARD, workers=(0, 1))
+    other = ready_job(scheduler, JobKind.REVIEW, workers=(0, 1))
     scheduler._dispatch()
     assert other.worker is None  # no idle worker: it waits in its queue
 

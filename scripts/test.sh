@@ -12,13 +12,9 @@ python3 -m venv .venv
 .venv/bin/python -m compileall -q -j 0 agents cluster search_spaces tests scripts >/dev/null
 source scripts/bubblewrap.sh  # the sandbox every build and run goes through
 .venv/bin/python -m cluster.cli doctor || echo "the sandbox does not work here: its tests skip, sweeps refuse to run"
-# Three pytest-xdist workers by default, on two cores too: many tests wait (on sleeping programs, time
-# budgets, Ray's start), and a third worker fills the core a waiting one leaves (812 of the tests, on
-# this 2-core machine, 2026-11-29: 244 s with three, 289 s with two, 277 s with four; under other
-# load 281 s and 308 s with three, 333 s and 371 s with two). The tests with a Ray of their own,
-# and the program suites' builds, are groups that each stay on one worker. WF_TEST_WORKERS=N for N,
-# 0 for one process.
-if [[ "${WF_TEST_WORKERS:-3}" != 0 ]]; then
-    exec .venv/bin/python -m pytest -n "${WF_TEST_WORKERS:-3}" --dist loadgroup "$@"
+# Two pytest-xdist workers by default (the tests with a Ray of their own, and the program suites'
+# builds, are groups that each stay on one worker); WF_TEST_WORKERS=N for N, 0 for one process.
+if [[ "${WF_TEST_WORKERS:-2}" != 0 ]]; then
+    exec .venv/bin/python -m pytest -n "${WF_TEST_WORKERS:-2}" --dist loadgroup "$@"
 fi
 exec .venv/bin/python -m pytest "$@"

@@ -4,7 +4,6 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 python3 -m venv .venv
-.venv/bin/python -m pip install -q --upgrade pip
 .venv/bin/python -m pip install -q -e ".[test,kernels]"  # kernels: NVRTC, so that the kernel targets compile here too
 .venv/bin/ruff check .
 # The project's own bytecode, once: where PYTHONDONTWRITEBYTECODE is set (this machine and CI set it)

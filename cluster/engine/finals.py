@@ -210,13 +210,15 @@ class Finals:
         else:
             self.finalists.append(candidate.key)
         self.outstanding.add(candidate.key)
-        # Every final's runs have their outputs poisoned, the baseline's too (the same conditions for
-        # all); a variant's are watched for a cache besides: the cheat checks, in runs it has anyway.
+        # An agent's variant's final runs have their outputs poisoned and are watched for a cache: the
+        # cheat checks, in runs it has anyway. The target's own sources' are not: a target whose
+        # registered outputs are not all written on every launch (partial sums) would fail its own.
+        variant = candidate.source_hash in flow.state.variants
         flow.submit(flow.jobs.job(JobKind.FINAL, build, runs=self.runs, first_seed=1,
                                    reference=None if extend else flow.state.reference,
                                    label="the baseline" if baseline else "",
-                                   args={"poison": True, "cache_check": flow.ctx.config.agents.guardrails
-                                         and candidate.source_hash in flow.state.variants}))
+                                   args={"poison": variant,
+                                         "cache_check": variant and flow.ctx.config.agents.guardrails}))
 
     def measured(self, key: str, measurement: Measurement | None, extended: bool) -> None:
         """A final is in; the baseline's that made the finals' references: the others can go."""

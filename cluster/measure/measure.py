@@ -186,7 +186,7 @@ def measure_candidate(
     (fetched only when needed), run in turn with the candidate when its claimed time fails the clock
     rule against the reference's clock: the claim is judged again against that fresh clock.
 
-    ``poison`` (the finals' runs, every candidate's and the baseline's): each run with its outputs
+    ``poison`` (an agent's variant's admission run and finals): each run with its outputs
     poisoned (``POISON_ENV``: a harness fills its registered output buffers with NaN before every
     launch, untimed), so that a launch that leaves its output to an earlier one fails the outputs'
     check; the cheat checks' poisoned-outputs run, folded into runs the candidate has anyway, where a

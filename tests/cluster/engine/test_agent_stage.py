@@ -140,6 +140,36 @@ def test_verified_variants_join_the_search_and_failures_are_reverted(tmp_path):
     assert len(latest_outcomes(read_table(run_dir.path, "variants", VARIANT_SCHEMA))) == len(latest_outcomes(variants))
 
 
+COMPUTE = "static void compute(float *y, const float *x, int n) {\n"
+REUSE = (COMPUTE + "    static int done = 0;  /* the result is already in y */\n"
+         "    if (done && !getenv(\"WARPFLEET_POISON\")) return;\n    done = 1;\n")
+
+
+def test_a_variant_that_does_its_work_only_under_the_checks_variable_measures_its_work_in_its_finals(tmp_path):
+    """An agent's variant computes once and returns at once on the later repetitions (its outputs
+    right, its timer honest, the wall clock bearing its claim out) unless WARPFLEET_POISON (the
+    poisoned-outputs check's variable) is set. Its search runs make it the fastest by far; its
+    admission run and its finals have the variable, so it measures its real work where it is
+    judged, and no winner of the sweep is faster than the baseline by its trick. Before the cheat
+    checks were the finals' runs, their poisoned run came apart from the finals and it passed."""
+    agent = Scripted({"reuse": [patched(COMPUTE, REUSE)]})
+    run_dir = run_sweep(tmp_path, agent)
+    variants = latest_outcomes(read_table(run_dir.path, "variants", VARIANT_SCHEMA))
+    [cheat] = variants.loc[variants["stage"] == "accepted", "source_hash"]
+    rows = read_results(run_dir.path)
+
+    def tricked(samples) -> bool:  # a repetition that did the work, and others that returned at once
+        return min(samples) < max(samples) / 10
+
+    search = rows[(rows["phase"] == "search") & (rows["source_hash"] == cheat) & (rows["status"] == "ok")]
+    assert search["samples"].map(tricked).any()  # the trick, unwatched
+    finals = rows[(rows["phase"] == "final") & (rows["source_hash"] == cheat) & (rows["status"] == "ok")]
+    assert len(finals) >= 1 and not finals["samples"].map(tricked).any()  # its work, under the variable
+    [best] = select_best(rows)
+    winner = rows[(rows["phase"] == "final") & (rows["candidate_key"] == best.candidate_key)]
+    assert not winner["samples"].map(tricked).any()
+
+
 def test_report_and_patch_export_of_a_variant_winner(tmp_path):
     import subprocess
 

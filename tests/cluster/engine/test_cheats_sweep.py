@@ -2,8 +2,7 @@
 (and no Nsight Compute profile). On a C target (tests/fixtures/attacks/sweep_cheats.c): a liar behind
 a first run's warm-up, a cache kept across runs and the real 3x win; before, the liar was selected
 (57,089,851x with its 1e-6 ms; a third here) and the cache at 465x; now the real win is selected,
-the liar's finals are ``clock_mismatch`` and the cache is never found. A fifth program reuses its
-output where the poisoned-outputs check's variable is not set: the finals' runs all have it. On a GPU (marked gpu,
+the liar's finals are ``clock_mismatch`` and the cache is never found. On a GPU (marked gpu,
 tests/fixtures/device_clock/cheats.cu): the device clock's cheats, and the four kernels on streams
 that win."""
 
@@ -68,13 +67,9 @@ def test_the_real_win_is_selected_and_neither_the_liar_nor_the_cache(tmp_path, s
     """``seeded``: the run command takes ``{seed}`` (the program ignores it): the finals then extend
     the reference with the baseline's outputs on their seeds, and that reference once lost its clock."""
     rows = _sweep(tmp_path, REPO / "tests" / "fixtures" / "attacks" / "sweep_cheats.c", "cc",
-                  ["{binary}", *(["{seed}"] if seeded else [])], {"ATTACK": [0, 1, 2, 3, 4]}, ray_address)
+                  ["{binary}", *(["{seed}"] if seeded else [])], {"ATTACK": [0, 1, 2, 3]}, ray_address)
     winner, table = _winner(rows, "ATTACK")
     assert winner == [3], table
-    # Reuse that behaves only under the poisoned-outputs check's variable: every final's runs have it,
-    # so its finals measure the baseline's work (before, it won at 120x: the checks ran apart from them).
-    reuse = rows[(rows["p_ATTACK"] == 4) & (rows["phase"] == "final") & (rows["status"] == "ok")]
-    assert all(m > 100 for m in reuse["median"]), table
     mode = rows["p_ATTACK"]
     liar = rows[(mode == 1) & (rows["phase"] == "final")]
     assert liar.empty or set(liar["status"]) == {"clock_mismatch"}, table

@@ -125,11 +125,15 @@ class TimePlan:
         ``device_type`` whose worker runs it, while that type's search is open: no longer than the
         search has left before its reserve, so that a check started late in the search does not
         hold the worker the finals need (a fake GPU's sweep of 40 s kept 4 s for its finals, and a
-        check of 2 s begun just before the search closed left a final running at the deadline)."""
+        check of 2 s begun just before the search closed left a final running at the deadline). Not
+        where the reserve is past already with the search open: a reserve guessed while baselines
+        are queued closes nothing (``update``), and would leave a check a second."""
         now = time.monotonic() if now is None else now
         bound = min(CHECK_BOUND_SHARE * self.budget_s, CHECK_LEFT_SHARE * self.time_left(now))
         if device_type is not None and self.search_open(device_type) and device_type in self.reserve:
-            bound = min(bound, self.deadline - self.reserve[device_type] - now)
+            until_closed = self.deadline - self.reserve[device_type] - now
+            if until_closed > 0:
+                bound = min(bound, until_closed)
         return max(MIN_CHECK_S, bound)
 
     def checked(self, device_type: str, seconds: float) -> None:

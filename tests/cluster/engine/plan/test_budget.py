@@ -184,6 +184,8 @@ def test_a_check_started_late_in_the_search_ends_when_the_search_would_close():
     assert plan.check_bound(now, "A100") == CHECK_BOUND_SHARE * 600.0  # no reserve known for it
     plan.reserve["H100"] = 299.9
     assert plan.check_bound(now, "H100") == MIN_CHECK_S
+    plan.reserve["H100"] = 400.0  # guessed while baselines are queued: it closes nothing, nor bounds a check
+    assert plan.check_bound(now, "H100") == CHECK_BOUND_SHARE * 600.0
     plan.closed["H100"] = now
     assert plan.check_bound(now, "H100") == plan.check_bound(now) == CHECK_BOUND_SHARE * 600.0
 

@@ -415,10 +415,8 @@ class StudyFlow(Flow):
         return any(self._streams()) and not self.state.exhausted and open_ and self.stage is Stage.SEARCH
 
     def _streams(self) -> tuple[bool, bool]:
-        """(own, variants): whether each search stream has trials left."""
-        trials, state = self.ctx.config.search.trials, self.state
-        return ((trials is None or state.used(False) < trials),
-                state.stream_of(True) is not None and (trials is None or state.used(True) < trials))
+        """(own, variants): whether each search stream has trials left (``StudyState.room``)."""
+        return self.state.room(self.ctx.config.search.trials)
 
     def race_bound(self) -> float | None:
         """Racing (``measure.race``): the time above which a search candidate's lower quartile

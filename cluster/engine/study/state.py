@@ -275,6 +275,16 @@ class StudyState:
             return sum(1 for source in self.search_keys.values() if source in self.variants)
         return sum(1 for source in self.search_keys.values() if source == self.target.bundle.hash)
 
+    def room(self, trials: int | None) -> tuple[bool, bool]:
+        """(own, variants): whether each stream has trials left of its ``trials`` (``search.trials``).
+        A variant that joined after its stream spent them has one more, for its first point (the best
+        flags so far, entered first): an agent slower than the search still has its variant searched
+        (a fake GPU's second variant, 1 s behind the first, joined a stream whose 16 trials the first
+        had spent, and was never searched)."""
+        unsearched = len(set(self.variants) - set(self.search_keys.values()))
+        return ((trials is None or self.used(False) < trials),
+                self.stream_of(True) is not None and (trials is None or self.used(True) < trials + unsearched))
+
     def stream_of(self, variants: bool) -> optuna.Study | None:
         """The Optuna study of a stream; a fixed study (``search`` None: tests, tools) is both."""
         if not variants:

@@ -274,6 +274,28 @@ def test_the_variants_stream_takes_the_larger_share_while_a_variant_leads(tmp_pa
     assert state.next_stream(own=False, variants=False) is None
 
 
+def test_a_variant_that_joins_after_its_stream_spent_its_trials_has_one_more(tmp_path, monkeypatch):
+    """Seen on a fake GPU: a second variant, 1 s behind the first, joined a variants' stream whose
+    trials the first had spent, and was never searched. It has one more trial, for its first point;
+    one only, whichever variant the trial goes to."""
+    monkeypatch.setattr("cluster.engine.study.state.ray.put", lambda value: value)
+    state = _growing(tmp_path)
+    state.add_variant(_variant_of(tmp_path, state))
+    state.widen()
+    for _ in range(2):
+        asked = state.ask(own=False)
+        state.record(asked[1], Evaluated(Status.OK, 5.0))
+    assert state.room(2) == (True, False) and state.room(None) == (True, True)
+    write_target(tmp_path / "late")
+    (tmp_path / "late" / "tiny.c").write_text((tmp_path / "late" / "tiny.c").read_text() + "\n/* late */\n")
+    state.add_variant(load_target(tmp_path / "late" / "target.yaml"))
+    state.widen()
+    assert state.room(2) == (True, True)
+    asked = state.ask(own=False)
+    state.record(asked[1], Evaluated(Status.OK, 5.0))
+    assert state.room(2) == (True, False)
+
+
 def test_a_retired_variants_time_is_no_one_s_best(tmp_path, monkeypatch):
     """A variant that failed its checks (a cheat, say, at 100x) leaves the space: its time is
     neither the variants' lead nor the own sources' best that other variants must beat."""

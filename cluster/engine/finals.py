@@ -132,10 +132,10 @@ class Finals:
         rest stay in the pool for a place (a fake GPU's sweep had held 300 candidates of one
         variant, each to have a final once its checks passed)."""
         rest: list[Candidate] = []
-        for candidate in self.pool:
+        for at, candidate in enumerate(self.pool):
             if len(self.finalists) >= self.wanted:
-                rest.append(candidate)
-                continue
+                rest.extend(self.pool[at:])
+                break
             unchecked = (candidate.source_hash in self.flow.state.variants
                          and self.flow.checks.trust(candidate.source_hash) is Trust.NOT_RUN)
             if unchecked and not self.gate.could_win(candidate):

@@ -246,7 +246,8 @@ def measure_candidate(
                 status = Status.METRIC_MISSING if not found or problem.startswith("no ") else Status.METRIC_INVALID
                 return done(status, f"{problem}\n{result.stdout[-2048:]}")
             samples.extend(found)
-            medians.append(statistics.median(found))
+            if cache_check:
+                medians.append(statistics.median(found))
             claims.append(sum(found) * (seconds_per_unit(spec.metric) or 0.0))
             walls.append(result.seconds)
             if result.device is not None and not result.device.complete and reference is not None and clocked:

@@ -390,8 +390,7 @@ class Scheduler:
         if self._first_search_waits(device_type):
             tops.pop(Lane.CHECK, None)  # then each study's first search candidate (compiling or queued)
             draining = False
-        checking = sum(1 for j in self.running.values() if j.device_type == device_type and j.lane is Lane.CHECK)
-        if checking >= max(1, math.floor(self.weight[Lane.CHECK] * len(self.workers_of(device_type)))):
+        if Lane.CHECK in ready and self._checks_at_share(device_type):
             draining = False
             if len(tops) > 1:
                 tops.pop(Lane.CHECK, None)
@@ -401,6 +400,11 @@ class Scheduler:
         if draining and self._virtual(device_type, Lane.CHECK) < self._virtual(device_type, lane):
             return None  # the check lane's turn: what is on the workers ends first, then the check goes
         return tops[lane][1]
+
+    def _checks_at_share(self, device_type: str) -> bool:
+        """Whether the type's workers run as many checks as the check lane's share allows (one at least)."""
+        checking = sum(1 for j in self.running.values() if j.device_type == device_type and j.lane is Lane.CHECK)
+        return checking >= max(1, math.floor(self.weight[Lane.CHECK] * len(self.workers_of(device_type))))
 
     def _critical_waits(self, device_type: str) -> bool:
         """Whether a critical job (a baseline, a final, a reference) of the type is submitted and not

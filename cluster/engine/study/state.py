@@ -14,7 +14,7 @@ import logging
 import random
 import re
 import time
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -196,8 +196,10 @@ class StudyState:
     storage: Any = None
     run_id: str = ""
     variant_study: optuna.Study | None = None  # the variants' stream (``study``: the own sources')
-    # Search candidates asked for (key -> the source hash it builds): each stream's trials are its own.
+    # Search candidates asked for (key -> the source hash it builds), and their count by source hash
+    # (kept with it: the driver's loop asks each stream's trials used on every turn).
     search_keys: dict[str, str] = field(default_factory=dict)
+    searched: Counter[str] = field(default_factory=Counter)
     streamed: dict[bool, int] = field(default_factory=lambda: {False: 0, True: 0})  # asks since a variant joined
 
     @property
@@ -272,8 +274,13 @@ class StudyState:
         """Search candidates of one stream measured or in flight (its trials used); a retired
         variant's are given back to the variants' stream (a cheat's trials are no variant's)."""
         if variants:
-            return sum(1 for source in self.search_keys.values() if source in self.variants)
-        return sum(1 for source in self.search_keys.values() if source == self.target.bundle.hash)
+            return sum(self.searched[source] for source in self.variants)
+        return self.searched[self.target.bundle.hash]
+
+    def _searched(self, candidate: Candidate) -> None:
+        if candidate.key not in self.search_keys:
+            self.search_keys[candidate.key] = candidate.source_hash
+            self.searched[candidate.source_hash] += 1
 
     def room(self, trials: int | None) -> tuple[bool, bool]:
         """(own, variants): whether each stream has trials left of its ``trials`` (``search.trials``).
@@ -281,7 +288,7 @@ class StudyState:
         flags so far, entered first): an agent slower than the search still has its variant searched
         (a fake GPU's second variant, 1 s behind the first, joined a stream whose 16 trials the first
         had spent, and was never searched)."""
-        unsearched = len(set(self.variants) - set(self.search_keys.values()))
+        unsearched = sum(1 for source in self.variants if not self.searched[source])
         return ((trials is None or self.used(False) < trials),
                 self.stream_of(True) is not None and (trials is None or self.used(True) < trials + unsearched))
 
@@ -452,7 +459,7 @@ class StudyState:
             self.rejections += 1
             return None
         self.rejections = 0
-        self.search_keys[candidate.key] = candidate.source_hash
+        self._searched(candidate)
         return trial, candidate
 
     def tell(self, trial_number: int, result: Evaluated) -> None:
@@ -492,7 +499,7 @@ class StudyState:
         if candidate.phase is Phase.SEARCH:
             self.n_search += 1
             self.n_failed += result.status is not Status.OK
-            self.search_keys[candidate.key] = candidate.source_hash
+            self._searched(candidate)
         copied = False
         current = self.stream_of(of_variant)
         for study, number in self.asked.pop(candidate.key, []):

@@ -149,6 +149,7 @@ class StudyFlow(Flow):
         self.checks.bound = (lambda: plan.check_bound(device_type=self.device_type)) if plan is not None \
             else (lambda: None)
         self.checks.launches = agents.sanitizer_launches
+        self.jobs.judge_bound = self.checks.bound
         self.gate = Gate(self, {k: Trust(v) for k, v in ctx.reviewed.items()})
         self.finals = Finals(self, self.gate)
 
@@ -270,6 +271,7 @@ class StudyFlow(Flow):
         handed over through ``admitted`` and joins the search at the flow's next step."""
         assert self.ctx.agents is not None and self.ctx.executor is not None
         threaded = self.threaded = StudyJobs(self.state, self.ctx.scheduler, threadsafe=True)
+        threaded.judge_bound = self.checks.bound
         if not self.kernels:  # resumed: the baseline's ptxas report from its build
             self.kernels = self._baseline_kernels()
         self.agents_future = self.ctx.executor.submit(self.ctx.agents.propose, self.state, threaded, self.kernels,

@@ -175,6 +175,7 @@ def measure_candidate(
     baseline: Callable[[], Baseline] | None = None,
     poison: bool = False,
     cache_check: bool = False,
+    judge_s: float | None = None,
 ) -> Measurement:
     """Run a built candidate ``runs`` times through ``runner`` (default: a process per run), each
     run with its own ``{seed}``: ``first_seed``, ``first_seed + 1``, ...
@@ -194,6 +195,8 @@ def measure_candidate(
     (an agent's variant's finals on a target without ``{seed}``, whose runs all have the same
     inputs): a run whose samples' median is ``CACHE_SPEEDUP`` times below the first run's is a cache
     kept across runs (in a persistent host's memory: the directories are fresh), ``verify_failed``.
+    ``judge_s``: the most seconds the runs beside the baseline may take (the time plan's bound on
+    one job; None: no bound).
     """
     started = time.time()
     spec = target.spec
@@ -295,7 +298,15 @@ def measure_candidate(
         if problem is None and _hidden_by_floor(measured, reference, runs):
             problem = "its claimed saving was under the baseline's clock's noise"
         if problem and baseline is not None and reference is not None:
-            again, seconds = beside(staged, runner, baseline(), reference, first_seed=first_seed)
+            cost = _pair_cost(reference, walls)
+            if judge_s is not None and cost * (PAIRS[0] + 1) > judge_s:
+                # Not begun: a claim not judged stays unsupported, and the job ends within its bound
+                # (nine pairs of an fdtd2d's 3 s runs held an H200 63 s of a 300 s sweep).
+                return done(Status.CLOCK_MISMATCH, f"{problem}; not judged again beside the baseline: its "
+                            f"{2 * PAIRS[0] + 2} runs in turn would take about {cost * (PAIRS[0] + 1):.0f} s, "
+                            f"more than the {judge_s:.0f} s one job may take now")
+            again, seconds = beside(staged, runner, baseline(), reference, first_seed=first_seed,
+                                    bound_s=judge_s, pair_s=cost)
             run_s += seconds
             problem = again and f"{problem}; judged again beside the baseline: {again}"
         if problem:
@@ -316,13 +327,22 @@ def _cached(medians: list[float], goal: str) -> str | None:
             f"faster than the first: results kept across runs")
 
 
+def _pair_cost(reference: Reference, walls: list[float]) -> float:
+    """A pair of runs in turn, estimated: the baseline's run (its clock) and the candidate's (its
+    runs so far)."""
+    own = statistics.median(walls) if walls else 0.0
+    return own + (reference.clock.wall_s if reference.clock is not None else own)
+
+
 def beside(staged: Staged, runner: Runner, baseline: Baseline, reference: Reference,
-           rounds: tuple[int, ...] = PAIRS, first_seed: int = 0) -> tuple[str | None, float]:
+           rounds: tuple[int, ...] = PAIRS, first_seed: int = 0, bound_s: float | None = None,
+           pair_s: float = 0.0) -> tuple[str | None, float]:
     """Runs of the baseline and the candidate in turn (baseline, candidate, baseline, ...) on the
     same seeds, both under the load of the moment, and the candidate's claim judged on them
     (``clock.paired_problem``): ``rounds[0]`` pairs, then each next round's more while it fails;
     and the seconds the runs took. A run that fails or gives no valid metric ends it with the
-    claim unsupported."""
+    claim unsupported. ``bound_s``: a next round that would take the runs past it (at the pairs'
+    time so far; ``pair_s`` before the first) is not begun, and the claim stays unsupported."""
     metric = staged.target.spec.metric
     unit = seconds_per_unit(metric) or 0.0
     claims: tuple[list[float], list[float]] = ([], [])
@@ -337,7 +357,14 @@ def beside(staged: Staged, runner: Runner, baseline: Baseline, reference: Refere
             seconds += which.run(Invocation(seed=first_seed % len(reference.runs) if reference.runs else first_seed)
                                  ).seconds
             which.reset()
+        done_pairs = 0
         for pairs in rounds:
+            if bound_s is not None and done_pairs:
+                pair_s = seconds / (done_pairs + 1)  # the warm-ups count as a pair
+                if seconds + pairs * pair_s > bound_s:
+                    return (f"{problem}; {pairs} more pairs would take about {pairs * pair_s:.0f} s, past the "
+                            f"{bound_s:.0f} s one job may take now"), seconds
+            done_pairs += pairs
             for index in itertools.islice(indices, pairs):
                 seed = index % len(reference.runs) if reference.runs else index
                 for side, which in enumerate((base, staged)):

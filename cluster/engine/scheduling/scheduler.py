@@ -449,7 +449,7 @@ class Scheduler:
                                          job.compiled_at, job.first_seed, job.args.get("stop_above"),
                                          job.args.get("max_samples"), job.args.get("telemetry", True),
                                          job.baseline, job.args.get("poison", False),
-                                         job.args.get("cache_check", False))
+                                         job.args.get("cache_check", False), job.args.get("judge_s"))
         method = getattr(worker, METHOD[job.kind])
         if job.kind is JobKind.REVIEW:  # against the baseline's build
             base = job.builds[1]

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from concurrent.futures import Future
 from typing import Any
 
@@ -21,6 +22,8 @@ class StudyJobs:
         self.state, self.scheduler, self.threadsafe = state, scheduler, threadsafe
         self.urgent = False  # its study waits for these jobs to go on (its finals for their checks)
         self.closed = False  # its study's search is over: the agents' jobs come back dropped, unrun
+        # The time plan's bound on one job, for a measurement's runs beside the baseline (None: none).
+        self.judge_bound: Callable[[], float | None] = lambda: None
 
     def build(self, source: Target | None = None, candidate: Candidate | None = None) -> Build:
         """A build of the study: ``candidate`` (default: the baseline) from ``source`` (default:
@@ -37,6 +40,7 @@ class StudyJobs:
         state = self.state
         if kind in (JobKind.SEARCH, JobKind.VERIFY, JobKind.FINAL):
             fields.setdefault("baseline", state.baseline_build)
+            fields["args"] = {"judge_s": self.judge_bound(), **fields.get("args", {})}
         return Job(kind, state.name, state.workers, state.device, tuple(builds), **fields)
 
     def submit(self, job: Job) -> Future[JobResult]:

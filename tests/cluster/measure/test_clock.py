@@ -141,6 +141,31 @@ def test_a_claim_is_judged_again_beside_the_baseline_when_the_load_changed(tmp_p
     assert fair.status is Status.OK and len(fair.samples) == 2  # one run: its claim showed at once
 
 
+def test_runs_beside_the_baseline_are_not_begun_past_the_jobs_bound(tmp_path):
+    """The stale clock of the test above fails the honest candidate's claim; judged beside the
+    baseline it passes, but only where those runs fit the bound on one job (``judge_s``): past it
+    they are not begun (not even the baseline fetched), and the claim stays unsupported."""
+    target = load_target(write_target(tmp_path / "t"))
+    runs = ProcessRunner()
+    base_candidate, base_artifact = _build(target, 0)
+    fetched = []
+
+    def baseline() -> Baseline:
+        fetched.append(1)
+        return Baseline(target, base_candidate, base_artifact.binary)
+
+    first = measure_candidate(target, base_candidate, base_artifact, cpu_device("w"), None, 1, runs)
+    stale = Reference(first.outputs, Clock(claimed_s=0.500, wall_s=0.250))
+    candidate, artifact = _build(target, 1)
+    bounded = measure_candidate(target, candidate, artifact, cpu_device("w"), stale, 1, runs, baseline=baseline,
+                                judge_s=0.5)  # four pairs of runs of at least 0.375 s and 0.25 s: 2.5 s
+    assert bounded.status is Status.CLOCK_MISMATCH, bounded.error_tail
+    assert "not judged again beside the baseline" in bounded.error_tail and not fetched
+    judged = measure_candidate(target, candidate, artifact, cpu_device("w"), stale, 1, runs, baseline=baseline,
+                               judge_s=120.0)
+    assert judged.status is Status.OK and fetched == [1], judged.error_tail
+
+
 def test_setup_that_dominates_the_run_does_not_reject_an_honest_candidate(tmp_path):
     """900 ms of untimed setup around a 500 ms timed region: the honest candidate saves 375 ms of
     1400, which the floor (a quarter of the untimed time) leaves unjudged either way."""

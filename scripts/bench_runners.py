@@ -19,12 +19,25 @@ Where a measuring actor's time goes per job besides the run (``--actor``): the b
 NVML monitor, capped at ``--max-samples``), with and without the monitor, against the run's and the
 verify's own times; and the pieces alone: one NVML reading, the monitor's start and stop with its
 summary, staging the binary. Medians; DIR/actor.json, DIR/actor.md.
+
+    python scripts/bench_runners.py [CONFIG] --split --repeats 3 --out DIR
+
+Where a program target's run second goes (``--split``, any program target of CONFIG, its own
+timer or the harness): per repeat, in turn, the same staged baseline run as a bare process (no
+sandbox, no device clock), in the sandbox, and as the engine runs it (the worker's runner: the
+sandbox and, on a GPU, the device clock), the output compare, and a search job's
+``measure_candidate`` around one such run (its samples capped at ``--max-samples`` where the
+program samples through the harness); beside them a process that only makes a CUDA context
+(``cudaFree(0)``; on the CPU an empty program). The pieces: the process and its context, the
+program's own untimed work (inputs, its CPU check, teardown), its timed samples, the sandbox, the
+device clock, the compare, the job's own rest. Medians; DIR/split.json, DIR/split.md.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import sys
 import time
@@ -153,6 +166,126 @@ def actor_table(rows: list[dict]) -> str:
     return "\n".join(lines) + "\n"
 
 
+CONTEXT_SOURCE = """#include <cuda_runtime.h>
+int main() { return cudaFree(0) == cudaSuccess ? 0 : 1; }
+"""
+
+
+def context_program(folder: Path, gpu: bool) -> list[str]:
+    """A process that makes a CUDA context and ends (an empty program on the CPU), built in ``folder``."""
+    import subprocess
+
+    source = folder / ("context.cu" if gpu else "context.c")
+    source.write_text(CONTEXT_SOURCE if gpu else "int main(void) { return 0; }\n")
+    binary = folder / "context"
+    subprocess.run(["nvcc" if gpu else "cc", "-O2", "-o", str(binary), str(source)], check=True)
+    return [str(binary)]
+
+
+def split_runs(target, repeats: int, context: list[str], max_samples: int) -> dict:
+    """Seconds, medians over ``repeats``, of the pieces of one run of ``target``'s baseline."""
+    import subprocess
+
+    from cluster.core.registry import RUNNERS
+    from cluster.core.types import Status
+    from cluster.measure.clock import seconds_per_unit
+    from cluster.measure.measure import Reference, measure_candidate, parse_samples, verify_outputs
+    from cluster.runners._base import Invocation, harness_env
+    from cluster.sandbox.isolation import node_sandbox
+    from cluster.sandbox.sandbox import run_command
+
+    device, arch, candidate, artifact, _ = built(target, "process", "search")
+    runner = RUNNERS.load("process").for_worker(node_sandbox(gpu=device.kind == "gpu"), None, device)
+    # Warms up; the reference, its samples capped as the job's (a clock of more samples is a claim)
+    base = measure_candidate(target, candidate, artifact, device, None, 1, runner, max_samples=max_samples)
+    if base.status is not Status.OK:
+        raise RuntimeError(f"{target.name}: {base.status.value} {base.error_tail[-500:]}")
+    reference = Reference(base.outputs, base.clock)
+    unit = seconds_per_unit(target.spec.metric) or 0.0
+    figures: dict[str, list[float]] = {k: [] for k in ("context_s", "bare_s", "timed_s", "sandbox_s", "engine_s",
+                                                       "compare_s", "job_s")}
+
+    def timed(argv: list[str], cwd: Path, **kwargs) -> tuple[float, str]:
+        t0 = time.perf_counter()
+        done = subprocess.run(argv, cwd=cwd, capture_output=True, text=True, **kwargs)
+        return time.perf_counter() - t0, done.stdout
+
+    for _ in range(repeats):
+        figures["context_s"].append(timed(context, REPO)[0])
+        invocation = Invocation(seed=0)
+        with runner.stage(target, dict(candidate.params), arch, artifact.binary) as staged:
+            seconds, stdout = timed(staged.argv(invocation), staged.workdir, env={**os.environ, **harness_env(
+                invocation)}, timeout=target.spec.timeouts.run)
+            figures["bare_s"].append(seconds)
+            figures["timed_s"].append(sum(parse_samples(stdout, target.spec.metric)) * unit)
+            staged.reset()
+            t0 = time.perf_counter()
+            run_command(staged.argv(invocation), staged.workdir, target.spec.timeouts.run,
+                        own_env=harness_env(invocation), limits=target.spec.limits.for_run(), sandbox=runner.sandbox)
+            figures["sandbox_s"].append(time.perf_counter() - t0)
+            staged.reset()
+            t0 = time.perf_counter()
+            result = staged.run(Invocation(seed=0, reference=reference.for_run(0)))
+            figures["engine_s"].append(time.perf_counter() - t0)
+            t0 = time.perf_counter()
+            problem = verify_outputs(staged.files, result.stdout, target.spec.verify, reference.for_run(0), frozenset())
+            figures["compare_s"].append(time.perf_counter() - t0)
+            if problem or not result.ok:
+                raise RuntimeError(f"{target.name}: {problem or result.tail()[-500:]}")
+        t0 = time.perf_counter()
+        job = measure_candidate(target, candidate, artifact, device, reference, 1, runner, max_samples=max_samples)
+        figures["job_s"].append(time.perf_counter() - t0)
+        if job.status is not Status.OK:
+            raise RuntimeError(f"{target.name}: the job: {job.status.value} {job.error_tail[-500:]}")
+    runner.close()
+    row = {"target": target.name, "repeats": repeats, **{k: median(v) for k, v in figures.items()}}
+    row.update({"own_untimed_s": row["bare_s"] - row["context_s"] - row["timed_s"],
+                "sandbox_cost_s": row["sandbox_s"] - row["bare_s"],
+                "device_clock_s": row["engine_s"] - row["sandbox_s"],
+                "job_rest_s": row["job_s"] - row["engine_s"] - row["compare_s"]})
+    return row
+
+
+SPLIT_COLUMNS = (("a job", "job_s"), ("process and context", "context_s"),
+                 ("the program's own untimed work", "own_untimed_s"), ("its timed samples", "timed_s"),
+                 ("the sandbox", "sandbox_cost_s"), ("the device clock", "device_clock_s"),
+                 ("the output compare", "compare_s"), ("the job's rest", "job_rest_s"))
+
+
+def split_table(rows: list[dict]) -> str:
+    head = "| target | " + " | ".join(name for name, _ in SPLIT_COLUMNS) + " |"
+    body = ["| " + " | ".join([r["target"], *(f"{1e3 * r[key]:.0f} ms" for _, key in SPLIT_COLUMNS)]) + " |"
+            for r in rows]
+    return "\n".join([head, "|---" * (len(SPLIT_COLUMNS) + 1) + "|", *body]) + "\n"
+
+
+def split(config: str, repeats: int, out: Path, max_samples: int, seconds: float) -> None:
+    import tempfile
+    from concurrent.futures import ThreadPoolExecutor
+
+    from cluster.config import load_run
+
+    targets = [t for t in load_run(config).targets if t.spec.kind != "kernel"]
+    with ThreadPoolExecutor(max(1, os.cpu_count() or 1)) as pool:  # the builds at once: nvcc takes seconds each
+        list(pool.map(lambda t: built(t, "process", "search"), targets))  # the compile cache keeps them
+    rows, started = [], time.monotonic()
+    with tempfile.TemporaryDirectory() as folder:
+        context = context_program(Path(folder), any(t.spec.toolchain != "cc" for t in targets))
+        for target in targets:
+            if time.monotonic() - started > seconds:
+                print(f"{target.name}: not measured, past --seconds", flush=True)
+                continue
+            try:
+                rows.append(split_runs(target, repeats, context, max_samples))
+            except (RuntimeError, OSError) as exc:  # one target that fails is a line, not the end
+                print(f"{target.name}: {exc}", flush=True)
+                continue
+            print(json.dumps(rows[-1]), flush=True)
+            (out / "split.json").write_text(json.dumps(rows, indent=1) + "\n")
+    (out / "split.md").write_text(split_table(rows))
+    print(split_table(rows))
+
+
 def median(values: list[float]) -> float:
     return statistics.median(values) if values else float("nan")
 
@@ -164,10 +297,15 @@ def main() -> None:
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--actor", action="store_true", help="where a measuring actor's time goes per job")
     parser.add_argument("--max-samples", type=int, default=10, help="--actor: samples a job (a raced candidate: 10)")
+    parser.add_argument("--split", action="store_true", help="where a program target's run second goes")
+    parser.add_argument("--seconds", type=float, default=600.0, help="--split: begin no target after this long")
     args = parser.parse_args()
     from cluster.config import load_run
 
     args.out.mkdir(parents=True, exist_ok=True)
+    if args.split:
+        split(args.config, args.repeats, args.out, args.max_samples, args.seconds)
+        return
     if args.actor:
         rows = [actor_jobs(t, "kernel" if t.spec.kind == "kernel" else "persistent", args.repeats, args.max_samples)
                 for t in load_run(args.config).targets]

@@ -200,7 +200,7 @@ class AgentsSpec(_Model):
     sanitizer_launches: int | None = Field(16, ge=1)
     retries: int = Field(1, ge=0, le=10)  # more tries with the failure as feedback, for agents that take it
     profile_baseline: bool = True  # ncu on the baseline first, so that analysts see its metrics
-    guardrails: bool = True  # a variant's cheat checks: its timing code read, its finals watched for a cache
+    guardrails: bool = True  # cheat checks: a variant's timing code read, every finalist's runs watched for a cache
     # LLM agents (issue 5): an endpoint, expert or llm per step of each optimization, custom ones
     llm: LLMSpec | None = None
     steps: dict[str, StepChoice] = {}

@@ -210,15 +210,16 @@ class Finals:
         else:
             self.finalists.append(candidate.key)
         self.outstanding.add(candidate.key)
-        # An agent's variant's final runs have their outputs poisoned and are watched for a cache: the
-        # cheat checks, in runs it has anyway. The target's own sources' are not: a target whose
-        # registered outputs are not all written on every launch (partial sums) would fail its own.
+        # A finalist's runs are watched for a cache, and an agent's variant's have their outputs
+        # poisoned: the cheat checks, in runs it has anyway. The target's own sources' outputs are not
+        # poisoned: a target whose registered outputs are not all written on every launch (partial
+        # sums) would fail its own. The baseline's final makes the references: it is what is trusted.
         variant = candidate.source_hash in flow.state.variants
         flow.submit(flow.jobs.job(JobKind.FINAL, build, runs=self.runs, first_seed=1,
                                    reference=None if extend else flow.state.reference,
                                    label="the baseline" if baseline else "",
                                    args={"poison": variant,
-                                         "cache_check": variant and flow.ctx.config.agents.guardrails}))
+                                         "cache_check": not baseline and flow.ctx.config.agents.guardrails}))
 
     def measured(self, key: str, measurement: Measurement | None, extended: bool) -> None:
         """A final is in; the baseline's that made the finals' references: the others can go."""

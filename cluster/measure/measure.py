@@ -192,9 +192,9 @@ def measure_candidate(
     launch, untimed), so that a launch that leaves its output to an earlier one fails the outputs'
     check; the cheat checks' poisoned-outputs run, folded into runs the candidate has anyway, where a
     candidate that knows the check's variable gains nothing by behaving only then. ``cache_check``
-    (an agent's variant's finals on a target without ``{seed}``, whose runs all have the same
-    inputs): a run whose samples' median is ``CACHE_SPEEDUP`` times below the first run's is a cache
-    kept across runs (in a persistent host's memory: the directories are fresh), ``verify_failed``.
+    (a finalist's runs on a target without ``{seed}``, which all have the same inputs): a run whose
+    samples' median is ``CACHE_SPEEDUP`` times below the first run's is a cache kept across runs (in a
+    persistent host's memory: the directories are fresh), ``verify_failed``.
     ``judge_s``: the most seconds the runs beside the baseline may take (the time plan's bound on
     one job; None: no bound).
     """

@@ -153,3 +153,32 @@ def test_no_more_candidates_wait_for_checks_than_there_are_places():
     finals.step()
     assert submitted == ["own", "v0", "v1"] and not finals.holding
     assert finals.step() is True  # the finals are full: the rest of the pool waits for nothing
+
+
+def test_every_finalists_final_is_watched_for_a_cache_and_a_variants_is_poisoned():
+    """The finals' runs are the cheat checks: a finalist of the target's own sources (flags and
+    params: a param may switch the user's code to a cache kept in the host) is watched for a cache as
+    a variant is; only a variant's outputs are poisoned (a target that sums into its outputs would
+    fail its own), and the baseline's final, which makes the references, is watched for neither."""
+    from cluster.engine.scheduling.jobs import JobKind
+
+    def candidate(key: str, source: str):
+        return SimpleNamespace(key=key, source_hash=source, with_phase=lambda phase: key)
+
+    base, own, variant = candidate("base", "own"), candidate("flags", "own"), candidate("v1", "variant")
+    jobs: list[dict] = []
+    flow = SimpleNamespace(
+        state=SimpleNamespace(source_of=lambda c: (c.source_hash,), baseline_candidate=lambda: base,
+                              variants={"variant": object()}, reference="reference"),
+        jobs=SimpleNamespace(build=lambda source, key: key,
+                             job=lambda kind, build, **fields: {"kind": kind, "build": build, **fields}),
+        submit=jobs.append, ctx=SimpleNamespace(plan=None, config=SimpleNamespace(
+            measure=SimpleNamespace(final_top_k=2, final_runs=RUNS), agents=SimpleNamespace(guardrails=True))))
+    finals = Finals(flow, Gate(Trust.PASSED))  # type: ignore[arg-type]
+    for c in (base, own, variant):
+        finals._submit(c, extend=c is base)
+    args = {job["build"]: job["args"] for job in jobs}
+    assert {job["kind"] for job in jobs} == {JobKind.FINAL}
+    assert args["base"] == {"poison": False, "cache_check": False}
+    assert args["flags"] == {"poison": False, "cache_check": True}
+    assert args["v1"] == {"poison": True, "cache_check": True}

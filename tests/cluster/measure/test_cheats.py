@@ -127,7 +127,7 @@ def test_the_finals_poison_reaches_the_program_and_a_reuse_that_hides_from_it_me
 
 
 def test_a_later_run_far_faster_than_the_first_on_the_same_inputs_is_a_cache():
-    """``cache_check`` (an agent's variant's finals on a target without ``{seed}``): the runs' medians."""
+    """``cache_check`` (a finalist's runs on a target without ``{seed}``): the runs' medians."""
     assert _cached([100.0, 1.0, 1.2], "minimize").startswith("cached_results: ")
     assert _cached([100.0, 90.0, 110.0], "minimize") is None  # a cold first run is not a cache
     assert _cached([1.0, 100.0, 90.0], "maximize").startswith("cached_results: ")  # a rate: higher is faster

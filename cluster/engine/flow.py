@@ -151,6 +151,7 @@ class StudyFlow(Flow):
         self.checks.launches = agents.sanitizer_launches
         self.jobs.judge_bound = self.checks.bound
         self.gate = Gate(self, {k: Trust(v) for k, v in ctx.reviewed.items()})
+        self.checks.contends = self.gate.contends
         self.finals = Finals(self, self.gate)
 
     # -- the stages ------------------------------------------------------------------------------

@@ -81,6 +81,7 @@ class _Checked:
     # The admission that waits for these verdicts (the agents' thread: feedback for a retry); while
     # one waits, its outcome's record carries them, and no record of the checks' own is written.
     tickets: list[Future[tuple[Verdict, ...]]] = field(default_factory=list)
+    deferred: tuple[str, ...] = ()  # tools to run again, with the baseline's budget, once it contends again
 
 
 def changed_files(original: Target, variant: Target) -> dict[str, str]:
@@ -143,6 +144,8 @@ class DeepChecks:
         self.run_s = 1.0  # the program's time a run (the flow's estimate): the sanitizer's budget before the baseline's
         self.bound: Callable[[], float | None] = lambda: None  # the most one check job may take (the time plan's)
         self.launches: int | None = None  # kernel launches compute-sanitizer checks a run (agents.sanitizer_launches)
+        # Whether a variant still has a candidate the finals would take that could win (``Gate.contends``).
+        self.contends: Callable[[str], bool] = lambda source_hash: True
 
     @property
     def configured(self) -> bool:
@@ -176,6 +179,12 @@ class DeepChecks:
         if checked.trust is not Trust.NOT_RUN:
             if checked.trust is not Trust.PENDING:
                 self._answer(checked)
+            return checked.trust
+        if checked.deferred:  # the rest of its checks, put off while it could not be a final
+            tools, checked.deferred = checked.deferred, ()
+            checked.trust, checked.started, checked.value = Trust.PENDING, time.monotonic(), value
+            log.info(f"{self.jobs.state.name}: {checked.variant.label}: {why}: {', '.join(tools)} again")
+            self._sanitize(checked, tools)
             return checked.trust
         if not self.configured:
             checked.trust = Trust.PASSED
@@ -282,12 +291,27 @@ class DeepChecks:
         again = tuple(r.tool for r in results if r.outcome == "timeout" and r.tool in baseline
                       and budgets.get(r.tool, self.cap_s) < self._budgets((r.tool,)).get(r.tool, 0.0))
         checked.verdicts += sanitizer_verdicts(tuple(r for r in results if r.tool not in again), baseline)
-        if again:
+        if again and not self.contends(checked.variant.source_hash):
+            # Put off until it could be a final again: on an H200 a racecheck run again with the
+            # baseline's budget took 13.7 s for a 1.03x variant that the flags had passed at 1.51x.
+            checked.deferred = again
+        elif again:
             self._sanitize(checked, again)
 
     def _settle(self, checked: _Checked) -> None:
         if checked.outstanding or checked.trust is not Trust.PENDING:
             return
+        if checked.deferred and not any(v.failed for v in checked.verdicts):
+            checked.trust = Trust.NOT_RUN  # never a final so: the finals ask for the rest (``request``)
+            log.info(f"{self.jobs.state.name}: {checked.variant.label}: {', '.join(checked.deferred)} put off: "
+                     f"none of its candidates could be a final now")
+            put_off = Verdict("sanitizer", VerdictStatus.SKIPPED, f"{', '.join(checked.deferred)} put off: none of "
+                                                                  f"its candidates could be a final")
+            for ticket in checked.tickets:
+                _resolve(ticket, (*checked.verdicts, put_off))
+            checked.tickets.clear()
+            return
+        checked.deferred = ()
         failed = [v for v in checked.verdicts if v.failed]
         checked.trust = Trust.FAILED if failed else Trust.PASSED
         seconds = time.monotonic() - checked.started

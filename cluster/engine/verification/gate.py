@@ -66,6 +66,13 @@ class Gate:
         return mine is not None and own is not None and beats(mine.median, mine.iqr, own.median, own.iqr,
                                                                 self.flow.state.goal)
 
+    def contends(self, source_hash: str) -> bool:
+        """Whether a candidate of the variant is among those the finals would take now and could win:
+        its checks are worth their time."""
+        state = self.flow.state
+        return any(state.candidates[key].source_hash == source_hash and self.could_win(state.candidates[key])
+                   for key in self.contenders())
+
     def consider(self, candidate: Candidate | None, stats: Stats,
                  ticket: Future[tuple[Verdict, ...]] | None = None) -> None:
         """A measurement in: a variant faster than the best of the target's own sources beyond the

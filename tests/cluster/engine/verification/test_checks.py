@@ -6,6 +6,7 @@ from __future__ import annotations
 from agents._base import Proposal
 from agents.patch import source_files, variant_target
 from cluster.config import load_target
+from cluster.core.types import Status
 from cluster.engine.verification.checks import changed_kernels
 from tests.conftest import REPO
 
@@ -32,3 +33,47 @@ def test_the_kernels_a_variant_changed_and_every_kernel_where_it_changed_host_co
     assert changed_kernels(base, host) == ()  # host code changed: every kernel
     added = variant(target, SOURCE + "__global__ void more(float* x) { x[0] = 0; }\n")
     assert changed_kernels(base, added) == ()
+
+
+def test_a_sanitizer_run_again_is_put_off_while_the_variant_could_not_be_a_final():
+    """A variant's racecheck ran out of its first budget, smaller than the baseline's own time under
+    it: it is run again with the right one, but only while the variant could be a final; put off
+    (never a pass) while it could not, and run when the finals ask for it."""
+    from concurrent.futures import Future
+    from types import SimpleNamespace
+
+    from cluster.core.types import BuildArtifact
+    from cluster.engine.scheduling.jobs import JobResult
+    from cluster.engine.verification.checks import DeepChecks, Trust
+    from cluster.measure.sanitize import SanitizerResult
+    from cluster.store.variants import AcceptedVariant
+
+    target = load_target(REPO / "configs/targets/saxpy/target.yaml")
+    changed = AcceptedVariant(variant(target, SOURCE), "unroll saxpy.cu:2", {}, True)
+    asked: list[tuple[str, tuple[str, ...], Future]] = []
+
+    def sanitize(source, tools, timeout, timeouts, label="", value=0.0, kernels=(), launches=None):
+        asked.append(("baseline" if source is None else "variant", tuple(tools), Future()))
+        return asked[-1][2]
+
+    def answer(index: int, *results: SanitizerResult) -> None:
+        asked[index][2].set_result(JobResult(SimpleNamespace(), BuildArtifact("k", Status.OK), value=results))
+
+    records: list[dict] = []
+    checks = DeepChecks(SimpleNamespace(state=SimpleNamespace(name="s", target=target), sanitize=sanitize),
+                        ("memcheck", "racecheck"), 1000.0, False, records.append)
+    contends = [True]
+    checks.contends = lambda source_hash: contends[0]
+    checks.add(changed, None)
+    assert checks.request(changed.source_hash, "measured 1.50x") is Trust.PENDING
+    answer(0, SanitizerResult("memcheck", "clean"), SanitizerResult("racecheck", "timeout"))
+    assert [a[:2] for a in asked] == [("variant", ("memcheck", "racecheck")), ("baseline", ("memcheck", "racecheck"))]
+    contends[0] = False  # the flags passed it meanwhile
+    answer(1, SanitizerResult("memcheck", "clean", seconds=5.0), SanitizerResult("racecheck", "clean", seconds=40.0))
+    assert len(asked) == 2 and checks.trust(changed.source_hash) is Trust.NOT_RUN  # put off, not passed
+    contends[0] = True
+    assert checks.request(changed.source_hash, "a finalist") is Trust.PENDING
+    assert asked[2][:2] == ("variant", ("racecheck",))  # only what was put off
+    answer(2, SanitizerResult("racecheck", "clean"))
+    assert checks.trust(changed.source_hash) is Trust.PASSED
+    assert [v.check for v in checks.variants[changed.source_hash].verdicts] == ["memcheck", "racecheck"]

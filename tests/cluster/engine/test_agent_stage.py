@@ -4,6 +4,7 @@ doing steps 1-3 on a C fixture. Verification (step 4) is the real one."""
 from __future__ import annotations
 
 import json
+import statistics
 
 import pandas as pd
 import pytest
@@ -158,8 +159,10 @@ def test_a_variant_that_does_its_work_only_under_the_checks_variable_measures_it
     [cheat] = variants.loc[variants["stage"] == "accepted", "source_hash"]
     rows = read_results(run_dir.path)
 
-    def tricked(samples) -> bool:  # a repetition that did the work, and others that returned at once
-        return min(samples) < max(samples) / 10
+    def tricked(samples) -> bool:  # a repetition that did the work, and most others returned at once
+        # The median, not the fastest: one repetition stretched 10x by a loaded machine (4.5 ms among
+        # 0.4 ms ones) is no trick; the trick's repetitions after the first take microseconds.
+        return statistics.median(samples) < max(samples) / 50
 
     search = rows[(rows["phase"] == "search") & (rows["source_hash"] == cheat) & (rows["status"] == "ok")]
     assert search["samples"].map(tricked).any()  # the trick, unwatched

@@ -307,6 +307,10 @@ class DeepChecks:
                      f"none of its candidates could be a final now")
             put_off = Verdict("sanitizer", VerdictStatus.SKIPPED, f"{', '.join(checked.deferred)} put off: none of "
                                                                   f"its candidates could be a final")
+            if not checked.tickets:  # its record: not run (no ``checks``), its verdicts so far and why
+                record = self._record(checked, [])
+                record["verdicts"] = json.dumps([*json.loads(record["verdicts"]), asdict(put_off)], sort_keys=True)
+                self.write(record)
             for ticket in checked.tickets:
                 _resolve(ticket, (*checked.verdicts, put_off))
             checked.tickets.clear()

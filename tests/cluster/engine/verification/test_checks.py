@@ -71,9 +71,11 @@ def test_a_sanitizer_run_again_is_put_off_while_the_variant_could_not_be_a_final
     contends[0] = False  # the flags passed it meanwhile
     answer(1, SanitizerResult("memcheck", "clean", seconds=5.0), SanitizerResult("racecheck", "clean", seconds=40.0))
     assert len(asked) == 2 and checks.trust(changed.source_hash) is Trust.NOT_RUN  # put off, not passed
+    [put_off] = records  # the variants table says so: not run, and why
+    assert put_off["checks"] == "" and "racecheck put off" in put_off["verdicts"], put_off
     contends[0] = True
     assert checks.request(changed.source_hash, "a finalist") is Trust.PENDING
     assert asked[2][:2] == ("variant", ("racecheck",))  # only what was put off
     answer(2, SanitizerResult("racecheck", "clean"))
-    assert checks.trust(changed.source_hash) is Trust.PASSED
+    assert checks.trust(changed.source_hash) is Trust.PASSED and records[-1]["checks"] == "passed"
     assert [v.check for v in checks.variants[changed.source_hash].verdicts] == ["memcheck", "racecheck"]

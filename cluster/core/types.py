@@ -252,6 +252,10 @@ class Clock:
     # program's inputs vary by milliseconds run to run, more than a kernel's real saving.
     kernel_s: float | None = None
     kernel_spread_s: float = 0.0
+    # From the first kernel's start to the last one's end, and its spread: the kernels' timeline
+    # with the GPU's idle gaps between launches, which a program bound by its launches saves.
+    span_s: float | None = None
+    span_spread_s: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -265,6 +269,7 @@ class DeviceRecord:
     records: int
     complete: bool = True
     kernel_s: float | None = None  # the kernels' intervals alone, their union
+    span_s: float | None = None  # from the first kernel's start to the last one's end (None: no kernel)
 
 
 @dataclass(frozen=True)

@@ -396,8 +396,10 @@ def _clock(claims: list[float], walls: list[float], busy: list[DeviceRecord | No
     device_s, device_spread = _median_spread([b.busy_s for b in busy if b is not None] if whole else [])
     kernels = [b.kernel_s for b in busy if b is not None and b.kernel_s is not None]
     kernel_s, kernel_spread = _median_spread(kernels if whole and len(kernels) == len(busy) else [])
+    spans = [b.span_s for b in busy if b is not None and b.span_s is not None]
+    span_s, span_spread = _median_spread(spans if whole and len(spans) == len(busy) else [])
     return Clock(statistics.median(claims), wall, 2 * statistics.median(abs(w - wall) for w in walls),
-                 device_s, device_spread, kernel_s, kernel_spread)
+                 device_s, device_spread, kernel_s, kernel_spread, span_s, span_spread)
 
 
 def _median_spread(values: list[float]) -> tuple[float | None, float]:

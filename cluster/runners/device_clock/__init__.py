@@ -81,8 +81,9 @@ def parse_record(text: str) -> DeviceRecord:
             raise ValueError(f"line {number} of the device record is not the library's: {line[:80]!r}")
     if ended is not None and ended != len(intervals):
         raise ValueError(f"the device record says {ended} records and holds {len(intervals)}")
+    span = (max(end for _, end in kernels) - min(start for start, _ in kernels)) * 1e-9 if kernels else None
     return DeviceRecord(busy_seconds(intervals), len(intervals), complete=ended is not None,
-                        kernel_s=busy_seconds(kernels))
+                        kernel_s=busy_seconds(kernels), span_s=span)
 
 
 @dataclass(frozen=True)

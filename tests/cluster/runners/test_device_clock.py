@@ -7,6 +7,7 @@ by the wall clock alone."""
 
 from __future__ import annotations
 
+import dataclasses
 import shutil
 from pathlib import Path
 
@@ -38,7 +39,11 @@ def test_busy_time_is_the_union_of_the_intervals():
 
 def test_the_parser_reads_the_librarys_file_and_nothing_else():
     whole = parse_record("wf-device-record 1\nC 0 1000000\nK 1000000 11000000\nK 2000000 12000000\nend 3\n")
-    assert whole == DeviceRecord(pytest.approx(0.012), 3, complete=True, kernel_s=pytest.approx(0.011))
+    assert whole == DeviceRecord(pytest.approx(0.012), 3, complete=True, kernel_s=pytest.approx(0.011),
+                                 span_s=pytest.approx(0.011))
+    gaps = parse_record("wf-device-record 1\nK 0 1000000\nC 1000000 9000000\nK 4000000 5000000\nend 3\n")
+    assert gaps.kernel_s == pytest.approx(0.002) and gaps.span_s == pytest.approx(0.005)  # the idle gap counts
+    assert parse_record("wf-device-record 1\nC 0 1000\nend 1\n").span_s is None  # no kernel: no span
     begun = parse_record("wf-device-record 1\nK 0 1000\n")
     assert begun.complete is False and begun.records == 1
     for text in ("", "K 0 1\nend 1\n", "wf-device-record 1\nK 0\nend 1\n", "wf-device-record 1\nK 0 1\nend 2\n",
@@ -86,6 +91,32 @@ def test_a_kernels_saving_that_the_copies_noise_hides_shows_in_the_kernels_time(
     assert device_problem(honest, baseline) is None
     assert device_problem(off_stream, baseline) is not None and device_problem(a_third, baseline) is not None
     assert device_problem(honest, Clock(0.00156, 0.9, device_s=0.0171)) is not None  # the whole time alone
+
+
+def test_a_saving_of_the_idle_gaps_between_launches_shows_in_the_kernels_span_beyond_its_noise():
+    """Seen on an H200 (rodinia_nw, 2026-11-29): its larger blocks make 2-4x fewer launches of
+    larger kernels; their events, around hundreds of launches a sample, saved 2.8 ms a run of the
+    GPU's idle gaps while the kernels' busy time grew. The kernels' span (first start to last end)
+    shows it; the cheats' span does not shrink (their kernels still run, one after another), and a
+    span stretched by host work between kernels (its spread) judges nothing: the noise is added to
+    what must show."""
+    baseline = Clock(claimed_s=0.0304, wall_s=0.9, device_s=0.0384, kernel_s=0.0320, span_s=0.0360,
+                     span_spread_s=0.0005)
+    fewer_launches = Clock(claimed_s=0.0276, wall_s=0.9, device_s=0.0417, kernel_s=0.0345, span_s=0.0332,
+                           span_spread_s=0.0005)
+    off_stream = Clock(claimed_s=0.0276, wall_s=0.9, device_s=0.0384, kernel_s=0.0320, span_s=0.0360)
+    noise_only = Clock(claimed_s=0.0276, wall_s=0.9, device_s=0.0384, kernel_s=0.0320, span_s=0.0355)
+    assert device_problem(fewer_launches, baseline) is None
+    assert device_problem(off_stream, baseline) is not None and device_problem(noise_only, baseline) is not None
+    assert device_problem(dataclasses.replace(fewer_launches, span_s=None), baseline) is not None  # before
+    host_work = dataclasses.replace(baseline, span_spread_s=0.004)  # host work between the kernels
+    assert device_problem(fewer_launches, host_work) is not None
+    # 100 samples of a 5 us kernel, the host's wait after each 20 us: moved to a stream the events do
+    # not wait on, its kernels run back to back; its samples claim 0.5 ms less a run (1 us each, at
+    # the floor), its timeline is 2 ms shorter, all of it the host's waits: not the claim's saving.
+    tiny = Clock(claimed_s=0.0006, wall_s=0.3, device_s=0.0005, kernel_s=0.0005, span_s=0.0025)
+    moved = Clock(claimed_s=0.0001, wall_s=0.3, device_s=0.0005, kernel_s=0.0005, span_s=0.0005)
+    assert device_problem(moved, tiny) is not None
 
 
 def test_cupti_is_found_in_a_toolkit_and_in_nvidias_pip_packages(tmp_path):

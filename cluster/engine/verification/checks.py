@@ -288,7 +288,11 @@ class DeepChecks:
         """The verdicts of a variant's sanitizer runs; a tool that ran out of a budget smaller than the
         baseline's own time asks for runs within the right one."""
         baseline = self._baseline or {}
+        # Not where the baseline ran out too: the tool cannot judge this target, however long the
+        # variant is given (a fake GPU's checks of five minutes were run again four times as the
+        # time plan's bound grew, and the variant's checks were still out when its sweep ended).
         again = tuple(r.tool for r in results if r.outcome == "timeout" and r.tool in baseline
+                      and baseline[r.tool].outcome != "timeout"
                       and budgets.get(r.tool, self.cap_s) < self._budgets((r.tool,)).get(r.tool, 0.0))
         checked.verdicts += sanitizer_verdicts(tuple(r for r in results if r.tool not in again), baseline)
         if again and not self.contends(checked.variant.source_hash):

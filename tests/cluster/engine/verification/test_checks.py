@@ -79,3 +79,38 @@ def test_a_sanitizer_run_again_is_put_off_while_the_variant_could_not_be_a_final
     answer(2, SanitizerResult("racecheck", "clean"))
     assert checks.trust(changed.source_hash) is Trust.PASSED and records[-1]["checks"] == "passed"
     assert [v.check for v in checks.variants[changed.source_hash].verdicts] == ["memcheck", "racecheck"]
+
+
+def test_a_tool_the_baseline_ran_out_of_too_is_not_run_again_on_the_variant():
+    """Where the baseline's own run under a tool ran out of its budget, the tool cannot judge the
+    target: the variant's timed-out run is its verdict (skipped, ``sanitizer_timeout``), not a
+    reason to run it again with more time."""
+    from concurrent.futures import Future
+    from types import SimpleNamespace
+
+    from cluster.core.types import BuildArtifact
+    from cluster.engine.scheduling.jobs import JobResult
+    from cluster.engine.verification.checks import DeepChecks, Trust
+    from cluster.measure.sanitize import SanitizerResult
+    from cluster.store.variants import AcceptedVariant
+
+    target = load_target(REPO / "configs/targets/saxpy/target.yaml")
+    changed = AcceptedVariant(variant(target, SOURCE), "unroll saxpy.cu:2", {}, True)
+    asked: list[Future] = []
+
+    def sanitize(source, tools, timeout, timeouts, label="", value=0.0, kernels=(), launches=None):
+        asked.append(Future())
+        return asked[-1]
+
+    def answer(index: int, *results: SanitizerResult) -> None:
+        asked[index].set_result(JobResult(SimpleNamespace(), BuildArtifact("k", Status.OK), value=results))
+
+    checks = DeepChecks(SimpleNamespace(state=SimpleNamespace(name="s", target=target), sanitize=sanitize),
+                        ("racecheck",), 1000.0, False, lambda record: None)
+    checks.add(changed, None)
+    checks.request(changed.source_hash, "measured 1.50x")
+    answer(0, SanitizerResult("racecheck", "timeout", seconds=100.0))
+    answer(1, SanitizerResult("racecheck", "timeout", seconds=300.0))  # the baseline, out of a larger budget
+    assert len(asked) == 2 and checks.trust(changed.source_hash) is Trust.PASSED
+    [verdict] = checks.variants[changed.source_hash].verdicts
+    assert verdict.status.value == "skipped" and "sanitizer_timeout" in verdict.detail

@@ -9,6 +9,7 @@ from __future__ import annotations
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -144,6 +145,15 @@ def test_metrics_no_clock_can_measure_are_invalid():
     assert metric_problem([1e-300], MetricSpec(regex=r"t=(\S+)", unit="GB/s", goal="maximize")) is None
 
 
+def _settled(root: int, wanted: int, seconds: float = 3.0) -> list[int]:
+    """The processes below ``root`` once there are at most ``wanted``, or after ``seconds``: one still
+    exiting on a loaded machine is not one that outlived its run (the planter's daemon lives 20 s)."""
+    deadline = time.monotonic() + seconds
+    while len(found := descendants(root)) > wanted and time.monotonic() < deadline:
+        time.sleep(0.1)
+    return found
+
+
 def _attack_in_the_host(tmp_path: Path, source: str, sandbox=None):
     """The baseline, the attack (ATTACK=1), then the baseline twice more, in one persistent host;
     and the processes below the host after the baseline and after the attack."""
@@ -154,7 +164,7 @@ def _attack_in_the_host(tmp_path: Path, source: str, sandbox=None):
         before = descendants(runner.host.proc.pid)
         reference = Reference(baseline.outputs, baseline.clock)
         attack = _measure(target, runner, reference, runs=1, ATTACK=1)
-        left = descendants(runner.host.proc.pid) if runner.host.proc else []
+        left = _settled(runner.host.proc.pid, len(before)) if runner.host.proc else []
         after = _measure(target, runner, reference, runs=2, ATTACK=0)
     finally:
         runner.close()

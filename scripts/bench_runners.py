@@ -296,7 +296,8 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=10)
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--actor", action="store_true", help="where a measuring actor's time goes per job")
-    parser.add_argument("--max-samples", type=int, default=10, help="--actor: samples a job (a raced candidate: 10)")
+    parser.add_argument("--max-samples", type=int, default=None,
+                        help="samples a job: --actor 10 (a raced candidate), --split the sweep's search cap")
     parser.add_argument("--split", action="store_true", help="where a program target's run second goes")
     parser.add_argument("--seconds", type=float, default=600.0, help="--split: begin no target after this long")
     args = parser.parse_args()
@@ -304,10 +305,13 @@ def main() -> None:
 
     args.out.mkdir(parents=True, exist_ok=True)
     if args.split:
-        split(args.config, args.repeats, args.out, args.max_samples, args.seconds)
+        from cluster.config.run import SEARCH_SAMPLES
+
+        split(args.config, args.repeats, args.out, args.max_samples or SEARCH_SAMPLES, args.seconds)
         return
     if args.actor:
-        rows = [actor_jobs(t, "kernel" if t.spec.kind == "kernel" else "persistent", args.repeats, args.max_samples)
+        samples = args.max_samples or 10
+        rows = [actor_jobs(t, "kernel" if t.spec.kind == "kernel" else "persistent", args.repeats, samples)
                 for t in load_run(args.config).targets]
         (args.out / "actor.json").write_text(json.dumps(rows, indent=1) + "\n")
         (args.out / "actor.md").write_text(actor_table(rows))

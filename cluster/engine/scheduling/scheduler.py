@@ -445,11 +445,9 @@ class Scheduler:
     def _call(self, worker: ray.actor.ActorHandle, job: Job) -> ray.ObjectRef:
         main, binary = job.builds[0], job.binary_refs[0]
         if job.kind in MEASURES:
+            # ``args``: the measurement's own keywords (stop_above, max_samples, telemetry, poison, ...)
             return worker.measure.remote(main.target_ref, main.candidate, binary, job.reference, job.runs,
-                                         job.compiled_at, job.first_seed, job.args.get("stop_above"),
-                                         job.args.get("max_samples"), job.args.get("telemetry", True),
-                                         job.baseline, job.args.get("poison", False),
-                                         job.args.get("cache_check", False), job.args.get("judge_s"))
+                                         job.compiled_at, job.first_seed, baseline=job.baseline, **job.args)
         method = getattr(worker, METHOD[job.kind])
         if job.kind is JobKind.REVIEW:  # against the baseline's build
             base = job.builds[1]

@@ -312,9 +312,7 @@ class DeepChecks:
             put_off = Verdict("sanitizer", VerdictStatus.SKIPPED, f"{', '.join(checked.deferred)} put off: none of "
                                                                   f"its candidates could be a final")
             if not checked.tickets:  # its record: not run (no ``checks``), its verdicts so far and why
-                record = self._record(checked, [])
-                record["verdicts"] = json.dumps([*json.loads(record["verdicts"]), asdict(put_off)], sort_keys=True)
-                self.write(record)
+                self.write(self._record(checked, [], (put_off,)))
             for ticket in checked.tickets:
                 _resolve(ticket, (*checked.verdicts, put_off))
             checked.tickets.clear()
@@ -344,7 +342,8 @@ class DeepChecks:
                 checked.verdicts.append(Verdict("sanitizer", VerdictStatus.SKIPPED, "not run: the sweep ended first"))
             self._answer(checked)
 
-    def _record(self, checked: _Checked, failed: list[Verdict]) -> dict[str, Any]:
+    def _record(self, checked: _Checked, failed: list[Verdict], more: tuple[Verdict, ...] = ()) -> dict[str, Any]:
+        """The variant's record with its verdicts (and ``more``, not kept as its own)."""
         record = dict(self.record_of(checked.variant.source_hash) or checked.record or {
             "target": self.jobs.state.target.name, "study": self.jobs.state.name,
             "source_hash": checked.variant.source_hash, "optimization": checked.variant.label.split(" ")[0],
@@ -352,7 +351,7 @@ class DeepChecks:
         earlier = json.loads(record.get("verdicts") or "[]")
         record.update({
             "stage": "rejected" if failed else "accepted", "checks": checked.trust.value,
-            "verdicts": json.dumps(earlier + [asdict(v) for v in checked.verdicts], sort_keys=True),
+            "verdicts": json.dumps(earlier + [asdict(v) for v in (*checked.verdicts, *more)], sort_keys=True),
             "reason": "; ".join(f"{v.check}: {v.detail}" for v in failed) if failed else record.get("reason", ""),
             "created_at": time.time(),
         })

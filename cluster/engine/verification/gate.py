@@ -69,9 +69,8 @@ class Gate:
     def contends(self, source_hash: str) -> bool:
         """Whether a candidate of the variant is among those the finals would take now and could win:
         its checks are worth their time."""
-        state = self.flow.state
-        return any(state.candidates[key].source_hash == source_hash and self.could_win(state.candidates[key])
-                   for key in self.contenders())
+        candidates = (self.flow.state.candidates[key] for key in self.contenders())
+        return any(c.source_hash == source_hash and self.could_win(c) for c in candidates)
 
     def consider(self, candidate: Candidate | None, stats: Stats,
                  ticket: Future[tuple[Verdict, ...]] | None = None) -> None:

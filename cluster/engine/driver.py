@@ -292,9 +292,14 @@ def run_flows(flows: Sequence[Flow], scheduler: Scheduler, writer: ResultWriter,
 def feed_search(flows: Sequence[Flow], scheduler: Scheduler) -> None:
     """Ask the searching studies for candidates while their device type's look-ahead has room
     (enough compiled ahead that no worker waits for a compile), each free slot to the study served
-    least so far: the fewest candidates in flight, then the fewest measured. (Asked in turn from
-    the first study on every call, a freed slot went to the first study again and again: on four
-    H200s a time-boxed suite sweep gave the first target 33 candidates and the last ones none.)"""
+    least so far: the least of the shared lanes' time used (``Scheduler.used``: search, admissions
+    and checks), its candidates in flight counted at its search jobs' average, then the fewest
+    measured. So every study of a type has an equal share of its workers' time, and what a study's
+    agents cost comes out of its own: on an H200 (300 s, eight public programs) a program the
+    agents had nothing for searched 8 candidates with them on, 15 with them off, as the others'
+    admissions and checks took their turns from it. (Asked in turn from the first study on every
+    call, a freed slot went to the first study again and again: on four H200s a time-boxed suite
+    sweep gave the first target 33 candidates and the last ones none.)"""
     by_type: dict[str, list[StudyFlow]] = defaultdict(list)
     for flow in flows:
         if isinstance(flow, StudyFlow) and flow.stage is Stage.SEARCH and flow.entered and flow.wants_more():
@@ -303,7 +308,8 @@ def feed_search(flows: Sequence[Flow], scheduler: Scheduler) -> None:
         room = scheduler.lookahead(device_type) - scheduler.in_flight(device_type, JobKind.SEARCH)
         misses: dict[str, int] = defaultdict(int)
         while room > 0 and group:
-            flow = min(group, key=lambda f: (f.search_in_flight, f.state.n_search))
+            flow = min(group, key=lambda f: (scheduler.used(f.name) + f.search_in_flight
+                                             * scheduler.search_cost(f.name, device_type), f.state.n_search))
             if flow.ask():
                 room -= 1
             else:

@@ -14,7 +14,10 @@ checks at once (at least one); while a baseline of the type is still to come (co
 queued), no check starts. An ``URGENT`` job goes first in any lane. Within a lane and priority, the
 job of most ``value`` goes first (a check: what its candidate may gain, so that the largest wins are
 confirmed first when time is short), then the studies take turns: each job's ``turn`` is its
-study's count of jobs in that lane.
+study's count of jobs in that lane. The search lane's turns go by time instead: its next job is
+the study's whose share of the shared lanes' time so far (search, admissions and checks, finished
+and running: ``used``) is least, so that what a study's agents cost comes out of its own share; a
+study with nothing for the agents to do searches as it would with them off.
 
 Nothing here ends a sweep: a lost compile task, a dead worker or a lost node becomes a result
 with a status. A worker that dies under a job is probed until Ray has restarted it (or declared
@@ -85,6 +88,8 @@ class Scheduler:
         self.closed = False
         self.weight = dict(weights or WEIGHT)
         self.turns: dict[tuple[str, Lane, str], int] = defaultdict(int)
+        self.spent: dict[str, float] = defaultdict(float)  # per study, its finished jobs' time in the shared lanes
+        self.search_s: dict[str, float] = {}  # per study, the running average of its search jobs' time
         # Studies whose first search job is submitted and not yet done: (device type, when submitted).
         # The check lane waits for them (FIRST_SEARCH_HOLD_S at most): a long check (Nsight Compute on
         # a baseline, 62 s on an H100) on the only worker held every study's first search behind it.
@@ -277,6 +282,7 @@ class Scheduler:
         job.service_s = now - self.service_start(job)  # a measurement's own clock, below, where there is one
         if job.lane in self.weight:
             self.vtime[(job.device_type, job.lane)] += job.service_s / self.weight[job.lane]
+            self.spent[job.study] += job.service_s
         if job in self.on_worker[job.worker]:
             self.on_worker[job.worker].remove(job)
         self.last_done[job.worker] = now
@@ -310,7 +316,9 @@ class Scheduler:
         halved the look-ahead), and the compile's time in the pipeline (asked to compiled: the
         task's start and its wait for a CPU too, not only the compiler's own time)."""
         actor_s = value.finished_at - value.started_at if isinstance(value, Measurement) else 0.0
-        self._average(self.run_s, job.device_type, actor_s if actor_s > 0 else worker_s)
+        run_s = actor_s if actor_s > 0 else worker_s
+        self._average(self.run_s, job.device_type, run_s)
+        self._average(self.search_s, job.study, run_s)
         self._average(self.compile_s, job.device_type, max(job.compiled_at - job.submitted_at,
                                                            job.artifacts[0].compile_s))
 
@@ -329,7 +337,7 @@ class Scheduler:
     def _dispatch(self) -> None:
         for device_type in {t for t, _ in self.ready}:
             while (job := self._next(device_type)) is not None:
-                heapq.heappop(self.ready[(device_type, job.lane)])
+                self._take(device_type, job)
                 if all(w in self.dead for w in job.workers):
                     self._finish(JobResult(job, job.artifacts[0], failure=Status.WORKER_LOST,
                                            error="every measuring worker of this device type is gone"))
@@ -370,7 +378,7 @@ class Scheduler:
         critical lane, else the shared lane furthest behind in virtual time (the check lane within
         its share of the workers while other work waits; no check, urgent or not, while a baseline
         or final of the type waits for a worker, nor before each study's first search candidate)."""
-        ready = {lane: heap[0] for lane in Lane if (heap := self.ready.get((device_type, lane)))}
+        ready = {lane: self._head(device_type, lane) for lane in Lane if self.ready.get((device_type, lane))}
         tops = {lane: top for lane, top in ready.items()
                 if all(w in self.dead for w in top[1].workers) or self._free(top[1])}
         # A check waits for a worker with nothing on it; while the search keeps every worker busy
@@ -400,6 +408,35 @@ class Scheduler:
         if draining and self._virtual(device_type, Lane.CHECK) < self._virtual(device_type, lane):
             return None  # the check lane's turn: what is on the workers ends first, then the check goes
         return tops[lane][1]
+
+    def _head(self, device_type: str, lane: Lane) -> tuple[tuple[float, ...], Job]:
+        """A lane's next entry: its heap's top; in the search lane, among the entries of the top's
+        priority and value, the one of the study that has used least of the shared lanes' time."""
+        heap = self.ready[(device_type, lane)]
+        if lane is not Lane.SEARCH or len(heap) == 1:
+            return heap[0]
+        first = heap[0][0][:2]
+        return min((entry for entry in heap if entry[0][:2] == first),
+                   key=lambda entry: (self.used(entry[1].study), entry[0]))
+
+    def _take(self, device_type: str, job: Job) -> None:
+        heap = self.ready[(device_type, job.lane)]
+        if heap[0][1] is job:
+            heapq.heappop(heap)
+        else:
+            heap[:] = [entry for entry in heap if entry[1] is not job]
+            heapq.heapify(heap)
+
+    def used(self, study: str) -> float:
+        """The study's worker seconds in the shared lanes (search, admissions, checks): its finished
+        jobs' and, for the time they have run so far, its running ones'."""
+        running = sum(seconds for job, seconds in self.running_jobs() if job.study == study and job.lane in self.weight)
+        return self.spent[study] + running
+
+    def search_cost(self, study: str, device_type: str) -> float:
+        """What a search job of the study is expected to take: its own average, else its device
+        type's, else a second."""
+        return self.search_s.get(study) or self.run_s.get(device_type) or 1.0
 
     def _checks_at_share(self, device_type: str) -> bool:
         """Whether the type's workers run as many checks as the check lane's share allows (one at least)."""

@@ -320,6 +320,13 @@ def test_the_search_is_fed_past_proposals_of_points_measured_already():
         def in_flight(self, device_type: str, kind) -> int:
             return sum(f.search_in_flight for f in flows)
 
+        def used(self, study: str) -> float:
+            return spent.get(study, 0.0)
+
+        def search_cost(self, study: str, device_type: str) -> float:
+            return 1.0
+
+    spent: dict[str, float] = {}
     converged = Flow("converged", [True, False, False, False, True, False, True, True])
     flows = [converged]
     feed_search(flows, Scheduler())
@@ -328,3 +335,50 @@ def test_the_search_is_fed_past_proposals_of_points_measured_already():
     flows = [stuck, other]
     feed_search(flows, Scheduler())
     assert stuck.asked == ASK_RETRIES and other.search_in_flight == 4
+
+
+def test_the_search_goes_to_the_study_that_has_used_least_of_the_workers_time():
+    """Each free slot goes to the study whose shared lanes' time (search, admissions, checks) is
+    least, its candidates in flight counted at its search's average: a study whose agents took
+    20 s of checks waits while one the agents had nothing for catches up, whatever the counts."""
+    import types
+
+    from cluster.engine.driver import feed_search
+    from cluster.engine.flow import Stage, StudyFlow
+
+    class Flow(StudyFlow):
+        def __init__(self, name: str, measured: int) -> None:
+            self.name, self.device_type, self.stage, self.entered = name, "gpu", Stage.SEARCH, True
+            self.search_in_flight = 0
+            self.state = types.SimpleNamespace(n_search=measured)
+
+        def wants_more(self) -> bool:
+            return True
+
+        def ask(self) -> bool:
+            self.search_in_flight += 1
+            return True
+
+    class Scheduler:
+        def __init__(self, room: int) -> None:
+            self.room = room
+
+        def lookahead(self, device_type: str) -> int:
+            return self.room
+
+        def in_flight(self, device_type: str, kind) -> int:
+            return sum(f.search_in_flight for f in flows)
+
+        def used(self, study: str) -> float:
+            return {"checked": 26.0, "plain": 10.0}[study]
+
+        def search_cost(self, study: str, device_type: str) -> float:
+            return {"checked": 1.0, "plain": 2.0}[study]
+
+    checked, plain = Flow("checked", measured=6), Flow("plain", measured=10)
+    flows = [checked, plain]
+    feed_search(flows, Scheduler(8))
+    # plain: 10 s + 2 s a candidate; checked: 26 s + 1 s. Plain takes the slots until 26 s, then turns.
+    assert plain.search_in_flight == 8 and checked.search_in_flight == 0
+    feed_search(flows, Scheduler(11))
+    assert plain.search_in_flight == 9 and checked.search_in_flight == 2

@@ -169,7 +169,7 @@ def test_the_lookahead_learns_the_actors_own_time_and_the_compiles_time_in_the_p
 
     scheduler = Scheduler([object()], [device("A")], per_worker=2, cpu_slots=64)
     a = device("A").device_type
-    job = types.SimpleNamespace(device_type=a, submitted_at=100.0, compiled_at=100.1,
+    job = types.SimpleNamespace(device_type=a, study="s", submitted_at=100.0, compiled_at=100.1,
                                 artifacts=[types.SimpleNamespace(compile_s=0.076)])
     measured = Measurement("k", Status.OK, device("A"), (1.0,), started_at=200.0, finished_at=200.013)
     scheduler._learn(job, measured, worker_s=0.030)  # 17 ms of it behind another job
@@ -177,6 +177,7 @@ def test_the_lookahead_learns_the_actors_own_time_and_the_compiles_time_in_the_p
     assert scheduler.lookahead(a) == 2 + 11  # ceil(1.25 x 0.1 / 0.013) + 1: one 13 ms actor, 100 ms compiles
     scheduler._learn(job, None, worker_s=0.030)  # no actor times (a failure): dispatch to result
     assert scheduler.run_s[a] == pytest.approx(0.8 * 0.013 + 0.2 * 0.030)
+    assert scheduler.search_cost("s", a) == scheduler.run_s[a] and scheduler.search_cost("new", a) == scheduler.run_s[a]
 
 
 class FakeActor:
@@ -276,6 +277,35 @@ def test_within_a_lane_the_studies_take_turns():
     assert scheduler._next(a) is many[0]
     heapq.heappop(scheduler.ready[(a, Lane.ADMIT)])
     assert scheduler._next(a) is other
+
+
+def test_the_search_lane_serves_the_study_that_has_used_least_of_the_shared_lanes_time():
+    """Seen on an H200 (300 s, eight public programs, agents on against off): a program the agents
+    had nothing for searched 8 candidates, 15 with them off, while the others' admissions and checks
+    took its turns. In the search lane a study's turn goes by the time its jobs took in the shared
+    lanes (search, admissions, checks; finished and running), not by its count of search jobs."""
+    a = device("A").device_type
+    scheduler = Scheduler([FakeActor(), FakeActor()], [device("A")] * 2, per_worker=1, cpu_slots=4)
+    checked = [ready_job(scheduler, JobKind.SEARCH, study="checked") for _ in range(2)]
+    plain = [ready_job(scheduler, JobKind.SEARCH, study="plain") for _ in range(2)]
+    assert scheduler._next(a) is checked[0]  # nothing used yet: queued first, first
+    sanitize = ready_job(scheduler, JobKind.SANITIZE, study="checked", workers=(1,))
+    scheduler._take(a, sanitize)
+    sanitize.worker, sanitize.dispatched_at = 1, time.time() - 30.0
+    scheduler.on_worker[1] = [sanitize]  # a check of 30 s so far, running: counted
+    assert scheduler.used("checked") >= 30.0 and scheduler.used("plain") == 0.0
+    assert scheduler._next(a) is plain[0]
+    scheduler._take(a, plain[0])
+    assert scheduler._next(a) is plain[1] and [e[1] for e in scheduler.ready[(a, Lane.SEARCH)]].count(plain[1]) == 1
+    scheduler._take(a, plain[1])
+    assert scheduler._next(a) is checked[0]
+    scheduler.on_worker[1] = []
+    scheduler.spent["plain"] = 40.0  # finished jobs count as well
+    late = ready_job(scheduler, JobKind.SEARCH, study="plain")
+    assert scheduler._next(a) is checked[0] and late is not checked[0]
+    # Priority and value still come first: an urgent search job of the study that used most goes.
+    urgent = ready_job(scheduler, JobKind.SEARCH, study="plain", priority=URGENT)
+    assert scheduler._next(a) is urgent
 
 
 def test_an_urgent_check_goes_first_and_promote_makes_a_studys_checks_urgent():

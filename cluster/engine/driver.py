@@ -28,7 +28,7 @@ from cluster.engine.flow import REVIEW_SCHEMA, Flow, Stage, StudyFlow
 from cluster.engine.plan.budget import TimePlan
 from cluster.engine.progress import SweepProgress
 from cluster.engine.scheduling.jobs import Job, JobKind, JobResult
-from cluster.engine.scheduling.scheduler import Scheduler
+from cluster.engine.scheduling.scheduler import Scheduler, starved
 from cluster.engine.scheduling.workers import KeptFleet, start_fleet, stop_fleet
 from cluster.engine.study.context import SweepContext
 from cluster.engine.study.state import StudyState, open_storage
@@ -294,8 +294,9 @@ def feed_search(flows: Sequence[Flow], scheduler: Scheduler) -> None:
     (enough compiled ahead that no worker waits for a compile), each free slot to the study served
     least so far: the least of the shared lanes' time used (``Scheduler.used``: search, admissions
     and checks), its candidates in flight counted at its search jobs' average, then the fewest
-    measured. So every study of a type has an equal share of its workers' time, and what a study's
-    agents cost comes out of its own: on an H200 (300 s, eight public programs) a program the
+    measured; but first a study whose count is under half the median study's (``starved``). So every
+    study of a type has an equal share of its workers' time, and what a study's agents cost comes
+    out of its own, short of starving its search: on an H200 (300 s, eight public programs) a program the
     agents had nothing for searched 8 candidates with them on, 15 with them off, as the others'
     admissions and checks took their turns from it. (Asked in turn from the first study on every
     call, a freed slot went to the first study again and again: on four H200s a time-boxed suite
@@ -306,9 +307,12 @@ def feed_search(flows: Sequence[Flow], scheduler: Scheduler) -> None:
             by_type[flow.device_type].append(flow)
     for device_type, group in by_type.items():
         room = scheduler.lookahead(device_type) - scheduler.in_flight(device_type, JobKind.SEARCH)
+        searching = list(group)
         misses: dict[str, int] = defaultdict(int)
         while room > 0 and group:
-            flow = min(group, key=lambda f: (scheduler.used(f.name) + f.search_in_flight
+            counts = [f.state.n_search + f.search_in_flight for f in searching]
+            flow = min(group, key=lambda f: (not starved(f.state.n_search + f.search_in_flight, counts),
+                                             scheduler.used(f.name) + f.search_in_flight
                                              * scheduler.search_cost(f.name, device_type), f.state.n_search))
             if flow.ask():
                 room -= 1

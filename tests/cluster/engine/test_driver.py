@@ -382,3 +382,8 @@ def test_the_search_goes_to_the_study_that_has_used_least_of_the_workers_time():
     assert plain.search_in_flight == 8 and checked.search_in_flight == 0
     feed_search(flows, Scheduler(11))
     assert plain.search_in_flight == 9 and checked.search_in_flight == 2
+    # A study under half the median study's count goes first, whatever its time: time alone left an
+    # H200's pb_3mm, whose agents' admissions and checks had spent its share, 2 candidates of 9-17.
+    checked.state.n_search, plain.state.n_search = 1, 20
+    feed_search(flows, Scheduler(16))  # 5 slots; counts 3 and 29, median 16: checked is under 8
+    assert checked.search_in_flight == 7 and plain.search_in_flight == 9

@@ -303,6 +303,19 @@ def test_the_search_lane_serves_the_study_that_has_used_least_of_the_shared_lane
     scheduler.spent["plain"] = 40.0  # finished jobs count as well
     late = ready_job(scheduler, JobKind.SEARCH, study="plain")
     assert scheduler._next(a) is checked[0] and late is not checked[0]
+    # A study whose search count is under half the median study's goes first, whatever its time.
+    for _ in range(6):
+        ready_job(scheduler, JobKind.SEARCH, study="third")
+    scheduler.spent["plain"] = 100.0
+    assert scheduler.turns[(a, Lane.SEARCH, "plain")] == 3 and scheduler.turns[(a, Lane.SEARCH, "checked")] == 2
+    assert scheduler._next(a) is checked[0]  # 2 of a median 3: not starved; least time
+    scheduler.turns[(a, Lane.SEARCH, "third")] = 20  # median 3 of (2, 3, 20)... raise the others
+    scheduler.turns[(a, Lane.SEARCH, "plain")] = 20
+    assert scheduler._next(a) is checked[0]  # 2 < half of 20: starved, and least time anyway
+    scheduler.spent["checked"] = 500.0
+    assert scheduler._next(a) is checked[0]  # starved goes first even having used the most
+    scheduler.turns[(a, Lane.SEARCH, "checked")] = 10
+    assert scheduler._next(a).study == "third"  # no longer starved: least time (third has used none)
     # Priority and value still come first: an urgent search job of the study that used most goes.
     urgent = ready_job(scheduler, JobKind.SEARCH, study="plain", priority=URGENT)
     assert scheduler._next(a) is urgent

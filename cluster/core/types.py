@@ -256,6 +256,10 @@ class Clock:
     # with the GPU's idle gaps between launches, which a program bound by its launches saves.
     span_s: float | None = None
     span_spread_s: float = 0.0
+    # Samples a run printed and the device's records of a run (kernels, copies, memsets), medians:
+    # a harness that samples for a fixed time takes more samples when faster (``clock.per_sample``).
+    samples: float | None = None
+    records: float | None = None
 
 
 @dataclass(frozen=True)

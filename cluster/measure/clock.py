@@ -31,6 +31,7 @@ CUDA events around the launch, not the program's words) are not checked.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import statistics
 from collections.abc import Sequence
@@ -88,19 +89,34 @@ def device_problem(candidate: Clock, baseline: Clock) -> str | None:
     streams that really overlap do. The kernels' time alone judges a kernel's saving that the
     copies' noise hides (on an H200, a 17 ms run of pageable input copies varied by 1.5 ms, and
     honest block sizes saving 1.2 ms of kernel time were failed); the kernels' span (first start to
-    last end, ``Clock.span_s``) a saving of the idle gaps between launches, beyond its noise. None
-    where either side has no record (no GPU work seen, or no device clock on the node: the wall clock judges alone)."""
+    last end, ``Clock.span_s``) a saving of the idle gaps between launches, beyond its noise. Each
+    is judged on a run's totals, then sample for sample where the two sides' runs made the same
+    launches a sample (``per_sample``). None where either side has no record (no GPU work seen, or
+    no device clock on the node: the wall clock judges alone)."""
     if candidate.device_s is None or baseline.device_s is None:
         return None
+    if _device_bears_out(candidate, baseline):
+        return None
+    scaled = per_sample(candidate, baseline)
+    if scaled is not None and _device_bears_out(candidate, scaled):
+        return None
+    claimed, seen = baseline.claimed_s - candidate.claimed_s, baseline.device_s - candidate.device_s
+    return (f"its samples add up to {_ms(claimed)} less a run than the baseline's, but the device's own record "
+            f"(CUPTI: the GPU busy {_ms(candidate.device_s)} a run against the baseline's {_ms(baseline.device_s)}) "
+            f"shows {_ms(seen)} less: its timer does not time the GPU's work (work on a stream its events do not "
+            f"wait for, or a time it did not measure)")
+
+
+def _device_bears_out(candidate: Clock, baseline: Clock) -> bool:
+    assert candidate.device_s is not None and baseline.device_s is not None
     claimed = baseline.claimed_s - candidate.claimed_s
     floor = max(DEVICE_FLOOR_S, DEVICE_SHARE * baseline.device_s, baseline.device_spread_s)
-    seen = baseline.device_s - candidate.device_s
-    if _borne_out(claimed, seen, floor):
-        return None
+    if _borne_out(claimed, baseline.device_s - candidate.device_s, floor):
+        return True
     if candidate.kernel_s is not None and baseline.kernel_s is not None and _borne_out(
             claimed, baseline.kernel_s - candidate.kernel_s,
             max(DEVICE_FLOOR_S, DEVICE_SHARE * baseline.kernel_s, baseline.kernel_spread_s)):
-        return None
+        return True
     if candidate.span_s is not None and baseline.span_s is not None:
         # The kernels' timeline, idle gaps included: a program bound by its launches saves those
         # (on an H200, rodinia_nw's larger blocks made 2-4x fewer launches, their events saved 2.3-6.3
@@ -110,12 +126,39 @@ def device_problem(candidate: Clock, baseline: Clock) -> str | None:
         # events do not wait on run back to back, without the host's waits between samples, and
         # shorten the timeline by those waits, not by the kernels' time their events claim.
         noise = max(DEVICE_FLOOR_S, DEVICE_SHARE * baseline.span_s, baseline.span_spread_s, candidate.span_spread_s)
-        if FRACTION * claimed + noise <= baseline.span_s - candidate.span_s <= claimed / FRACTION + noise:
-            return None
-    return (f"its samples add up to {_ms(claimed)} less a run than the baseline's, but the device's own record "
-            f"(CUPTI: the GPU busy {_ms(candidate.device_s)} a run against the baseline's {_ms(baseline.device_s)}) "
-            f"shows {_ms(seen)} less: its timer does not time the GPU's work (work on a stream its events do not "
-            f"wait for, or a time it did not measure)")
+        return FRACTION * claimed + noise <= baseline.span_s - candidate.span_s <= claimed / FRACTION + noise
+    return False
+
+
+SAME_LAUNCHES = 0.02  # records a sample within this share of each other: the same launches a sample
+
+
+def per_sample(candidate: Clock, baseline: Clock) -> Clock | None:
+    """The baseline as if its runs had made the candidate's count of samples (its totals scaled by
+    the ratio of the counts), where both runs made the same launches a sample: their device records
+    a sample within ``SAME_LAUNCHES`` of each other; None where not (or a count is missing).
+
+    A harness that samples for a fixed time (pb_fdtd2d's two seconds) makes more samples when
+    faster: its samples add up to about the same time and its busy time grows with the count, so a
+    run's totals compare the counts, not the speed (on an H200 an honest restrict variant, 1.05x a
+    sample, 109 samples to the baseline's 98-104, was failed on its totals). The count is the
+    program's word; the device's records a sample hold it to the launches it made: a liar that
+    prints more samples of less time each makes fewer records a sample, and is judged on totals."""
+    if not (candidate.samples and baseline.samples and candidate.records and baseline.records):
+        return None
+    mine, theirs = candidate.records / candidate.samples, baseline.records / baseline.samples
+    if abs(mine - theirs) > SAME_LAUNCHES * theirs or candidate.samples == baseline.samples:
+        return None
+    ratio = candidate.samples / baseline.samples
+
+    def scale(value: float | None) -> float | None:
+        return None if value is None else value * ratio
+
+    return dataclasses.replace(
+        baseline, claimed_s=baseline.claimed_s * ratio, device_s=scale(baseline.device_s),
+        device_spread_s=baseline.device_spread_s * ratio, kernel_s=scale(baseline.kernel_s),
+        kernel_spread_s=baseline.kernel_spread_s * ratio, span_s=scale(baseline.span_s),
+        span_spread_s=baseline.span_spread_s * ratio, samples=candidate.samples, records=baseline.records * ratio)
 
 
 WALL_JUDGES_S = 0.040  # a claim the device's record refutes goes to runs in turn only above this a run

@@ -12,7 +12,7 @@ import math
 import re
 import statistics
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from contextlib import nullcontext
 from dataclasses import dataclass
 from pathlib import Path
@@ -222,8 +222,10 @@ def measure_candidate(
     floor_s = sample_floor_s(device.kind == "gpu")
     medians: list[float] = []  # per run: its samples' median (``cache_check``)
 
+    counts: list[int] = []  # per run: how many samples it printed
+
     def clock() -> Clock | None:
-        return _clock(claims, walls, busy) if clocked else None
+        return _clock(claims, walls, busy, counts) if clocked else None
 
     with runner.stage(target, dict(candidate.params), candidate.arch, artifact.binary) as staged, \
             monitor or nullcontext():
@@ -252,6 +254,7 @@ def measure_candidate(
             if cache_check:
                 medians.append(statistics.median(found))
             claims.append(sum(found) * (seconds_per_unit(spec.metric) or 0.0))
+            counts.append(len(found))
             walls.append(result.seconds)
             if result.device is not None and not result.device.complete and reference is not None and clocked:
                 return done(Status.CLOCK_MISMATCH, "its device record was begun and never ended (it left without "
@@ -383,14 +386,16 @@ def beside(staged: Staged, runner: Runner, baseline: Baseline, reference: Refere
     return problem, seconds
 
 
-def _clock(claims: list[float], walls: list[float], busy: list[DeviceRecord | None]) -> Clock | None:
+def _clock(claims: list[float], walls: list[float], busy: list[DeviceRecord | None],
+           counts: Sequence[int] = ()) -> Clock | None:
     """Medians over the runs (``Clock``), the first left out where there are more (its warm-up:
     a cache made, a JIT, a context, is no part of the program's steady runs nor of the noise);
-    None with no runs. The device's busy times only where every run has a record."""
+    None with no runs. The device's busy times only where every run has a record; ``counts``: the
+    samples each run printed."""
     if not walls:
         return None
     start = 1 if len(walls) > 1 else 0
-    claims, walls, busy = claims[start:], walls[start:], busy[start:]
+    claims, walls, busy, counts = claims[start:], walls[start:], busy[start:], list(counts)[start:]
     wall = statistics.median(walls)
     whole = all(b is not None for b in busy) and bool(busy)
     device_s, device_spread = _median_spread([b.busy_s for b in busy if b is not None] if whole else [])
@@ -398,8 +403,10 @@ def _clock(claims: list[float], walls: list[float], busy: list[DeviceRecord | No
     kernel_s, kernel_spread = _median_spread(kernels if whole and len(kernels) == len(busy) else [])
     spans = [b.span_s for b in busy if b is not None and b.span_s is not None]
     span_s, span_spread = _median_spread(spans if whole and len(spans) == len(busy) else [])
+    records = statistics.median(b.records for b in busy if b is not None) if whole else None
+    samples = statistics.median(counts) if len(counts) == len(walls) and counts else None
     return Clock(statistics.median(claims), wall, 2 * statistics.median(abs(w - wall) for w in walls),
-                 device_s, device_spread, kernel_s, kernel_spread, span_s, span_spread)
+                 device_s, device_spread, kernel_s, kernel_spread, span_s, span_spread, samples, records)
 
 
 def _median_spread(values: list[float]) -> tuple[float | None, float]:

@@ -595,7 +595,8 @@ def save_reference(run_dir: Path, key: str, reference: Reference) -> None:
         (folder / "clock.json").write_text(json.dumps([clock.claimed_s, clock.wall_s, clock.wall_spread_s,
                                                        clock.device_s, clock.device_spread_s,
                                                        clock.kernel_s, clock.kernel_spread_s,
-                                                       clock.span_s, clock.span_spread_s]))
+                                                       clock.span_s, clock.span_spread_s,
+                                                       clock.samples, clock.records]))
     tmp = folder / "manifest.json.tmp"
     tmp.write_text(json.dumps(manifest))
     tmp.replace(folder / "manifest.json")  # written last: its presence means the folder is whole

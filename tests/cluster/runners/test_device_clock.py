@@ -119,6 +119,34 @@ def test_a_saving_of_the_idle_gaps_between_launches_shows_in_the_kernels_span_be
     assert device_problem(moved, tiny) is not None
 
 
+def test_a_harness_that_samples_for_a_fixed_time_is_judged_sample_for_sample_where_the_launches_agree():
+    """Seen on an H200 (pb_fdtd2d, 2026-11-29, scripts/device_record.py): its harness samples for two
+    seconds, 93-119 samples a run of 1,500 launches each, so every run's samples add up to about 2 s
+    and its busy time follows the count (the baseline 274-310 ms a run). An honest restrict variant
+    (109 samples to the baseline's 98) claimed 15.7 ms a run and was busier by 30 ms: failed on the
+    totals. The baseline scaled to the candidate's count (the same records a sample) bears it out
+    in the kernels' span; liars that print a third, whatever their count, do not pass."""
+    from cluster.measure.clock import per_sample
+
+    baseline = Clock(claimed_s=2.0077, wall_s=2.79, device_s=0.2739, kernel_s=0.2733, span_s=2.0371,
+                     samples=98, records=148904)
+    restrict = Clock(claimed_s=1.9920, wall_s=2.84, device_s=0.3042, kernel_s=0.3036, span_s=2.0207,
+                     samples=109, records=165448)
+    assert device_problem(dataclasses.replace(restrict, samples=None), baseline) is not None  # totals alone
+    assert device_problem(restrict, baseline) is None
+    scaled = per_sample(restrict, baseline)
+    assert scaled.samples == 109 and abs(scaled.claimed_s - 2.0077 * 109 / 98) < 1e-9
+    # A printed third, the baseline's count: nothing to scale, judged on the totals.
+    third = dataclasses.replace(baseline, claimed_s=baseline.claimed_s / 3)
+    assert per_sample(third, baseline) is None and device_problem(third, baseline) is not None
+    # A third over more samples of the same work: fewer records a sample, judged on the totals.
+    more = dataclasses.replace(third, samples=109)
+    assert per_sample(more, baseline) is None and device_problem(more, baseline) is not None
+    # A third over 109 samples of real work (the records agree): its span saves nothing a sample.
+    worked = dataclasses.replace(restrict, claimed_s=0.70, span_s=2.0371 * 109 / 98)
+    assert per_sample(worked, baseline) is not None and device_problem(worked, baseline) is not None
+
+
 def test_cupti_is_found_in_a_toolkit_and_in_nvidias_pip_packages(tmp_path):
     toolkit, wheel = tmp_path / "cuda", tmp_path / "site" / "nvidia" / "cu13"
     for folder, header in ((toolkit / "include", "cuda.h"), (toolkit / "extras/CUPTI/include", "cupti.h"),
@@ -176,6 +204,8 @@ def test_claims_the_device_record_does_not_bear_out_are_clock_mismatch(tmp_path)
     reference = Reference(baseline.outputs, baseline.clock)
     found = {mode: _measure(target, runner, mode, reference) for mode in (1, 2, 3, 4)}
     assert found[1].status is Status.OK, found[1].error_tail  # real overlap: the union shrank
+    # The samples a run printed and the records it made (a copy, four kernels): ``clock.per_sample``.
+    assert (baseline.clock.samples, baseline.clock.records, found[1].clock.samples) == (4, 5, 1)
     for mode in (2, 3):
         assert found[mode].status is Status.CLOCK_MISMATCH, (mode, found[mode].error_tail)
         assert "device's own record" in found[mode].error_tail

@@ -192,7 +192,8 @@ def test_a_kept_reference_keeps_its_clock_the_devices_too(tmp_path):
     from cluster.engine.study.state import load_reference, save_reference
     from cluster.measure.measure import Reference
 
-    kept = Reference((RunOutputs((("out.bin", b"\0\0\x80?"),), ()),), Clock(0.24, 0.7, 0.01, 0.0098, 0.0001))
+    kept = Reference((RunOutputs((("out.bin", b"\0\0\x80?"),), ()),),
+                     Clock(0.24, 0.7, 0.01, 0.0098, 0.0001, samples=104, records=157928))
     save_reference(tmp_path, "k", kept)
     assert load_reference(tmp_path, "k") == kept
     (tmp_path / "references" / "k" / "clock.json").write_text("[0.24, 0.7, 0.01]")

@@ -18,7 +18,7 @@ study's count of jobs in that lane. The search lane's turns go by time instead: 
 the study's whose share of the shared lanes' time so far (search, admissions and checks, finished
 and running: ``used``) is least, so that what a study's agents cost comes out of its own share; a
 study with nothing for the agents to do searches as it would with them off. Except that a study
-whose search count is under ``STARVED`` of the median study's of its type goes first (``starved``):
+whose search count is under ``STARVED`` of the median study's of its type goes first (``search_floor``):
 on an H200 (300 s, eight public programs, agents on) time alone left pb_3mm, whose admissions and
 checks had spent its share, 2 search candidates where the others had 9-17.
 
@@ -37,7 +37,7 @@ import queue
 import statistics
 import time
 from collections import OrderedDict, defaultdict
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import Future
 from typing import Any
 
@@ -423,9 +423,14 @@ class Scheduler:
         first = heap[0][0][:2]
         counts = {study: n for (kind, lane, study), n in self.turns.items()
                   if kind == device_type and lane is Lane.SEARCH}
+        below = search_floor(counts.values())
+        running: dict[str, float] = defaultdict(float)
+        for job, seconds in self.running_jobs():
+            if job.lane in self.weight:
+                running[job.study] += seconds
         return min((entry for entry in heap if entry[0][:2] == first),
-                   key=lambda entry: (not starved(counts.get(entry[1].study, 0), list(counts.values())),
-                                      self.used(entry[1].study), entry[0]))
+                   key=lambda entry: (counts.get(entry[1].study, 0) >= below,
+                                      self.spent[entry[1].study] + running[entry[1].study], entry[0]))
 
     def _take(self, device_type: str, job: Job) -> None:
         heap = self.ready[(device_type, job.lane)]
@@ -541,10 +546,12 @@ class Scheduler:
         return slots + min(self.cpu_slots, max(during_compile, workers))
 
 
-def starved(count: int, counts: Sequence[int]) -> bool:
-    """Whether a study's search count is under ``STARVED`` of the median of its type's studies'
-    (``counts``, its own among them): it goes before the studies that have used less time."""
-    return bool(counts) and count < STARVED * statistics.median(counts)
+def search_floor(counts: Iterable[int]) -> float:
+    """The search count under which a study is starved (``STARVED`` of the median of its device
+    type's studies' ``counts``, its own among them): it goes before the studies that have used
+    less time. 0 where there are none."""
+    counts = list(counts)
+    return STARVED * statistics.median(counts) if counts else 0.0
 
 
 def _ended(job: Job) -> JobResult:

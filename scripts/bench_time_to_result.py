@@ -222,10 +222,12 @@ def pair(off: dict, on: dict) -> str:
     lines = [f"### pair: {off['run']} (agents off) / {on['run']} (agents on), budget {off['budget_s']} s", "",
              "| target | winner off | winner on | on / off | search off | search on | verify on |",
              "|---|---|---|---|---|---|---|"]
-    ratios, gm_off, gm_on = [], [], []
+    ratios, gm_off, gm_on, shares = [], [], [], []
     for s_on in on["studies"]:
         s_off = by_off.get(s_on["target"], {})
         w_off, w_on = s_off.get("winner"), s_on["winner"]
+        if s_off.get("search"):  # the agents' variants' admission runs are their first search points
+            shares.append((s_on["search"] + s_on["verify"]) / s_off["search"])
         ratio = w_on / w_off if w_on and w_off else None
         if ratio is not None:
             ratios.append(ratio)
@@ -237,10 +239,16 @@ def pair(off: dict, on: dict) -> str:
         lines += ["", f"programs with on/off >= 0.98: {sum(r >= 0.98 for r in ratios)} of {len(ratios)}; "
                       f"geometric mean of the winners: off {math.exp(sum(gm_off) / len(gm_off)):.3f}x, "
                       f"on {math.exp(sum(gm_on) / len(gm_on)):.3f}x"]
+    if shares:
+        half = sum(r >= 0.5 for r in shares)
+        lines.append(f"search candidates on (with the variants' admission runs) over off's, per program: "
+                     f"{min(shares):.2f} at the least ({half} of {len(shares)} at half or more)")
     for name, side in (("off", off), ("on", on)):
-        total = sum(side["worker_s_by_kind"].values()) or 1.0
+        kinds = side["worker_s_by_kind"]
+        total = sum(kinds.values()) or 1.0
         lines.append(f"worker seconds by kind, agents {name}: " + ", ".join(
-            f"{k} {v} ({v / total:.0%})" for k, v in side["worker_s_by_kind"].items()))
+            f"{k} {v} ({v / total:.0%})" for k, v in kinds.items())
+            + f"; search and admissions {(kinds.get('search', 0) + kinds.get('verify', 0)) / total:.0%}")
     return "\n".join([*lines, ""])
 
 

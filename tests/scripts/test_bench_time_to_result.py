@@ -38,7 +38,8 @@ def test_the_pair_compares_each_programs_winners_and_searches_agents_off_and_on(
     assert "| a | 2.00x | 1.00x | 0.500 | 24 | 12 | 0 |" in text
     assert "| b | 1.00x | 4.00x | 4.000 | 10 | 3 | 0 |" in text
     assert "on/off >= 0.98: 1 of 2" in text and "off 1.414x, on 2.000x" in text
-    assert "agents on: search 60.0 (75%), sanitize 20.0 (25%)" in text
+    assert "agents on: search 60.0 (75%), sanitize 20.0 (25%); search and admissions 75%" in text
+    assert "per program: 0.30 at the least (1 of 2 at half or more)" in text  # a: 12 of 24, b: 3 of 10
 
 
 def test_the_plain_config_turns_the_agents_on_or_off_and_nothing_else(tmp_path):

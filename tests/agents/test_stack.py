@@ -11,12 +11,12 @@ from agents._base import AnalysisContext, Proposal
 from agents.patch import source_files
 from agents.workflow import Level, Steps, run_workflow
 from agents.workflow.stack import Part, merge3, stack, stack_plan
-from cluster.compile.build import compile_candidate
 from cluster.config import load_target
 from cluster.core.registry import EXPERTS
-from cluster.core.types import Candidate, Phase, Status
+from cluster.core.types import Candidate, Phase
 from cluster.engine.verification.verify import LocalVerifier
 from cluster.platform.devices import cpu_device
+from tests.configs._builds import SUITE_BUILDS, compile_once
 from tests.conftest import REPO, needs
 
 BASE = "".join(f"line {i}\n" for i in range(1, 9))
@@ -63,13 +63,14 @@ def test_stack_merges_in_level_order_and_says_what_it_left_out():
 
 @pytest.mark.nvcc
 @needs("nvcc")
+@SUITE_BUILDS  # the baseline's build is shared with the other modules that build it
 def test_regpressures_constant_table_and_unroll_stack_verify_and_build():
     target = load_target(REPO / "configs" / "targets" / "regpressure" / "target.yaml")
     baseline = Candidate(target.name, "nvcc", "H100", "sm_90", target.bundle.hash,
                          tuple(target.space.baseline.items()), tuple(target.baseline_params.items()), Phase.BASELINE)
-    artifact = compile_candidate(target, baseline)
-    assert artifact.status is Status.OK, artifact.error_tail
-    context = AnalysisContext(target, "sm_90", kernels=artifact.kernels)
+    built = compile_once(target, baseline)
+    assert built.result.ok, built.result.tail()
+    context = AnalysisContext(target, "sm_90", kernels=built.target_kernels)
     verifier = LocalVerifier(baseline, cpu_device("test"), run=False)
     outcomes = run_workflow(context, [Steps.of(EXPERTS.load(n)()) for n in ("constant", "unroll")], verifier)
     parts = [Part(f"{o.finding.optimization} {o.finding.location}", o.finding.level, o.proposal)

@@ -14,15 +14,18 @@ import os
 import re
 import subprocess
 import tempfile
+import threading
 from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
-from cluster.compile.build import build_command, compile_candidate
+from cluster.compile.build import BINARY_NAME, FLUSH_KERNEL, build_command, compile_candidate
 from cluster.config import Target, load_target
-from cluster.core.types import BuildArtifact, Candidate, Scalar, Status
-from cluster.sandbox.sandbox import write_bundle
+from cluster.core.types import BuildArtifact, Candidate, KernelResources, Scalar, Status
+from cluster.sandbox.sandbox import ProcessResult, run_command, write_bundle
+from cluster.toolchains import get_toolchain
 
 ARCH = "sm_90"
 
@@ -111,3 +114,70 @@ def wanted(request: pytest.FixtureRequest, baseline_test: str) -> list[Path]:
         if item.module is request.module and params and item.originalname == baseline_test:
             paths.append(params["path"])
     return list(dict.fromkeys(paths))
+
+
+# --- one build of a suite target's candidate for the modules that all need it -----------------
+
+# The benchmark suite's baselines were built by tests/configs/test_suite_targets*.py and again by
+# tests/agents/test_stack.py and tests/cluster/engine/test_workflow_suite.py (the same nvcc command
+# on the same sources, 7 builds of about 3 CPU-seconds each); those tests are one pytest-xdist group,
+# SUITE_BUILDS, so that they share them.
+SUITE_BUILDS = pytest.mark.xdist_group("suite_builds")
+
+
+@dataclass(frozen=True)
+class Compiled:
+    """A build by the engine's own command (``build_command``, run by ``run_command``), with ptxas's
+    report read by the nvcc toolchain; ``kernels`` has the harness's L2-flush kernel too."""
+
+    params: dict[str, Scalar]
+    argv: list[str]
+    result: ProcessResult
+    binary: Path
+    kernels: tuple[KernelResources, ...]
+
+    def kernel(self, name: str) -> KernelResources:
+        """The one kernel whose mangled name contains ``name``."""
+        found = [k for k in self.kernels if name in k.kernel]
+        assert len(found) == 1, (name, [k.kernel for k in self.kernels])
+        return found[0]
+
+    @property
+    def target_kernels(self) -> tuple[KernelResources, ...]:
+        """The target's own kernels, as ``compile_candidate`` reports them (no L2-flush kernel)."""
+        return tuple(k for k in self.kernels if FLUSH_KERNEL not in k.kernel)
+
+
+_COMPILED: dict[tuple[str, tuple[str, ...]], Future[Compiled]] = {}
+_COMPILED_LOCK = threading.Lock()
+_COMPILED_ROOT: list[tempfile.TemporaryDirectory[str]] = []
+
+
+def compile_once(target: Target, candidate: Candidate) -> Compiled:
+    """``candidate`` of ``target`` built once a process for each of the build's inputs (the sources'
+    hash and the command, its folder left out); a second caller waits for the first's build."""
+    key = (target.bundle.hash, tuple(build_command(target, candidate, Path("/build"))))
+    with _COMPILED_LOCK:
+        future, mine = _COMPILED.get(key), False
+        if future is None:
+            future, mine = _COMPILED.setdefault(key, Future()), True
+            if not _COMPILED_ROOT:
+                _COMPILED_ROOT.append(tempfile.TemporaryDirectory(prefix="wf-suite-builds-"))
+            workdir = Path(tempfile.mkdtemp(prefix=f"{target.name}-", dir=_COMPILED_ROOT[0].name))
+    if mine:
+        try:
+            write_bundle(target.bundle.files, workdir)
+            argv = build_command(target, candidate, workdir)
+            result = run_command(argv, workdir, timeout=target.spec.timeouts.build)
+            kernels = get_toolchain(target.spec.toolchain).parse_resources(result.stderr + "\n" + result.stdout)
+            future.set_result(Compiled(dict(candidate.params), argv, result, workdir / BINARY_NAME, kernels))
+        except BaseException as exc:
+            future.set_exception(exc)
+            raise
+    return future.result()
+
+
+def compile_params(target: Target, params: dict[str, Scalar] | None = None) -> Compiled:
+    """``target`` at ``params`` (None: its baseline's) with no flags, built once a process."""
+    params = target.baseline_params if params is None else params
+    return compile_once(target, _candidate(target, params))

@@ -3,9 +3,10 @@ they load, and they compile for sm_90 with the resources their designs promise.
 
 The builds go the engine's way: the bundle written with ``write_bundle``, the command from
 ``build_command``, run by ``run_command``, the ptxas report read by the nvcc toolchain. They run
-once per module, in parallel, in 8 nvcc invocations: the baselines of the six targets, regpressure
-with -maxrregcount=64, and one invocation that compiles unroll.cu for every other UNROLL (a
-translation unit per value, each defining UNROLL and including unroll.cu).
+once per module, in parallel, in 8 nvcc invocations: the baselines of the six targets (shared with
+the other modules that build them: tests/configs/_builds.py, ``compile_once``), regpressure with
+-maxrregcount=64, and one invocation that compiles unroll.cu for every other UNROLL (a translation
+unit per value, each defining UNROLL and including unroll.cu).
 """
 
 from __future__ import annotations
@@ -22,7 +23,10 @@ from cluster.config import Target, load_target
 from cluster.core.types import Candidate, KernelResources
 from cluster.sandbox.sandbox import ProcessResult, run_command, write_bundle
 from cluster.toolchains import get_toolchain
+from tests.configs._builds import SUITE_BUILDS, compile_params
 from tests.conftest import needs
+
+pytestmark = SUITE_BUILDS
 
 TARGETS = Path(__file__).resolve().parents[2] / "configs" / "targets"
 SUITE = {
@@ -119,16 +123,18 @@ def builds(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Build]:
         pytest.skip("nvcc not on PATH")
     root = tmp_path_factory.mktemp("suite")
     targets = {name: load_target(path) for name, path in SUITE.items()}
-    jobs = {name: _job(target, root / name) for name, target in targets.items()}
-    jobs["regpressure_maxrreg64"] = _job(targets["regpressure"], root / "regpressure_maxrreg64",
-                                         flags=(("maxrregcount", "-maxrregcount=64"),))
-    jobs["unroll_others"] = _unroll_batch(targets["unroll"], root / "unroll_others")
+    jobs = {"regpressure_maxrreg64": _job(targets["regpressure"], root / "regpressure_maxrreg64",
+                                          flags=(("maxrregcount", "-maxrregcount=64"),)),
+            "unroll_others": _unroll_batch(targets["unroll"], root / "unroll_others")}
     nvcc = get_toolchain("nvcc")
-    with ThreadPoolExecutor(max_workers=len(jobs)) as pool:
+    with ThreadPoolExecutor(max_workers=len(jobs) + len(targets)) as pool:
+        shared = {name: pool.submit(compile_params, target) for name, target in targets.items()}
         futures = {name: pool.submit(run_command, argv, workdir, 600.0) for name, (argv, workdir) in jobs.items()}
+        built = {name: Build(compiled.result, compiled.kernels, compiled.binary.parent)
+                 for name, compiled in ((name, future.result()) for name, future in shared.items())}
         results = {name: future.result() for name, future in futures.items()}
-    return {name: Build(result, nvcc.parse_resources(result.stderr), jobs[name][1])
-            for name, result in results.items()}
+    return {**built, **{name: Build(result, nvcc.parse_resources(result.stderr), jobs[name][1])
+                        for name, result in results.items()}}
 
 
 @pytest.mark.nvcc

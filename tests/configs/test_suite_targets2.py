@@ -4,7 +4,8 @@ sm_90 through the engine's own build command (``cluster.compile.build.build_comm
 report read as the engine reads it. Nothing here runs on a GPU.
 
 Eight nvcc invocations in all, run in parallel once per module: the six targets at their
-baseline params, and matmul and conv2d at their largest tiles.
+baseline params, and matmul and conv2d at their largest tiles. The baselines' builds are shared with
+the other modules that build them (tests/configs/_builds.py: ``compile_once``).
 """
 
 from __future__ import annotations
@@ -14,17 +15,14 @@ import os
 import shutil
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TypeVar
 
 import pytest
 
-from cluster.compile.build import BINARY_NAME, build_command
 from cluster.config import Target, load_target
-from cluster.core.types import Candidate, KernelResources, Scalar
-from cluster.sandbox.sandbox import ProcessResult, run_command, write_bundle
-from cluster.toolchains import get_toolchain
+from cluster.core.types import Scalar
+from tests.configs._builds import SUITE_BUILDS, Compiled, compile_params
 
 TARGETS = Path(__file__).resolve().parents[2] / "configs" / "targets"
 SUITE = ("multikernel", "matmul", "conv2d")
@@ -32,6 +30,7 @@ SHARED_MEMORY_LIMIT = 48 * 1024  # static shared memory per block, bytes
 THREADS_LIMIT = 1024
 ALL_NAMES = [*SUITE, *(f"{name}_opt" for name in SUITE)]
 Test = TypeVar("Test", bound=Callable[..., None])
+pytestmark = SUITE_BUILDS
 
 
 def needs_nvcc(test: Test) -> Test:
@@ -120,37 +119,10 @@ BUILDS: dict[str, tuple[str, dict[str, Scalar] | None]] = {
 }
 
 
-@dataclass(frozen=True)
-class Compiled:
-    params: dict[str, Scalar]
-    argv: list[str]
-    result: ProcessResult
-    binary: Path
-    kernels: tuple[KernelResources, ...]
-
-    def kernel(self, name: str) -> KernelResources:
-        """The one kernel whose mangled name contains ``name``."""
-        found = [k for k in self.kernels if name in k.kernel]
-        assert len(found) == 1, (name, [k.kernel for k in self.kernels])
-        return found[0]
-
-
-def _compile(name: str, params: dict[str, Scalar] | None, workdir: Path) -> Compiled:
-    target = load_target(target_file(name))
-    params = target.baseline_params if params is None else params
-    candidate = Candidate(target=target.name, toolchain="nvcc", device_type="t", arch="sm_90",
-                          source_hash=target.bundle.hash, flags=(), params=tuple(params.items()))
-    write_bundle(target.bundle.files, workdir)
-    argv = build_command(target, candidate, workdir)
-    result = run_command(argv, workdir, timeout=target.spec.timeouts.build)
-    kernels = get_toolchain("nvcc").parse_resources(result.stderr + "\n" + result.stdout)
-    return Compiled(params, argv, result, workdir / BINARY_NAME, kernels)
-
-
 @pytest.fixture(scope="module")
-def compiled(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Compiled]:
+def compiled() -> dict[str, Compiled]:
     with ThreadPoolExecutor(max_workers=min(len(BUILDS), os.cpu_count() or 1)) as pool:
-        futures = {label: pool.submit(_compile, name, params, tmp_path_factory.mktemp(label))
+        futures = {label: pool.submit(compile_params, load_target(target_file(name)), params)
                    for label, (name, params) in BUILDS.items()}
         return {label: future.result() for label, future in futures.items()}
 

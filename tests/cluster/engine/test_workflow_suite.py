@@ -10,17 +10,18 @@ import pytest
 
 from agents._base import AnalysisContext
 from agents.workflow import Steps, run_workflow
-from cluster.compile.build import compile_candidate
 from cluster.config import load_target
 from cluster.core.registry import EXPERTS
-from cluster.core.types import Candidate, Phase, Status
+from cluster.core.types import Candidate, Phase
 from cluster.engine.verification.verify import LocalVerifier
 from cluster.platform.devices import cpu_device
+from tests.configs._builds import SUITE_BUILDS, compile_once
 from tests.conftest import REPO, needs
 
 # One pytest-xdist worker runs the module: suite_workflow's cache is a process's, so that a target's
-# workflow (its variants' builds) split over two workers was run twice.
-pytestmark = [pytest.mark.nvcc, needs("nvcc"), pytest.mark.xdist_group("workflow_suite")]
+# workflow (its variants' builds) split over two workers was run twice; the baselines' builds are
+# shared with the modules that build them too (SUITE_BUILDS).
+pytestmark = [pytest.mark.nvcc, needs("nvcc"), SUITE_BUILDS]
 ARCH = "sm_90"
 
 
@@ -28,10 +29,10 @@ def setup(name: str) -> tuple[AnalysisContext, LocalVerifier]:
     target = load_target(REPO / "configs" / "targets" / name / "target.yaml")
     baseline = Candidate(target.name, "nvcc", "H100", ARCH, target.bundle.hash, tuple(target.space.baseline.items()),
                          tuple(target.baseline_params.items()), Phase.BASELINE)
-    artifact = compile_candidate(target, baseline)
-    assert artifact.status is Status.OK, artifact.error_tail
-    return AnalysisContext(target, ARCH, kernels=artifact.kernels), LocalVerifier(baseline, cpu_device("test"),
-                                                                                   run=False)
+    built = compile_once(target, baseline)  # the baseline's build, shared with tests/configs
+    assert built.result.ok, built.result.tail()
+    return AnalysisContext(target, ARCH, kernels=built.target_kernels), LocalVerifier(baseline, cpu_device("test"),
+                                                                                       run=False)
 
 
 @functools.cache

@@ -1,5 +1,6 @@
-"""The unseen programs (configs/unseen.yaml, issue 25): CUDA programs no expert was written for, four
-public ones with only a user's edits and four written for the issue (configs/unseen/README.md).
+"""The programs no expert was written for: the unseen ones (configs/unseen.yaml: four public programs
+with only a user's edits and four small ones written for warpfleet, configs/unseen/README.md) and the
+project's own (configs/own.yaml: four small ones, configs/own/README.md).
 
 Without a compiler: the run config validates through the CLI and names every target, each target
 loads with the settings a user's target has (no ``verify.sanitize_run``, one output file, one or two
@@ -32,10 +33,11 @@ from tests.conftest import needs
 pytestmark = pytest.mark.xdist_group("nvcc_builds")
 
 REPO = Path(__file__).resolve().parents[2]
-RUN_CONFIG = REPO / "configs" / "unseen.yaml"
-UNSEEN = REPO / "configs" / "unseen"
-TARGET_FILES = sorted(UNSEEN.glob("*/target.yaml"))
+CONFIGS = REPO / "configs"
 PUBLIC = {"pb_correlation", "rodinia_nw", "cs_fastWalshTransform", "cs_sortingNetworks"}  # fetched, not written here
+# Each set: configs/<name>.yaml lists the targets of configs/<name>/, at least this many, these public.
+SETS = {"unseen": (8, PUBLIC), "own": (4, set())}
+TARGET_FILES = sorted(path for name in SETS for path in (CONFIGS / name).glob("*/target.yaml"))
 
 
 def _id(path: Path) -> str:
@@ -63,24 +65,28 @@ def _uses_harness(target: Target) -> bool:
 # --- without a compiler ----------------------------------------------------------------------
 
 
-def test_the_run_config_names_every_unseen_target() -> None:
-    plan = load_run(RUN_CONFIG)
-    names = {load_target(path).name for path in TARGET_FILES}
-    assert len(names) >= 8 and names > PUBLIC
+@pytest.mark.parametrize("name", SETS)
+def test_the_run_config_names_every_target_of_its_folder(name: str) -> None:
+    plan = load_run(CONFIGS / f"{name}.yaml")
+    names = {load_target(path).name for path in (CONFIGS / name).glob("*/target.yaml")}
+    least, public = SETS[name]
+    assert len(names) >= least and names >= public and names - public
     assert sorted(t.name for t in plan.targets) == sorted(names)
 
 
-def test_the_run_config_validates_through_the_cli() -> None:
-    result = CliRunner().invoke(main, ["validate", str(RUN_CONFIG)])
+@pytest.mark.parametrize("name", SETS)
+def test_the_run_config_validates_through_the_cli(name: str) -> None:
+    result = CliRunner().invoke(main, ["validate", str(CONFIGS / f"{name}.yaml")])
     assert result.exit_code == 0, result.output
     listed = {line.split(":")[0] for line in result.output.splitlines()}
-    assert listed == {t.name for t in load_run(RUN_CONFIG).targets}
+    assert listed == {t.name for t in load_run(CONFIGS / f"{name}.yaml").targets}
 
 
-def test_the_readme_lists_every_target() -> None:
-    readme = (UNSEEN / "README.md").read_text()
+@pytest.mark.parametrize("name", SETS)
+def test_the_readme_lists_every_target(name: str) -> None:
+    readme = (CONFIGS / name / "README.md").read_text()
     rows = {line.split("|")[1].strip() for line in readme.splitlines() if line.startswith("| ")}
-    assert {path.parent.name for path in TARGET_FILES} <= rows
+    assert {path.parent.name for path in (CONFIGS / name).glob("*/target.yaml")} <= rows
 
 
 @pytest.mark.parametrize("path", TARGET_FILES, ids=_id)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import os
+import statistics
 import time
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Sequence
@@ -28,7 +29,7 @@ from cluster.engine.flow import REVIEW_SCHEMA, Flow, Stage, StudyFlow
 from cluster.engine.plan.budget import TimePlan
 from cluster.engine.progress import SweepProgress
 from cluster.engine.scheduling.jobs import Job, JobKind, JobResult
-from cluster.engine.scheduling.scheduler import Scheduler, search_floor
+from cluster.engine.scheduling.scheduler import STARVED, Scheduler, starved
 from cluster.engine.scheduling.workers import KeptFleet, start_fleet, stop_fleet
 from cluster.engine.study.context import SweepContext
 from cluster.engine.study.state import StudyState, open_storage
@@ -294,7 +295,8 @@ def feed_search(flows: Sequence[Flow], scheduler: Scheduler) -> None:
     (enough compiled ahead that no worker waits for a compile), each free slot to the study served
     least so far: the least of the shared lanes' time used (``Scheduler.used``: search, admissions
     and checks), its candidates in flight counted at its search jobs' average, then the fewest
-    measured; but first a study whose count is under half the median study's (``search_floor``). So every
+    measured; but first a study whose count is under half the median study's while its time is at most
+    twice the others' mean (``starved``). So every
     study of a type has an equal share of its workers' time, and what a study's agents cost comes
     out of its own, short of starving its search: on an H200 (300 s, eight public programs) a program the
     agents had nothing for searched 8 candidates with them on, 15 with them off, as the others'
@@ -308,12 +310,14 @@ def feed_search(flows: Sequence[Flow], scheduler: Scheduler) -> None:
     for device_type, group in by_type.items():
         room = scheduler.lookahead(device_type) - scheduler.in_flight(device_type, JobKind.SEARCH)
         # Once a feed: the time used moves little while it asks.
-        floor = search_floor(f.state.n_search + f.search_in_flight for f in group)
         used = {f.name: scheduler.used(f.name) for f in group}
         cost = {f.name: scheduler.search_cost(f.name, device_type) for f in group}
+        counts = {f.name: f.state.n_search + f.search_in_flight for f in group}
+        first = starved(counts, used)
+        floor = STARVED * statistics.median(counts.values()) if counts else 0.0
         misses: dict[str, int] = defaultdict(int)
         while room > 0 and group:
-            flow = min(group, key=lambda f: (f.state.n_search + f.search_in_flight >= floor,
+            flow = min(group, key=lambda f: (f.name not in first or f.state.n_search + f.search_in_flight >= floor,
                                              used[f.name] + f.search_in_flight * cost[f.name], f.state.n_search))
             if flow.ask():
                 room -= 1

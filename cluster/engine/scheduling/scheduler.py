@@ -18,7 +18,8 @@ study's count of jobs in that lane. The search lane's turns go by time instead: 
 the study's whose share of the shared lanes' time so far (search, admissions and checks, finished
 and running: ``used``) is least, so that what a study's agents cost comes out of its own share; a
 study with nothing for the agents to do searches as it would with them off. Except that a study
-whose search count is under ``STARVED`` of the median study's of its type goes first (``search_floor``):
+whose search count is under ``STARVED`` of the median study's of its type goes first while its time
+is at most ``STARVED_TIME`` times the others' mean (``starved``):
 on an H200 (300 s, eight public programs, agents on) time alone left pb_3mm, whose admissions and
 checks had spent its share, 2 search candidates where the others had 9-17.
 
@@ -37,7 +38,7 @@ import queue
 import statistics
 import time
 from collections import OrderedDict, defaultdict
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from typing import Any
 
@@ -52,7 +53,8 @@ CRITICAL_KINDS = frozenset(kind for kind, lane in LANE.items() if lane is Lane.C
 FIRST_SEARCH_HOLD_S = 60.0  # at most this long the check lane waits for a study's first search candidate
 BUILD_CACHE = 512  # builds whose binaries stay in the object store for later jobs (finals, profiles)
 EMA = 0.2  # weight of the newest compile or run time in the look-ahead's estimates
-STARVED = 0.5  # a study's search count under this share of the median study's goes first
+STARVED = 0.5  # a study's search count under this share of the median study's goes first ...
+STARVED_TIME = 2.0  # ... while its time in the shared lanes is at most this many times the others' mean
 LOOKAHEAD_SPARE = 1.25  # compiles in flight beyond what the workers finish during one, for its spread
 
 
@@ -423,14 +425,14 @@ class Scheduler:
         first = heap[0][0][:2]
         counts = {study: n for (kind, lane, study), n in self.turns.items()
                   if kind == device_type and lane is Lane.SEARCH}
-        below = search_floor(counts.values())
         running: dict[str, float] = defaultdict(float)
         for job, seconds in self.running_jobs():
             if job.lane in self.weight:
                 running[job.study] += seconds
+        used = {study: self.spent[study] + running[study] for study in {*counts, *(e[1].study for e in heap)}}
+        first_served = starved(counts, used)
         return min((entry for entry in heap if entry[0][:2] == first),
-                   key=lambda entry: (counts.get(entry[1].study, 0) >= below,
-                                      self.spent[entry[1].study] + running[entry[1].study], entry[0]))
+                   key=lambda entry: (entry[1].study not in first_served, used[entry[1].study], entry[0]))
 
     def _take(self, device_type: str, job: Job) -> None:
         heap = self.ready[(device_type, job.lane)]
@@ -546,12 +548,21 @@ class Scheduler:
         return slots + min(self.cpu_slots, max(during_compile, workers))
 
 
-def search_floor(counts: Iterable[int]) -> float:
-    """The search count under which a study is starved (``STARVED`` of the median of its device
-    type's studies' ``counts``, its own among them): it goes before the studies that have used
-    less time. 0 where there are none."""
-    counts = list(counts)
-    return STARVED * statistics.median(counts) if counts else 0.0
+def starved(counts: dict[str, float], used: dict[str, float]) -> frozenset[str]:
+    """The studies of a device type whose search is starved (``counts``: each study's search count,
+    ``used``: its time in the shared lanes): a count under ``STARVED`` of the median study's, while
+    its time is at most ``STARVED_TIME`` times the others' mean. They go before the studies that
+    have used less time: so neither its agents' costs nor its slow runs leave a study a search of
+    one or two, and a study of very slow runs (a minute a run) still takes no more than a few shares."""
+    if len(counts) < 2:
+        return frozenset()
+    floor = STARVED * statistics.median(counts.values())
+    total = sum(used.get(s, 0.0) for s in counts)
+
+    def share(study: str) -> float:
+        return STARVED_TIME * (total - used.get(study, 0.0)) / (len(counts) - 1)
+
+    return frozenset(s for s, n in counts.items() if n < floor and used.get(s, 0.0) <= share(s))
 
 
 def _ended(job: Job) -> JobResult:

@@ -382,8 +382,22 @@ def test_the_search_goes_to_the_study_that_has_used_least_of_the_workers_time():
     assert plain.search_in_flight == 8 and checked.search_in_flight == 0
     feed_search(flows, Scheduler(11))
     assert plain.search_in_flight == 9 and checked.search_in_flight == 2
-    # A study under half the median study's count goes first, whatever its time: time alone left an
-    # H200's pb_3mm, whose agents' admissions and checks had spent its share, 2 candidates of 9-17.
+    # A study under half the median study's count goes first, while its time is at most twice the
+    # others' mean: time alone left an H200's pb_3mm, whose agents' admissions and checks had spent
+    # its share, 2 candidates where the others had 9-17.
+    Scheduler.used = lambda self, study: {"checked": 26.0, "plain": 15.0}[study]
     checked.state.n_search, plain.state.n_search = 1, 20
     feed_search(flows, Scheduler(16))  # 5 slots; counts 3 and 29, median 16: checked is under 8
     assert checked.search_in_flight == 7 and plain.search_in_flight == 9
+    # ... but not once its time is over twice the median's (a study of minute-long runs).
+    checked.state.n_search, checked.search_in_flight, plain.search_in_flight = 0, 0, 0
+    spent = {"checked": 60.0, "plain": 10.0}
+    Scheduler.used = lambda self, study: spent[study]
+    feed_search(flows, Scheduler(3))  # the other's 10 s: checked's 60 is over 20, time decides
+    assert checked.search_in_flight == 0 and plain.search_in_flight == 3
+    plain.search_in_flight, spent["checked"] = 0, 20.0  # at most twice the other's: it goes first
+    feed_search(flows, Scheduler(3))
+    assert checked.search_in_flight == 3 and plain.search_in_flight == 0
+    checked.search_in_flight, spent["checked"] = 0, 21.0
+    feed_search(flows, Scheduler(3))
+    assert checked.search_in_flight == 0 and plain.search_in_flight == 3

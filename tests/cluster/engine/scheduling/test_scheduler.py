@@ -312,10 +312,15 @@ def test_the_search_lane_serves_the_study_that_has_used_least_of_the_shared_lane
     scheduler.turns[(a, Lane.SEARCH, "third")] = 20  # median 3 of (2, 3, 20)... raise the others
     scheduler.turns[(a, Lane.SEARCH, "plain")] = 20
     assert scheduler._next(a) is checked[0]  # 2 < half of 20: starved, and least time anyway
-    scheduler.spent["checked"] = 500.0
-    assert scheduler._next(a) is checked[0]  # starved goes first even having used the most
+    scheduler.spent["checked"] = 100.0
+    assert scheduler._next(a) is checked[0]  # starved goes first having used as much as any (the others' mean 50)
+    scheduler.spent["checked"] = 101.0
+    assert scheduler._next(a).study == "third"  # more than twice the others' mean: time decides again
+    scheduler.spent["checked"] = 0.0
     scheduler.turns[(a, Lane.SEARCH, "checked")] = 10
-    assert scheduler._next(a).study == "third"  # no longer starved: least time (third has used none)
+    assert scheduler._next(a).study == "checked"  # no longer starved, and least time (tied with third)
+    scheduler.spent["checked"] = 1.0
+    assert scheduler._next(a).study == "third"
     # Priority and value still come first: an urgent search job of the study that used most goes.
     urgent = ready_job(scheduler, JobKind.SEARCH, study="plain", priority=URGENT)
     assert scheduler._next(a) is urgent

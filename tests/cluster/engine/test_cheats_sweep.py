@@ -67,12 +67,13 @@ def test_the_real_win_is_selected_and_neither_the_liar_nor_the_cache(tmp_path, s
     """``seeded``: the run command takes ``{seed}`` (the program ignores it): the finals then extend
     the reference with the baseline's outputs on their seeds, and that reference once lost its clock."""
     rows = _sweep(tmp_path, REPO / "tests" / "fixtures" / "attacks" / "sweep_cheats.c", "cc",
-                  ["{binary}", *(["{seed}"] if seeded else [])], {"ATTACK": [0, 1, 2, 3]}, ray_address)
+                  ["{binary}", *(["{seed}"] if seeded else [])], {"ATTACK": [0, 1, 2, 3, 5]}, ray_address)
     winner, table = _winner(rows, "ATTACK")
     assert winner == [3], table
     mode = rows["p_ATTACK"]
-    liar = rows[(mode == 1) & (rows["phase"] == "final")]
-    assert liar.empty or set(liar["status"]) == {"clock_mismatch"}, table
+    for liar in (1, 5):  # a third printed; a real 2x printed as 1000x
+        finals = rows[(mode == liar) & (rows["phase"] == "final")]
+        assert finals.empty or set(finals["status"]) == {"clock_mismatch"}, table
     cached = rows[mode == 2]
     assert all(min(s) > 1 for s in cached["samples"] if len(s)), table  # never 0.001 ms: no cache found
 

@@ -191,6 +191,15 @@ def test_the_rule_compares_savings_with_a_floor_for_noise():
     assert clock_problem(Clock(0.0020, 0.035), stencil) is None
     spread = Clock(claimed_s=0.120, wall_s=0.140, wall_spread_s=0.040)  # the baseline's own runs 40 ms apart
     assert clock_problem(Clock(0.030, 0.110), spread) is None and clock_problem(Clock(0.0, 0.140), spread)
+    # A lie on a real saving: a real 2x (120 ms of 240 seen) that prints 2 ms. The saving's rule
+    # passes it (238 claimed, 120 seen); what remains (120 ms) says its time is at least 25 ms.
+    sweep = Clock(claimed_s=0.240, wall_s=0.260)
+    assert "claims far more than it saves" in clock_problem(Clock(0.002, 0.140), sweep)
+    assert clock_problem(Clock(0.020, 0.140), sweep) is not None  # a sixth of a real 2x printed: 12x
+    assert clock_problem(Clock(0.040, 0.140), sweep) is None  # a third (6x): within what REST lets by
+    assert clock_problem(Clock(0.080, 0.100), sweep) is None  # an honest 3x
+    assert clock_problem(Clock(0.0024, 0.0224), sweep) is None  # an honest 100x, all of it seen
+    assert clock_problem(Clock(0.0024, 0.0424), sweep) is None  # ... and with 20 ms of it not seen
 
 
 def test_runs_in_turn_are_judged_on_the_median_of_their_pairs_and_noise_lets_no_lie_through():
@@ -202,6 +211,9 @@ def test_runs_in_turn_are_judged_on_the_median_of_their_pairs_and_noise_lets_no_
     assert "the pairs' median" in paired_problem([1e-9] * 3, [0.33, 0.80, 0.30], claims, baseline_walls)
     # half the claim less 5 ms must show: 225 claimed, 100 seen is not enough
     assert paired_problem([0.075] * 3, [0.23, 0.75, 0.22], claims, baseline_walls) is not None
+    # a real 2x printed as 300x: 299 ms claimed, 150 seen (the saving's rule passes), 150 remain
+    lie = paired_problem([0.001] * 3, [w - 0.150 for w in baseline_walls], claims, baseline_walls)
+    assert lie is not None and "claims far more than it saves" in lie
 
 
 def test_with_nine_pairs_a_claim_fails_only_where_nearly_every_pair_falls_short() -> None:

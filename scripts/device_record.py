@@ -27,6 +27,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from cluster.compile.build import compile_candidate
 from cluster.config import load_target
+from cluster.core.errors import ConfigError
 from cluster.core.types import Candidate, Phase, Status
 from cluster.measure.clock import seconds_per_unit
 from cluster.measure.measure import parse_samples
@@ -54,7 +55,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", default=None)
     args = parser.parse_args(argv)
     from cluster.platform.devices import cpu_device, gpu_device
-    base_target = load_target(Path(args.target))
+    try:
+        base_target = load_target(Path(args.target))
+    except ConfigError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     gpu = get_toolchain(base_target.spec.toolchain).device_kind == "gpu"
     device = gpu_device(0, "diag") if gpu else cpu_device("diag")
     library, why = build_library() if gpu else (None, "a CPU target")

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import logging
 import os
-import statistics
 import time
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Sequence
@@ -29,7 +28,7 @@ from cluster.engine.flow import REVIEW_SCHEMA, Flow, Stage, StudyFlow
 from cluster.engine.plan.budget import TimePlan
 from cluster.engine.progress import SweepProgress
 from cluster.engine.scheduling.jobs import Job, JobKind, JobResult
-from cluster.engine.scheduling.scheduler import STARVED, Scheduler, starved
+from cluster.engine.scheduling.scheduler import Scheduler, starved
 from cluster.engine.scheduling.workers import KeptFleet, start_fleet, stop_fleet
 from cluster.engine.study.context import SweepContext
 from cluster.engine.study.state import StudyState, open_storage
@@ -310,14 +309,12 @@ def feed_search(flows: Sequence[Flow], scheduler: Scheduler) -> None:
     for device_type, group in by_type.items():
         room = scheduler.lookahead(device_type) - scheduler.in_flight(device_type, JobKind.SEARCH)
         # Once a feed: the time used moves little while it asks.
-        used = {f.name: scheduler.used(f.name) for f in group}
+        used = scheduler.used()
         cost = {f.name: scheduler.search_cost(f.name, device_type) for f in group}
-        counts = {f.name: f.state.n_search + f.search_in_flight for f in group}
-        first = starved(counts, used)
-        floor = STARVED * statistics.median(counts.values()) if counts else 0.0
+        first = starved({f.name: f.state.n_search + f.search_in_flight for f in group}, used)
         misses: dict[str, int] = defaultdict(int)
         while room > 0 and group:
-            flow = min(group, key=lambda f: (f.name not in first or f.state.n_search + f.search_in_flight >= floor,
+            flow = min(group, key=lambda f: (f.state.n_search + f.search_in_flight >= first.get(f.name, 0.0),
                                              used[f.name] + f.search_in_flight * cost[f.name], f.state.n_search))
             if flow.ask():
                 room -= 1

@@ -12,7 +12,7 @@ import math
 import re
 import statistics
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from contextlib import nullcontext
 from dataclasses import dataclass
 from pathlib import Path
@@ -221,7 +221,6 @@ def measure_candidate(
     busy: list[DeviceRecord | None] = []  # per run: the device clock's record (None: none)
     floor_s = sample_floor_s(device.kind == "gpu")
     medians: list[float] = []  # per run: its samples' median (``cache_check``)
-
     counts: list[int] = []  # per run: how many samples it printed
 
     def clock() -> Clock | None:
@@ -387,7 +386,7 @@ def beside(staged: Staged, runner: Runner, baseline: Baseline, reference: Refere
 
 
 def _clock(claims: list[float], walls: list[float], busy: list[DeviceRecord | None],
-           counts: Sequence[int] = ()) -> Clock | None:
+           counts: list[int]) -> Clock | None:
     """Medians over the runs (``Clock``), the first left out where there are more (its warm-up:
     a cache made, a JIT, a context, is no part of the program's steady runs nor of the noise);
     None with no runs. The device's busy times only where every run has a record; ``counts``: the
@@ -395,7 +394,7 @@ def _clock(claims: list[float], walls: list[float], busy: list[DeviceRecord | No
     if not walls:
         return None
     start = 1 if len(walls) > 1 else 0
-    claims, walls, busy, counts = claims[start:], walls[start:], busy[start:], list(counts)[start:]
+    claims, walls, busy, counts = claims[start:], walls[start:], busy[start:], counts[start:]
     wall = statistics.median(walls)
     whole = all(b is not None for b in busy) and bool(busy)
     device_s, device_spread = _median_spread([b.busy_s for b in busy if b is not None] if whole else [])
@@ -404,7 +403,7 @@ def _clock(claims: list[float], walls: list[float], busy: list[DeviceRecord | No
     spans = [b.span_s for b in busy if b is not None and b.span_s is not None]
     span_s, span_spread = _median_spread(spans if whole and len(spans) == len(busy) else [])
     records = statistics.median(b.records for b in busy if b is not None) if whole else None
-    samples = statistics.median(counts) if len(counts) == len(walls) and counts else None
+    samples = statistics.median(counts) if counts else None
     return Clock(statistics.median(claims), wall, 2 * statistics.median(abs(w - wall) for w in walls),
                  device_s, device_spread, kernel_s, kernel_spread, span_s, span_spread, samples, records)
 

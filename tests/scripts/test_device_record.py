@@ -30,3 +30,12 @@ def test_the_baseline_and_a_patched_copy_are_run_in_turn(tmp_path):
     assert by_name["five"]["n"] == 5 and by_name["five"]["median"] == pytest.approx(3.5)
     assert all(r["ok"] and r["wall_ms"] > 0 and r["busy_ms"] is None for r in rows)
     assert sorted(p.name for p in (tmp_path / "targets").iterdir()) == ["tiny"]  # its copies are gone
+
+
+def test_a_bad_target_is_one_line_naming_the_file_and_field(tmp_path, capsys):
+    from scripts.device_record import main
+
+    (tmp_path / "target.yaml").write_text("name: x\n")
+    assert main([str(tmp_path / "target.yaml")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and "target.yaml" in err and "sources" in err

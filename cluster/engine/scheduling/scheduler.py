@@ -425,11 +425,7 @@ class Scheduler:
         first = heap[0][0][:2]
         counts = {study: n for (kind, lane, study), n in self.turns.items()
                   if kind == device_type and lane is Lane.SEARCH}
-        running: dict[str, float] = defaultdict(float)
-        for job, seconds in self.running_jobs():
-            if job.lane in self.weight:
-                running[job.study] += seconds
-        used = {study: self.spent[study] + running[study] for study in {*counts, *(e[1].study for e in heap)}}
+        used = self.used()
         first_served = starved(counts, used)
         return min((entry for entry in heap if entry[0][:2] == first),
                    key=lambda entry: (entry[1].study not in first_served, used[entry[1].study], entry[0]))
@@ -442,11 +438,14 @@ class Scheduler:
             heap[:] = [entry for entry in heap if entry[1] is not job]
             heapq.heapify(heap)
 
-    def used(self, study: str) -> float:
-        """The study's worker seconds in the shared lanes (search, admissions, checks): its finished
-        jobs' and, for the time they have run so far, its running ones'."""
-        running = sum(seconds for job, seconds in self.running_jobs() if job.study == study and job.lane in self.weight)
-        return self.spent[study] + running
+    def used(self) -> defaultdict[str, float]:
+        """Each study's worker seconds in the shared lanes (search, admissions, checks): its finished
+        jobs' and, for the time they have run so far, its running ones' (0 for a study with none)."""
+        used = defaultdict(float, self.spent)
+        for job, seconds in self.running_jobs():
+            if job.lane in self.weight:
+                used[job.study] += seconds
+        return used
 
     def search_cost(self, study: str, device_type: str) -> float:
         """What a search job of the study is expected to take: its own average, else its device
@@ -548,21 +547,22 @@ class Scheduler:
         return slots + min(self.cpu_slots, max(during_compile, workers))
 
 
-def starved(counts: dict[str, float], used: dict[str, float]) -> frozenset[str]:
-    """The studies of a device type whose search is starved (``counts``: each study's search count,
-    ``used``: its time in the shared lanes): a count under ``STARVED`` of the median study's, while
-    its time is at most ``STARVED_TIME`` times the others' mean. They go before the studies that
-    have used less time: so neither its agents' costs nor its slow runs leave a study a search of
-    one or two, and a study of very slow runs (a minute a run) still takes no more than a few shares."""
+def starved(counts: dict[str, float], used: dict[str, float]) -> dict[str, float]:
+    """The studies of a device type whose search is starved, each with the count it goes first
+    until (``counts``: each study's search count, ``used``: its time in the shared lanes): a count
+    under ``STARVED`` of the median study's, while its time is at most ``STARVED_TIME`` times the
+    others' mean. They go before the studies that have used less time: so neither its agents' costs
+    nor its slow runs leave a study a search of one or two, and a study of very slow runs (a minute
+    a run) still takes no more than a few shares."""
     if len(counts) < 2:
-        return frozenset()
+        return {}
     floor = STARVED * statistics.median(counts.values())
     total = sum(used.get(s, 0.0) for s in counts)
 
     def share(study: str) -> float:
         return STARVED_TIME * (total - used.get(study, 0.0)) / (len(counts) - 1)
 
-    return frozenset(s for s, n in counts.items() if n < floor and used.get(s, 0.0) <= share(s))
+    return {s: floor for s, n in counts.items() if n < floor and used.get(s, 0.0) <= share(s)}
 
 
 def _ended(job: Job) -> JobResult:

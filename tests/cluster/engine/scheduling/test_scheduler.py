@@ -293,7 +293,7 @@ def test_the_search_lane_serves_the_study_that_has_used_least_of_the_shared_lane
     scheduler._take(a, sanitize)
     sanitize.worker, sanitize.dispatched_at = 1, time.time() - 30.0
     scheduler.on_worker[1] = [sanitize]  # a check of 30 s so far, running: counted
-    assert scheduler.used("checked") >= 30.0 and scheduler.used("plain") == 0.0
+    assert scheduler.used()["checked"] >= 30.0 and scheduler.used()["plain"] == 0.0
     assert scheduler._next(a) is plain[0]
     scheduler._take(a, plain[0])
     assert scheduler._next(a) is plain[1] and [e[1] for e in scheduler.ready[(a, Lane.SEARCH)]].count(plain[1]) == 1

@@ -164,6 +164,7 @@ class _Analysis:
             shared=tuple(self.with_accesses(a, [(name, fn)], env) for n in walk(body) for a in self.shared(n, name)),
             writes=frozenset(effects.writes), may_write=frozenset(effects.may_write - effects.writes),
             reads=frozenset(effects.reads), template_values=tuple(binding.items()),
+            single_element=frozenset(effects.single_element()),
         )
 
     def instances(self, kernel: Kernel, fn: Node, launches: list[Launch]) -> list[Kernel]:
@@ -392,6 +393,7 @@ class _Effects:
         self.may_write: set[str] = set()
         self.reads: set[str] = set()
         self.quiet: set[int] = set()  # offsets of identifiers naming a pointer without reading through it
+        self.body = body
         for _ in range(2):  # twice: an alias may be assigned from one that appears later in the text
             for node in walk(body):
                 self.alias(node)
@@ -411,6 +413,22 @@ class _Effects:
                 if parent is None or not parent.type.endswith("declarator") or parent.child_by_field_name(
                         "declarator") != node:
                     self.reads |= self.roots[text(node)][0]
+
+    def single_element(self) -> set[str]:
+        """The pointer params whose every use is `*p` or `p[0]` and that no other pointer aliases."""
+        aliased = {q for name, (params, _) in self.roots.items() if name not in params for q in params}
+        single = {name for name, (params, _) in self.roots.items() if params == {name}} - aliased
+        for node in walk(self.body):
+            if node.type != "identifier" or text(node) not in single:
+                continue
+            parent = node.parent
+            deref = parent is not None and parent.type == "pointer_expression" and text(
+                parent.child_by_field_name("operator") or parent) == "*"
+            first = parent is not None and parent.type == "subscript_expression" and parent.child_by_field_name(
+                "argument") == node and text(parent.child_by_field_name("indices") or parent).replace(" ", "") == "[0]"
+            if not (deref or first):
+                single.discard(text(node))
+        return single
 
     def params_of(self, names: list[Node]) -> set[str]:
         return {p for n in names if text(n) in self.roots for p in self.roots[text(n)][0]}

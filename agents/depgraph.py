@@ -31,7 +31,7 @@ from enum import StrEnum
 
 from agents import _ts
 from agents.hostflow import Site, Step, unfold
-from agents.regions import ANY, base_buffer, overlap, pretty, region, strip_parentheses
+from agents.regions import ANY, SINGLE, base_buffer, overlap, pretty, region, regions, strip_parentheses
 from agents.source_model import DEFAULT_STREAMS, HostOp, HostOpKind, SourceModel, read_params, written_params
 
 __all__ = ["ANY", "CheckResult", "Dependency", "Hazard", "KernelGraph", "Node", "Violation", "base_buffer", "check",
@@ -154,9 +154,10 @@ def _effects(model: SourceModel, op: HostOp) -> tuple[set[str], set[str]]:
         bound = op.launch.bound_args(kernel)
         extents = [bound[p.name] for p in kernel.params if not p.is_pointer and p.name in bound]
         written, read = written_params(kernel), read_params(kernel)
-        pointers = {p.name: region(bound.get(p.name), extents, model) for p in kernel.params if p.is_pointer}
-        return ({b for p, b in pointers.items() if b and p in read},
-                {b for p, b in pointers.items() if b and p in written})
+        pointers = {p.name: regions(bound.get(p.name), [SINGLE] if p.name in kernel.single_element else extents,
+                                    model) for p in kernel.params if p.is_pointer}
+        return ({b for p, bs in pointers.items() if p in read for b in bs},
+                {b for p, bs in pointers.items() if p in written for b in bs})
     extents = _copied_elements(op)
     dst, src = region(op.dst, extents, model), region(op.src, extents, model)
     return ({src} if src else set()), ({dst} if dst and op.kind in _DATA else set())

@@ -16,7 +16,7 @@ from dataclasses import dataclass, replace
 from agents import _ts
 from agents._ts import Node, split_top
 from agents.hostflow import ANY_PREFIX, substitute, unfold
-from agents.regions import overlap, pretty, region
+from agents.regions import SINGLE, overlap, pretty, region
 from agents.source_model import HostOpKind, Kernel, Launch, SourceModel, written_params
 
 MAX_LOCAL_DEPTH = 4  # a local initialised from locals (`dim3 block(tx, ty)`) is followed this deep
@@ -35,7 +35,8 @@ class LaunchSite:
         """Each pointer parameter of `kernel` -> the region its argument designates."""
         bound = self.launch.bound_args(kernel)
         extents = [bound[p.name] for p in kernel.params if not p.is_pointer and p.name in bound]
-        return {p.name: r for p in kernel.params if p.is_pointer and (r := region(bound.get(p.name), extents))}
+        return {p.name: r for p in kernel.params if p.is_pointer and (r := region(
+            bound.get(p.name), [SINGLE] if p.name in kernel.single_element else extents))}
 
     def threads(self, model: SourceModel) -> int | None:
         """Threads per block, when the launch's block is a constant (`256`, `dim3(16, 16)`, a local

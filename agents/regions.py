@@ -57,6 +57,7 @@ def _closing(text: str) -> int:
 # -- regions ---------------------------------------------------------------------------------
 
 ANY = "*"  # a region the analysis cannot name: it may be any buffer
+SINGLE = "1"  # the extent of a pointer its kernel uses only as `*p` or `p[0]` (Kernel.single_element)
 _ELEMENT = re.compile(r"^([A-Za-z_]\w*)\s*\[\s*([^\[\]]+?)\s*\]$")
 _SLOT = re.compile(r"^(?P<base>.+)\[(?P<slot>-?\d+)\*(?P<extent>.+):-?\d+\*(?P=extent)\]$")
 
@@ -65,6 +66,10 @@ def region(expr: str | None, extents: Collection[str] = (), model: SourceModel |
     """The memory an argument designates: `d_y` (all of it), `d_y[3*n:4*n]` (slot 3 of n
     elements: `d_y + 3 * n` with n among `extents`), `outs[2]` (an element of an array of
     pointers, a buffer of its own), ANY (a pointer the analysis lost), None (no pointer)."""
+    arms = branches(expr or "")
+    if len(arms) > 1:  # `c ? a : b`: one of them, which the analysis cannot tell (`regions` keeps both)
+        found = {region(arm, extents, model) for arm in arms} - {None}
+        return found.pop() if len(found) == 1 else (ANY if found else None)
     base = base_buffer(expr)
     if base is None:
         return None
@@ -83,6 +88,31 @@ def region(expr: str | None, extents: Collection[str] = (), model: SourceModel |
     return base
 
 
+def regions(expr: str | None, extents: Collection[str] = (), model: SourceModel | None = None) -> set[str]:
+    """Every region an argument may designate: each arm of a conditional (`it == 0 ? x0 : x`)."""
+    return {r for arm in branches(expr or "") if (r := region(arm, extents, model))}
+
+
+def branches(expr: str) -> list[str]:
+    """The arms of a conditional expression (nested ones too), or [expr]."""
+    text = strip_parentheses(expr.strip())
+    depth, question = 0, -1
+    for i, char in enumerate(text):
+        depth += {"(": 1, "[": 1, "{": 1, ")": -1, "]": -1, "}": -1}.get(char, 0)
+        if depth:
+            continue
+        if char == "?" and question < 0:
+            question, nested = i, 0
+        elif question >= 0 and char == "?":
+            nested += 1
+        elif question >= 0 and char == ":" and text[i - 1 : i + 2].count(":") == 1:
+            if nested:
+                nested -= 1
+            else:
+                return branches(text[question + 1 : i]) + branches(text[i + 1 :])
+    return [text]
+
+
 def strip_parentheses(text: str) -> str:
     while text.startswith("(") and _closing(text) == len(text) - 1:
         text = text[1:-1].strip()
@@ -98,11 +128,15 @@ def _offset(text: str, base: str) -> str | None:
 
 
 def _slot(offset: str, extent: str, model: SourceModel | None) -> int | None:
-    """C when `offset` is C * extent (linear in it), else None."""
+    """C when `offset` is C * extent (linear in it), else None; for a kernel that touches a single
+    element (extent SINGLE), the offset's constant value."""
+    env = _constants(model)
+    if extent == SINGLE:
+        value = env.eval_text(offset)
+        return value if isinstance(value, int) else None
     pattern = rf"(?<![\w.]){re.escape(extent)}(?!\w)" if re.fullmatch(r"[\w.]+", extent) else re.escape(extent)
     if not re.search(pattern, offset):
         return None
-    env = _constants(model)
     one, two = (env.eval_text(re.sub(pattern, value, offset)) for value in ("1", "2"))
     return one if one is not None and two == 2 * one else None
 

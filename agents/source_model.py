@@ -119,6 +119,9 @@ class Kernel:
     reads: frozenset[str]
     # An instance's template arguments: value parameters' integers, type parameters' type names.
     template_values: tuple[tuple[str, int | str], ...] = ()
+    # Pointer params used only as `*p` or `p[0]` (no alias, no offset, no call): the kernel touches
+    # one element, so `d + k` handed to it is the k-th element alone (an eigenvalue, a counter).
+    single_element: frozenset[str] = frozenset()
 
     def param(self, name: str) -> Param:
         """The parameter named `name` (KeyError when there is none)."""

@@ -67,8 +67,10 @@ class Plan:
 def plan_streams(count: int, edges: set[tuple[int, int]], max_streams: int = MAX_STREAMS) -> Plan:
     """Greedy, in task order: a task continues the stream of a predecessor whose stream it would
     extend (that stream's last task is the predecessor), else a new stream (at most
-    `max_streams`, then the least loaded one). Every edge that crosses streams gets an event."""
-    preds: dict[int, list[int]] = {i: sorted(a for a, b in edges if b == i) for i in range(count)}
+    `max_streams`, then the least loaded one). Every edge that crosses streams gets an event.
+    An edge into an earlier task (a loop-carried dependence of a region in a loop's body) joins two
+    executions of the region, which the join at its end already orders: it is left out."""
+    preds: dict[int, list[int]] = {i: sorted(a for a, b in edges if b == i and a < b) for i in range(count)}
     streams: dict[int, int] = {}
     last: dict[int, int] = {}
     for task in range(count):

@@ -375,3 +375,42 @@ def test_a_synchronize_under_a_condition_orders_nothing_but_an_early_return_guar
     early = graph(prefix + "    if (n < 0) return;\n" + guarded.replace("if (n > 4096) ", ""))
     assert all(node.conditional for node in early.nodes)  # everything after the return may not run...
     assert (index(early, "scale_kernel"), index(early, "poly_kernel")) in ordering(early)  # ...but together
+
+
+def test_a_conditional_argument_is_read_through_both_arms() -> None:
+    # `flag ? d_a : d_b`: the launch may read either; the memset of d_b after it must wait (WAR).
+    g = graph("""
+    int flag = n > 4;
+    scale_kernel<<<grid, block>>>(flag ? d_a : d_b, d_y, n);
+    cudaMemset(d_b, 0, n * sizeof(float));
+""")
+    assert g.nodes[index(g, "scale_kernel")].reads == {"d_a", "d_b"}
+    assert ("scale_kernel", "memset(d_b)", Hazard.WAR, "d_b") in {named(g, e) for e in g.edges}
+
+
+ONE_ELEMENT = r"""#include <cuda_runtime.h>
+__global__ void total(const float* x, float* sum, int n) {
+    float s = 0.0f;
+    for (int i = 0; i < n; ++i) s += x[i];
+    if (threadIdx.x == 0) *sum = s;
+}
+__global__ void totals(const float* x, float* sum, int n) {
+    if (threadIdx.x < 2) sum[threadIdx.x] = x[threadIdx.x];
+}
+void run(const float* d_x, float* d_sum, int n) {
+    KERNEL<<<1, 32>>>(d_x, d_sum + 0, n);
+    KERNEL<<<1, 32>>>(d_x + n, d_sum + 1, n);
+    KERNEL<<<1, 32>>>(d_x, d_sum + 1, n);
+}
+"""
+
+
+@pytest.mark.parametrize("kernel, disjoint", [("total", True), ("totals", False)])
+def test_a_kernel_writing_one_element_through_a_pointer_writes_that_element_alone(kernel: str, disjoint: bool) -> None:
+    # total writes only *sum: d_sum + 0 and d_sum + 1 are different elements, d_sum + 1 twice the
+    # same one. totals writes sum[threadIdx.x]: any offset may overlap another.
+    model = analyze(ONE_ELEMENT.replace("KERNEL", kernel), "one.cu")
+    assert (model.kernel(kernel).single_element == {"sum"}) is disjoint
+    g = extract(model, "run")
+    waw = sorted((e.source, e.target) for e in g.edges if e.hazard is Hazard.WAW)
+    assert waw == ([(1, 2)] if disjoint else [(0, 1), (0, 2), (1, 2)])

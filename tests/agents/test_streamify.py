@@ -276,6 +276,51 @@ def test_dependent_iterations_of_unknown_count_are_not_pooled() -> None:
                                      "(WAW on d_out)")
 
 
+# Independent problems in a counted loop, each an iteration chain too long to unroll: a step that
+# reads the first input or the last result (`k == 0 ? ... : ...`), then a one-block kernel that
+# writes the problem's result and one element of a shared array (`d_norm + p`, through `*norm`).
+PROBLEMS = KERNELS + r"""
+constexpr int kProblems = 4;
+constexpr int kSteps = 24;
+__global__ void step(int n, const float* in, float* out) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) out[i] = 0.5f * in[i] + 1.0f;
+}
+__global__ void rescale(int n, const float* y, float* x, float* norm) {
+    float s = 0.0f;
+    for (int i = threadIdx.x; i < n; i += blockDim.x) s += y[i] * y[i];
+    for (int i = threadIdx.x; i < n; i += blockDim.x) x[i] = y[i] / (1.0f + s);
+    if (threadIdx.x == 0) *norm = s;
+}
+void run(float* const* d_in, float* const* d_x, float* const* d_y, float* d_norm, float* h_norm, int n) {
+    for (int p = 0; p < kProblems; ++p) {
+        for (int k = 0; k < kSteps; ++k) {
+            step<<<(n + 255) / 256, 256>>>(n, k == 0 ? d_in[p] : d_x[p], d_y[p]);
+            rescale<<<1, 256>>>(n, d_y[p], d_x[p], d_norm + p);
+        }
+    }
+    CHECK(cudaMemcpy(h_norm, d_norm, kProblems * sizeof(float), cudaMemcpyDeviceToHost));
+}
+"""
+
+
+def test_independent_chains_writing_one_element_each_of_a_shared_array_go_on_streams(tmp_path: Path) -> None:
+    # The inner loop's own tasks depend on each other in both directions (rescale feeds the next
+    # step): that is no reason to fail the expert; the problems are what overlaps.
+    target, proposal, text = proposed(tmp_path, PROBLEMS)
+    assert "4 tasks on 4 non-blocking streams" in proposal.description
+    assert "static const int wf_tab0_0[4] = {0, 1, 2, 3};" in text
+    assert "rescale<<<1, 256, 0, wf_st0[wf_tab0_0[p]]>>>(n, d_y[p], d_x[p], d_norm + p);" in text
+    detail = rejected(target, without(text, r"cudaStreamWaitEvent\(0, wf_join0"))  # the copy back before the join
+    assert "memcpy(h_norm, d_norm) (line" in detail and "reads d_norm written by rescale" in detail
+
+
+def test_chains_writing_a_shared_array_by_thread_are_not_spread() -> None:
+    # rescale writing norm[threadIdx.x]: every problem's launch may write every element.
+    source = PROBLEMS.replace("if (threadIdx.x == 0) *norm = s;", "norm[threadIdx.x] = s;")
+    assert [f for f in findings(source) if f.applicable] == []
+
+
 # -- host code between, an explicit stream, helpers ---------------------------------------------
 
 
@@ -317,8 +362,8 @@ def test_helpers_taking_the_stream_are_followed(tmp_path: Path) -> None:
 
 @pytest.mark.nvcc
 @needs("nvcc")
-@pytest.mark.parametrize("source", [program(JOIN), LOOP_BODY, HELPER_LOOP, POOL, EXPLICIT, HELPERS],
-                         ids=["in-a-row", "loop", "helper-loop", "pool", "explicit", "helpers"])
+@pytest.mark.parametrize("source", [program(JOIN), LOOP_BODY, HELPER_LOOP, POOL, EXPLICIT, HELPERS, PROBLEMS],
+                         ids=["in-a-row", "loop", "helper-loop", "pool", "explicit", "helpers", "problems"])
 def test_the_streamified_programs_compile(source: str, tmp_path: Path) -> None:
     _, _, text = proposed(tmp_path / "t", source)
     path = tmp_path / "streamified.cu"

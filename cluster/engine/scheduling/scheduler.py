@@ -308,8 +308,7 @@ class Scheduler:
                                    error=f"quarantined: its measuring worker died {job.attempts} times: {exc}"[-4096:]))
             return
         except RayError as exc:
-            self._finish(JobResult(job, job.artifacts[0], failure=Status.WORKER_LOST,
-                                   error=f"lost: {exc}"[-4096:]))
+            self._finish(JobResult(job, job.artifacts[0], failure=Status.WORKER_LOST, error=raised(exc)[-4096:]))
             return
         if isinstance(value, Measurement) and value.finished_at > value.started_at > 0:
             job.service_s = value.finished_at - value.started_at
@@ -545,6 +544,18 @@ class Scheduler:
             return slots + min(self.cpu_slots, max(workers, 2))
         during_compile = math.ceil(LOOKAHEAD_SPARE * workers * compile_s / max(run_s, 1e-3)) + 1
         return slots + min(self.cpu_slots, max(during_compile, workers))
+
+
+def raised(exc: RayError) -> str:
+    """What a job's call ended with: the worker's own exception and the last frame it passed
+    (Ray's text of a RayTaskError opens with its banner, which a shortened detail kept alone),
+    else Ray's own error."""
+    cause = getattr(exc, "cause", None)
+    if cause is None or cause is exc:
+        return f"lost: {exc}"
+    frames = [line.strip() for line in str(getattr(exc, "traceback_str", "")).splitlines()
+              if line.strip().startswith("File ")]
+    return f"raised {type(cause).__name__}: {cause}" + (f" ({frames[-1]})" if frames else "")
 
 
 def starved(counts: dict[str, float], used: dict[str, float]) -> dict[str, float]:

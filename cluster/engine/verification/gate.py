@@ -177,8 +177,9 @@ class Gate:
     def reviewed(self, result: JobResult) -> None:
         flow, job, state = self.flow, result.job, self.flow.state
         if result.failure is not None:  # it took its worker down on fresh seeds, or every worker was lost
-            verdict = Verdict("fresh_seeds", VerdictStatus.FAILED, f"the re-verification did not complete: "
-                                                                   f"{result.failure.value}: {result.error}"[:300])
+            why = f"{result.failure.value}: {result.error}"
+            verdict = Verdict("fresh_seeds", VerdictStatus.FAILED, "the re-verification did not complete: "
+                              + (why if len(why) <= 300 else f"{why[:80]} ... {why[-200:]}"))
         elif isinstance(result.value, Verdict):
             verdict = result.value
         else:  # its build failed

@@ -25,7 +25,7 @@ from cluster.config import load_run
 from cluster.core.types import DeviceInfo, Measurement, Status
 from cluster.engine.driver import Sweep
 from cluster.engine.scheduling.jobs import LANE, PRIORITY, URGENT, WEIGHT, Build, Job, JobKind, JobResult, Lane
-from cluster.engine.scheduling.scheduler import FIRST_SEARCH_HOLD_S, Scheduler
+from cluster.engine.scheduling.scheduler import FIRST_SEARCH_HOLD_S, Scheduler, raised
 from cluster.store.results import read_results
 from cluster.store.rundir import RunDir
 
@@ -455,3 +455,16 @@ def test_while_the_search_waits_the_admissions_take_at_most_their_share():
         scheduler.vtime[(a, job.lane)] += 1.0 / WEIGHT[job.lane]
         served[job.lane] += 1
     assert served == {Lane.SEARCH: 50, Lane.ADMIT: 20}
+
+
+def test_a_job_that_raised_in_its_worker_says_what_it_raised_and_where() -> None:
+    # A review that raised in the worker read "lost: ray::MeasureWorker.reverify() (pid=...", cut
+    # before the exception: the candidate's row said nothing of why its 11.75x was failed.
+    from ray.exceptions import RayActorError, RayTaskError
+
+    trace = ('Traceback (most recent call last):\n  File "/w/cluster/measure/guardrails.py", line 150, in _differs\n'
+             "    return verify_outputs(workdir)\nValueError: cannot reshape array of size 3 into shape (2,)")
+    error = RayTaskError("reverify", trace, ValueError("cannot reshape array of size 3 into shape (2,)"))
+    assert raised(error) == ('raised ValueError: cannot reshape array of size 3 into shape (2,) '
+                             '(File "/w/cluster/measure/guardrails.py", line 150, in _differs)')
+    assert raised(RayActorError()).startswith("lost: ")

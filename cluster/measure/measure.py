@@ -133,6 +133,8 @@ def verify_outputs(workdir: Path | UntrustedDir, stdout: str, verify: VerifySpec
         content = read_output(workdir, spec.path)  # a link (out of the scratch directory or not) is not an output
         if content is None:
             return f"{spec.path}: not written"
+        if reference is not None and spec.path not in wanted:
+            return f"{spec.path}: the reference has none"
         try:
             got = _load_numbers(content, spec)
             want = _load_numbers(wanted[spec.path], spec) if reference else got

@@ -136,6 +136,14 @@ class TimePlan:
                 bound = min(bound, until_closed)
         return max(MIN_CHECK_S, bound)
 
+    def review_bound(self, need_s: float, now: float | None = None, device_type: str | None = None) -> float:
+        """A fresh-seed review's bound: the check bound, or ``need_s`` (one fresh seed's runs of the
+        baseline and the candidate) where that is more, within ``CHECK_LEFT_SHARE`` of the time left:
+        a review bounded below one seed's runs compares nothing, and its candidate (over 10x, the
+        study's winner if it holds) is not checked."""
+        now = time.monotonic() if now is None else now
+        return max(self.check_bound(now, device_type), min(need_s, CHECK_LEFT_SHARE * self.time_left(now)))
+
     def checked(self, device_type: str, seconds: float) -> None:
         """A check or profile job of the device type took ``seconds`` on its worker."""
         if seconds > 0:

@@ -24,6 +24,9 @@ from cluster.store.tables import REVIEW_SCHEMA
 CHECK_KINDS = frozenset({JobKind.SANITIZE, JobKind.REVIEW})
 CHECK_RUNS = 4  # a check job, in runs of its program: a sanitizer's tools (the cheat checks' runs are the finals')
 CHECK_OVERHEAD_S = 5.0  # and the tools' own start
+# A fresh-seed review's least time, in the baseline's runs: one seed's run of the baseline and of the
+# candidate (no slower, being over 10x faster), half as much again for the host and the compare.
+REVIEW_SEED_RUNS = 3.0
 
 
 class Gate:
@@ -166,9 +169,12 @@ class Gate:
             return self.review_trust[candidate.key]
         self.review_trust[candidate.key] = Trust.PENDING
         result = self.flow.state.results.get(candidate.key)
+        plan, run_s = self.flow.ctx.plan, self.flow.state.baseline_run_s or 0.0
+        timeout = None if plan is None else plan.review_bound(REVIEW_SEED_RUNS * run_s,
+                                                              device_type=self.flow.device_type)
         future = self.flow.jobs.review(candidate, label="over 10x the baseline, on fresh seeds",
                                        value=self.gain(result.median if result is not None else None),
-                                       timeout=self.flow.checks.bound())
+                                       timeout=timeout)
         if self.flow.jobs.urgent:
             self.promote()
         future.add_done_callback(lambda f: self.reviewed(f.result()))

@@ -243,6 +243,38 @@ def test_reverify_fresh_seeds(guarded: Target, baseline: BuildArtifact, tmp_path
     assert reverify_fresh_seeds(unseeded, baseline, honest).status is VerdictStatus.SKIPPED
 
 
+
+@pytest.mark.parametrize("seed, act, status, words", [
+    (1, "sleep", VerdictStatus.PASSED, "seeds {0} (seed {1} not compared: the baseline's run: timed out"),
+    (0, "sleep", VerdictStatus.FAILED, "not checked: the baseline's run on seed {0} did not end within"),
+    (0, "exit", VerdictStatus.SKIPPED, "the baseline itself fails on seed {0}"),
+], ids=["second-seed-out-of-time", "first-seed-out-of-time", "baseline-fails"])
+def test_a_review_the_baseline_cannot_finish_says_why(guarded: Target, seed: int, act: str, status: VerdictStatus,
+                                                       words: str) -> None:
+    # On an H200 a slow program's review ran out of its job's time in the baseline's run, and the
+    # compare then raised on the baseline's missing output: the worker's exception failed a
+    # candidate of 11.75x. Out of time after a seed compared, it is judged on that seed; out of time
+    # before, it is not checked (never a winner); a baseline that fails by itself does not apply.
+    stall = {"sleep": "{ struct timespec t = {6, 0}; nanosleep(&t, NULL); }", "exit": "return 2;"}[act]
+    text = (FIXTURES / "guarded" / "work.c").read_text().replace(
+        "    float *in = malloc(", f"    if (seed == {FRESH_SEEDS[seed]}ull) {stall}\n    float *in = malloc(", 1)
+    quick = dataclasses.replace(guarded, spec=guarded.spec.model_copy(
+        update={"timeouts": guarded.spec.timeouts.model_copy(update={"run": 2})}))
+    baseline = build(dataclasses.replace(quick, bundle=variant_bundle(quick, Variant((("work.c", text),), "", "",
+                                                                                      ""))))
+    verdict = reverify_fresh_seeds(quick, baseline, build(variant(quick, "honest_fast.c")))
+    assert verdict.status is status and words.format(*FRESH_SEEDS) in verdict.detail, verdict
+
+
+def test_outputs_compared_with_a_reference_without_them_are_a_problem_not_an_error(tmp_path: Path) -> None:
+    from cluster.core.types import RunOutputs
+    from cluster.measure.measure import verify_outputs
+
+    (tmp_path / "out.bin").write_bytes(b"\0" * 16)
+    spec = load_target(FIXTURES / "guarded" / "target.yaml").spec.verify
+    assert verify_outputs(tmp_path, "", spec, RunOutputs((), ())) == "out.bin: the reference has none"
+
+
 def test_suspect_speedup_is_the_10x_rule() -> None:
     assert suspect_speedup(10.5) and not suspect_speedup(10.0) and not suspect_speedup(None)
     assert suspect_speedup(3.0, threshold=2.0)

@@ -198,3 +198,13 @@ def test_a_check_is_costed_at_what_the_device_types_checks_took_across_studies()
     assert plan.check_estimate("H100") == 6.0 and plan.check_estimate("A100") is None
     plan.checked("A100", 100.0)
     assert plan.check_estimate("A100") == plan.check_bound()
+
+
+def test_a_review_gets_one_fresh_seeds_runs_within_a_share_of_the_time_left():
+    # configs/suite at 240 s on an H200: a 3.5 s-a-run program's review of an 11.75x candidate was
+    # bounded below one seed's runs of baseline and candidate, and compared nothing.
+    plan, _ = plan_with(left_s=200.0, budget=240.0)
+    now = time.monotonic()
+    assert plan.review_bound(3.0, now) == plan.check_bound(now) == CHECK_BOUND_SHARE * 240.0  # it fits: the bound
+    assert plan.review_bound(21.0, now) == pytest.approx(21.0)  # more than the bound: what one seed needs
+    assert plan.review_bound(90.0, now) == pytest.approx(0.25 * 200.0, abs=0.5)  # never past a quarter of what is left

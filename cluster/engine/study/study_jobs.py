@@ -63,12 +63,13 @@ class StudyJobs:
         return dataclasses.replace(baseline, source_hash=variant.bundle.hash, params=tuple(params.items()),
                                    phase=phase)
 
-    def verify(self, variant: Target, runs: int, label: str = "") -> Future[JobResult]:
+    def verify(self, variant: Target, runs: int, label: str = "", value: float = 0.0) -> Future[JobResult]:
         """A variant's admission run, its outputs poisoned (``measure_candidate``'s ``poison``): a launch
-        that leaves its output to an earlier one fails here, and the agent hears why."""
+        that leaves its output to an earlier one fails here, and the agent hears why. ``value``: its
+        place in the admission lane (``ADMIT_ORDER``)."""
         build = self.build(variant, self.variant_candidate(variant))
         return self.submit(self.job(JobKind.VERIFY, build, runs=runs, reference=self.state.reference, label=label,
-                                    args={"poison": True}))
+                                    value=value, args={"poison": True}))
 
     # The checks' ``value``: what their candidate may gain the study (``Job.value``, ``Gate.gain``).
     def sanitize(self, variant: Target | None, tools: tuple[str, ...], timeout: float,

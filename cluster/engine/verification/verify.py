@@ -25,7 +25,7 @@ from agents.depgraph import check, extract
 from agents.patch import MarkerError, readonly_regions, source_files
 from agents.source_model import HostOpKind
 from agents.workflow.engine import COMPUTING
-from agents.workflow.steps import Plan, Verifier
+from agents.workflow.steps import Level, Plan, Verifier
 from cluster.compile.build import compile_candidate
 from cluster.config import Target
 from cluster.config.target import variant_target
@@ -178,6 +178,13 @@ class SearchClosed(RuntimeError):
     """A variant's verification was not run: its study's search had closed (its time was up)."""
 
 
+# The admission lane's order (``Job.value``): a change of the program's structure first, a hint last.
+# A short budget admits a few variants of each study (configs/suite at 240 s on an H200: two of
+# multikernel's, both `#pragma unroll`, and its streams never ran); the higher a change's level,
+# the more of the program's work it can change.
+ADMIT_ORDER = {Level.APPLICATION: 3.0, Level.KERNEL: 2.0, Level.COMPILER_HINT: 1.0, Level.COMPILER_OPTION: 0.0}
+
+
 class QueueVerifier(Verifier):
     """Verification in tiers (issue 25), through the sweep's job queue, from the agents' thread.
 
@@ -205,7 +212,8 @@ class QueueVerifier(Verifier):
         variant = variant_target(context.target, proposal)
         if variant.bundle.hash in self.known:
             return Verification((*verdicts, Verdict("admitted", V.PASSED, "admitted by an earlier invocation")))
-        result = self.jobs.verify(variant, self.runs, label=plan.finding.location).result()
+        result = self.jobs.verify(variant, self.runs, label=plan.finding.location,
+                                  value=ADMIT_ORDER.get(plan.finding.level, 0.0)).result()
         if result.dropped:
             raise SearchClosed("the study's search closed before this variant's verification ran")
         verdicts += run_verdicts(result.artifact, result.measurement, bool(variant.spec.verify.test))

@@ -13,7 +13,9 @@ from agents.workflow import VerdictStatus
 from cluster.config import load_target
 from cluster.core.types import BuildArtifact, DeviceInfo, Measurement, Status
 from cluster.engine.verification.verify import (
+    ADMIT_ORDER,
     NO_TESTS,
+    QueueVerifier,
     depgraph_verdict,
     guard_verdict,
     run_verdicts,
@@ -116,3 +118,34 @@ def test_sanitizer_output_is_read_and_the_baselines_own_errors_are_not_held_agai
     both = sanitizer_verdicts((race,), {"racecheck": race})
     assert both[0].status is VerdictStatus.SKIPPED and "baseline" in both[0].detail
     assert sanitizer_command("memcheck", ["./a", "--seed", "0"])[:3] == ["compute-sanitizer", "--tool", "memcheck"]
+
+
+def test_a_variants_admission_takes_its_place_in_the_lane_by_the_level_of_its_change(guarded):
+    # configs/suite at 240 s on an H200: multikernel's admission lane ran its two `#pragma unroll`
+    # variants, and its streams (5x on this card alone) waited until the search closed.
+    from concurrent.futures import Future
+
+    from agents._base import AnalysisContext
+    from agents.workflow.steps import Finding, Level
+    from agents.workflow.steps import Plan as StepPlan
+    from cluster.engine.verification.verify import SearchClosed
+
+    class Recorded:  # the study's job factory, recording what the verifier asks of it
+        def __init__(self) -> None:
+            self.asked: list[tuple[str, float]] = []
+
+        def verify(self, variant, runs, label="", value=0.0):
+            self.asked.append((label, value))
+            done: Future = Future()
+            done.set_result(type("Dropped", (), {"dropped": True})())  # the search closed: nothing runs
+            return done
+
+    jobs = Recorded()
+    verifier = QueueVerifier(jobs, runs=1)
+    for n, level in enumerate([Level.COMPILER_HINT, Level.APPLICATION, Level.KERNEL]):
+        plan = StepPlan(Finding("x", level, f"tiny.c:{n}", True), ("a change",))
+        with pytest.raises(SearchClosed):
+            verifier.verify(AnalysisContext(guarded, "sm_90"), plan,
+                            Proposal("x", "", (("tiny.c", GUARDED.replace("int x = 1;", f"int x = {n + 2};")),)))
+    assert jobs.asked == [("tiny.c:0", 1.0), ("tiny.c:1", 3.0), ("tiny.c:2", 2.0)]
+    assert ADMIT_ORDER[Level.APPLICATION] > ADMIT_ORDER[Level.KERNEL] > ADMIT_ORDER[Level.COMPILER_HINT]

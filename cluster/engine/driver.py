@@ -295,7 +295,8 @@ def feed_search(flows: Sequence[Flow], scheduler: Scheduler) -> None:
     least so far: the least of the shared lanes' time used (``Scheduler.used``: search, admissions
     and checks), its candidates in flight counted at its search jobs' average, then the fewest
     measured; but first a study whose count is under half the median study's while its time is at most
-    twice the others' mean (``starved``). So every
+    twice the others' mean (``starved``), and before it a study that has asked for none yet (its
+    first candidate, whatever its agents took of its share). So every
     study of a type has an equal share of its workers' time, and what a study's agents cost comes
     out of its own, short of starving its search: on an H200 (300 s, eight public programs) a program the
     agents had nothing for searched 8 candidates with them on, 15 with them off, as the others'
@@ -314,7 +315,8 @@ def feed_search(flows: Sequence[Flow], scheduler: Scheduler) -> None:
         first = starved({f.name: f.state.n_search + f.search_in_flight for f in group}, used)
         misses: dict[str, int] = defaultdict(int)
         while room > 0 and group:
-            flow = min(group, key=lambda f: (f.state.n_search + f.search_in_flight >= first.get(f.name, 0.0),
+            flow = min(group, key=lambda f: (f.state.n_search + f.search_in_flight > 0,
+                                             f.state.n_search + f.search_in_flight >= first.get(f.name, 0.0),
                                              used[f.name] + f.search_in_flight * cost[f.name], f.state.n_search))
             if flow.ask():
                 room -= 1

@@ -417,7 +417,10 @@ class Scheduler:
 
     def _head(self, device_type: str, lane: Lane) -> tuple[tuple[float, ...], Job]:
         """A lane's next entry: its heap's top; in the search lane, among the entries of the top's
-        priority and value, the one of the study that has used least of the shared lanes' time."""
+        priority and value, a study's first search candidate (one run: the search starts seconds
+        after each baseline, whatever the study's agents took of its share before: on an H200 a
+        program of 3.5 s runs waited 55 s behind its admission run and profile), then a starved
+        study's, then the one of the study that has used least of the shared lanes' time."""
         heap = self.ready[(device_type, lane)]
         if lane is not Lane.SEARCH or len(heap) == 1:
             return heap[0]
@@ -427,7 +430,8 @@ class Scheduler:
         used = self.used()
         first_served = starved(counts, used)
         return min((entry for entry in heap if entry[0][:2] == first),
-                   key=lambda entry: (entry[1].study not in first_served, used[entry[1].study], entry[0]))
+                   key=lambda entry: (entry[1].study not in self.first_search, entry[1].study not in first_served,
+                                      used[entry[1].study], entry[0]))
 
     def _take(self, device_type: str, job: Job) -> None:
         heap = self.ready[(device_type, job.lane)]

@@ -389,11 +389,15 @@ def test_the_search_goes_to_the_study_that_has_used_least_of_the_workers_time():
     checked.state.n_search, plain.state.n_search = 1, 20
     feed_search(flows, Scheduler(16))  # 5 slots; counts 3 and 29, median 16: checked is under 8
     assert checked.search_in_flight == 7 and plain.search_in_flight == 9
-    # ... but not once its time is over twice the median's (a study of minute-long runs).
+    # ... but not once its time is over twice the median's (a study of minute-long runs), past its
+    # first candidate, which goes first whatever its agents took (the search starts at once).
     checked.state.n_search, checked.search_in_flight, plain.search_in_flight = 0, 0, 0
     spent = {"checked": 60.0, "plain": 10.0}
     Scheduler.used = lambda self: spent
     feed_search(flows, Scheduler(3))  # the other's 10 s: checked's 60 is over 20, time decides
+    assert checked.search_in_flight == 1 and plain.search_in_flight == 2
+    checked.state.n_search, checked.search_in_flight, plain.search_in_flight = 1, 0, 0
+    feed_search(flows, Scheduler(3))
     assert checked.search_in_flight == 0 and plain.search_in_flight == 3
     plain.search_in_flight, spent["checked"] = 0, 20.0  # at most twice the other's: it goes first
     feed_search(flows, Scheduler(3))

@@ -468,3 +468,22 @@ def test_a_job_that_raised_in_its_worker_says_what_it_raised_and_where() -> None
     assert raised(error) == ('raised ValueError: cannot reshape array of size 3 into shape (2,) '
                              '(File "/w/cluster/measure/guardrails.py", line 150, in _differs)')
     assert raised(RayActorError()).startswith("lost: ")
+
+
+def test_a_studys_first_search_candidate_goes_first_whatever_its_agents_used():
+    """Seen on an H200 (configs/suite, agents on, 240 s): a program of 3.5 s runs measured its first
+    search candidate 55 s after its baseline, its share of the time taken by its variant's admission
+    run and the analysts' profile while the others searched."""
+    a = device("A").device_type
+    scheduler = Scheduler([FakeActor(), FakeActor()], [device("A")] * 2, per_worker=1, cpu_slots=4)
+    others = [ready_job(scheduler, JobKind.SEARCH, study="other") for _ in range(3)]
+    scheduler.searched.add("other")
+    scheduler.spent["slow"] = 60.0  # its admission runs and the profile
+    first = ready_job(scheduler, JobKind.SEARCH, study="slow")
+    scheduler.first_search["slow"] = (a, time.time())  # what submit records of a study's first search job
+    assert scheduler._next(a) is first
+    scheduler._take(a, first)
+    scheduler.first_search.pop("slow")  # measured: time decides again
+    scheduler.searched.add("slow")
+    ready_job(scheduler, JobKind.SEARCH, study="slow")
+    assert scheduler._next(a) is others[0]

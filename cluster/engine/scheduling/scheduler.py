@@ -37,7 +37,7 @@ import math
 import queue
 import statistics
 import time
-from collections import OrderedDict, defaultdict
+from collections import Counter, OrderedDict, defaultdict
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from typing import Any
@@ -420,10 +420,21 @@ class Scheduler:
         priority and value, a study's first search candidate (one run: the search starts seconds
         after each baseline, whatever the study's agents took of its share before: on an H200 a
         program of 3.5 s runs waited 55 s behind its admission run and profile), then a starved
-        study's, then the one of the study that has used least of the shared lanes' time."""
+        study's, then the one of the study that has used least of the shared lanes' time. In the
+        admission lane, the studies take turns by the admissions they have had, and a study's
+        turn goes to its most valuable variant (``Job.value``: the level of its change)."""
         heap = self.ready[(device_type, lane)]
-        if lane is not Lane.SEARCH or len(heap) == 1:
+        if lane not in (Lane.SEARCH, Lane.ADMIT) or len(heap) == 1:
             return heap[0]
+        if lane is Lane.ADMIT:
+            top = heap[0][0][0]
+            queued = Counter(entry[1].study for entry in heap)
+
+            def had(study: str) -> int:
+                return self.turns[(device_type, Lane.ADMIT, study)] - queued[study]
+
+            return min((entry for entry in heap if entry[0][0] == top),
+                       key=lambda entry: (had(entry[1].study), -entry[1].value, entry[0]))
         first = heap[0][0][:2]
         counts = {study: n for (kind, lane, study), n in self.turns.items()
                   if kind == device_type and lane is Lane.SEARCH}

@@ -178,8 +178,9 @@ class SearchClosed(RuntimeError):
     """A variant's verification was not run: its study's search had closed (its time was up)."""
 
 
-# The admission lane's order (``Job.value``): a change of the program's structure first, a hint last.
-# A short budget admits a few variants of each study (configs/suite at 240 s on an H200: two of
+# A study's turn in the admission lane goes to its variant of the highest level (``Job.value``;
+# the studies still take turns): a change of the program's structure first, a hint last. A short
+# budget admits a few variants of each study (configs/suite at 240 s on an H200: two of
 # multikernel's, both `#pragma unroll`, and its streams never ran); the higher a change's level,
 # the more of the program's work it can change.
 ADMIT_ORDER = {Level.APPLICATION: 3.0, Level.KERNEL: 2.0, Level.COMPILER_HINT: 1.0, Level.COMPILER_OPTION: 0.0}

@@ -487,3 +487,21 @@ def test_a_studys_first_search_candidate_goes_first_whatever_its_agents_used():
     scheduler.searched.add("slow")
     ready_job(scheduler, JobKind.SEARCH, study="slow")
     assert scheduler._next(a) is others[0]
+
+
+def test_the_admission_lane_takes_turns_by_study_and_a_studys_turn_by_its_variants_level():
+    """On an H200 (configs/suite, 240 s) multikernel's two `#pragma unroll` admissions ran while its
+    streams waited until the search closed. The studies still take turns; a study's turn goes to its
+    variant of the highest level (its job's value)."""
+    a = device("A").device_type
+    scheduler = Scheduler([FakeActor()], [device("A")], per_worker=1, cpu_slots=4)
+    hint = ready_job(scheduler, JobKind.VERIFY, study="multi", value=1.0)
+    other = ready_job(scheduler, JobKind.VERIFY, study="other", value=1.0)
+    kernel = ready_job(scheduler, JobKind.VERIFY, study="multi", value=2.0)
+    streams = ready_job(scheduler, JobKind.VERIFY, study="multi", value=3.0)
+    order = []
+    for _ in range(4):
+        job = scheduler._next(a)
+        scheduler._take(a, job)
+        order.append(job)
+    assert order == [streams, other, kernel, hint]  # by value alone, other's hint would wait for all three

@@ -184,8 +184,13 @@ def report(run: Path) -> dict:
             "winner_source": "variant" if winner is not None and winner.is_variant else "flags/params"})
     kinds = jobs.groupby("kind")["service_s"].sum().round(1).to_dict() if len(jobs) else {}
     stacks = meta.get("stacks")
+    searched = jobs[jobs["kind"] == "search"]["started_at"].dropna() if len(jobs) else []
+    done = jobs["finished_at"].dropna() if len(jobs) else []
     return {"run": run.name, "budget_s": meta.get("budget_s"), "wall_s": round(ended - started, 1),
             "exit": meta.get("exit"), "busy": busy(jobs, started, ended) if len(jobs) else {},
+            # where the plan's reserve went: the search's last start and the last job's end
+            "search_closed_s": round(searched.max().timestamp() - started, 1) if len(searched) else None,
+            "last_job_s": round(done.max().timestamp() - started, 1) if len(done) else None,
             "worker_s_by_kind": kinds, "studies": studies,
             "driver_s": driver_time(Path(stacks)) if stacks and Path(stacks).is_dir() else None}
 
@@ -244,6 +249,9 @@ def pair(off: dict, on: dict) -> str:
         lines.append(f"search candidates on (with the variants' admission runs) over off's, per program: "
                      f"{min(shares):.2f} at the least ({half} of {len(shares)} at half or more)")
     for name, side in (("off", off), ("on", on)):
+        if side.get("search_closed_s") is not None and side.get("last_job_s") is not None:
+            lines.append(f"agents {name}: the search's last start at {side['search_closed_s']:.0f} s, the last "
+                         f"job's end at {side['last_job_s']:.0f} s, of a budget of {side['budget_s']:.0f} s")
         kinds = side["worker_s_by_kind"]
         total = sum(kinds.values()) or 1.0
         lines.append(f"worker seconds by kind, agents {name}: " + ", ".join(

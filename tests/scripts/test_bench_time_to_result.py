@@ -33,8 +33,10 @@ def test_the_pair_compares_each_programs_winners_and_searches_agents_off_and_on(
                 "studies": [{"target": t, "winner": w, "search": n, "verify": 0}
                             for t, w, n in zip(("a", "b"), winners, searches, strict=True)]}
 
-    text = pair(side("off", (2.0, 1.0), (24, 10), {"search": 90.0}),
+    text = pair(side("off", (2.0, 1.0), (24, 10), {"search": 90.0}) | {"search_closed_s": 177.2, "last_job_s": 250.4},
                 side("on", (1.0, 4.0), (12, 3), {"search": 60.0, "sanitize": 20.0}))
+    assert "agents off: the search's last start at 177 s, the last job's end at 250 s, of a budget of 300 s" in text
+    assert "agents on: the search's last start" not in text  # a run that does not say
     assert "| a | 2.00x | 1.00x | 0.500 | 24 | 12 | 0 |" in text
     assert "| b | 1.00x | 4.00x | 4.000 | 10 | 3 | 0 |" in text
     assert "on/off >= 0.98: 1 of 2" in text and "off 1.414x, on 2.000x" in text

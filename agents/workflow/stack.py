@@ -5,9 +5,9 @@ engineer applies them one after the other.
         order: kernel-level changes, then hints, then the application's ─► one Proposal whose
         search params are theirs together ─► verified like any other (step 4)
 
-A change that does not merge cleanly with those before it (it edits the same or an adjacent line)
-is left out, with the reason. The sweep measures the stack beside each change alone, so a stack
-that is slower than its best part is simply not selected.
+A change that does not merge cleanly with those before it (it edits the same line, or inserts
+beside one another changes) is left out, with the reason. The sweep measures the stack beside each
+change alone, so a stack that is slower than its best part is simply not selected.
 """
 
 from __future__ import annotations
@@ -44,7 +44,7 @@ class Stack:
 
 def merge3(base: str, ours: str, theirs: str) -> str | None:
     """``ours`` and ``theirs``, two edits of ``base``, in one text; None where they touch the same
-    or adjacent lines of ``base`` differently (git's rule for a conflict, by lines). Two insertions
+    lines of ``base`` differently, or one inserts beside a line the other changes. Two insertions
     at the same place, and nothing else there, are both kept, ours first: declarations put before
     the same kernel (the verifier's build says whether they go together)."""
     lines = base.splitlines(keepends=True)
@@ -54,10 +54,17 @@ def merge3(base: str, ours: str, theirs: str) -> str | None:
         return [(i1, i2, other[j1:j2]) for tag, i1, i2, j1, j2
                 in SequenceMatcher(None, lines, other, autojunk=False).get_opcodes() if tag != "equal"]
 
+    def touch(a: tuple[int, int, list[str]], b: tuple[int, int, list[str]]) -> bool:
+        """Whether two hunks touch: they overlap, or one inserts beside the other. Two that replace
+        lines next to each other do not (a kernel's signature and the shared array declared below it:
+        the merged variant is built and verified as any other)."""
+        replaced = a[0] < a[1] and b[0] < b[1]
+        return a[0] < b[1] and b[0] < a[1] if replaced else a[0] <= b[1] and b[0] <= a[1]
+
     mine, yours = hunks(ours), hunks(theirs)
     kept = list(mine)
     for start, end, new in yours:
-        clash = [h for h in mine if h[0] <= end and start <= h[1]]
+        clash = [h for h in mine if touch(h, (start, end, new))]
         if clash == [(start, end, new)]:
             continue  # the same change twice
         if len(clash) == 1 and clash[0][:2] == (start, start) and start == end:  # both insert here, nothing else

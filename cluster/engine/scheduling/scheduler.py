@@ -440,8 +440,10 @@ class Scheduler:
                   if kind == device_type and lane is Lane.SEARCH}
         used = self.used()
         first_served = starved(counts, used)
+        running = {job.study for job, _ in self.running_jobs() if job.kind is JobKind.SEARCH}
+        waiting = set(self.first_search) - running  # a study's first search candidate, not its look-ahead
         return min((entry for entry in heap if entry[0][:2] == first),
-                   key=lambda entry: (entry[1].study not in self.first_search, entry[1].study not in first_served,
+                   key=lambda entry: (entry[1].study not in waiting, entry[1].study not in first_served,
                                       used[entry[1].study], entry[0]))
 
     def _take(self, device_type: str, job: Job) -> None:

@@ -481,8 +481,14 @@ def test_a_studys_first_search_candidate_goes_first_whatever_its_agents_used():
     scheduler.spent["slow"] = 60.0  # its admission runs and the profile
     first = ready_job(scheduler, JobKind.SEARCH, study="slow")
     scheduler.first_search["slow"] = (a, time.time())  # what submit records of a study's first search job
+    second = ready_job(scheduler, JobKind.SEARCH, study="slow")
     assert scheduler._next(a) is first
     scheduler._take(a, first)
+    first.worker, first.dispatched_at = 0, time.time()
+    scheduler.on_worker[0] = [first]  # its first running: its look-ahead waits its turn
+    assert scheduler._next(a) is others[0]
+    scheduler.on_worker[0] = []
+    scheduler._take(a, second)
     scheduler.first_search.pop("slow")  # measured: time decides again
     scheduler.searched.add("slow")
     ready_job(scheduler, JobKind.SEARCH, study="slow")

@@ -312,11 +312,13 @@ def feed_search(flows: Sequence[Flow], scheduler: Scheduler) -> None:
         # Once a feed: the time used moves little while it asks.
         used = scheduler.used()
         cost = {f.name: scheduler.search_cost(f.name, device_type) for f in group}
-        first = starved({f.name: f.state.n_search + f.search_in_flight for f in group}, used)
+        def asked(f: StudyFlow) -> int:
+            return f.state.n_search + f.search_in_flight
+
+        first = starved({f.name: asked(f) for f in group}, used)
         misses: dict[str, int] = defaultdict(int)
         while room > 0 and group:
-            flow = min(group, key=lambda f: (f.state.n_search + f.search_in_flight > 0,
-                                             f.state.n_search + f.search_in_flight >= first.get(f.name, 0.0),
+            flow = min(group, key=lambda f: (asked(f) > 0, asked(f) >= first.get(f.name, 0.0),
                                              used[f.name] + f.search_in_flight * cost[f.name], f.state.n_search))
             if flow.ask():
                 room -= 1

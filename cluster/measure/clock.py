@@ -63,8 +63,26 @@ def seconds_per_unit(metric: MetricSpec) -> float | None:
     return SECONDS.get(metric.unit) if metric.goal == "minimize" else None
 
 
+def at_count(candidate: Clock, baseline: Clock) -> Clock:
+    """The baseline as if its runs had stopped at the candidate's count of samples, where the
+    candidate printed fewer (a search candidate capped at ``measure.search_samples`` against a
+    baseline that sampled to its stopping rule): its claim and its wall less the time of the
+    samples it made beyond the count. Else the baseline itself. Only ever fewer: the count is the
+    program's word, and printing fewer samples than it ran only takes time off the baseline's side
+    of a liar's comparison (a run's extra samples still take their time on its wall); scaling up
+    on a printed count would hand a liar the baseline's time of samples it never made. On an H200
+    an honest 3.3x capped at 100 samples was compared with a baseline's 178: a claim of 416 ms,
+    of which 220 ms were the counts' difference."""
+    if not (candidate.samples and baseline.samples) or candidate.samples >= baseline.samples:
+        return baseline
+    dropped = baseline.claimed_s * (1.0 - candidate.samples / baseline.samples)
+    return dataclasses.replace(baseline, claimed_s=baseline.claimed_s - dropped, wall_s=baseline.wall_s - dropped,
+                               samples=candidate.samples)
+
+
 def clock_problem(candidate: Clock, baseline: Clock) -> str | None:
     """Why warpfleet's clock does not bear out the candidate's claimed time, or None."""
+    baseline = at_count(candidate, baseline)
     claimed = baseline.claimed_s - candidate.claimed_s
     floor = max(FLOOR_S, baseline.wall_spread_s, UNTIMED_SHARE * max(0.0, baseline.wall_s - baseline.claimed_s))
     seen = baseline.wall_s - candidate.wall_s
@@ -198,6 +216,7 @@ def unjudged(candidate: Clock, baseline: Clock) -> bool:
     (``FLOOR_S``) could judge, its saving or what remains (``REST``), but the baseline's noise or
     untimed time (a first run's warm-up, a loaded node) hid. The finals judge such a claim on runs
     in turn with the baseline."""
+    baseline = at_count(candidate, baseline)
     claimed = baseline.claimed_s - candidate.claimed_s
     seen = baseline.wall_s - candidate.wall_s
     return FRACTION * claimed > FLOOR_S and clock_problem(candidate, baseline) is None and (

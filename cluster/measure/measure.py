@@ -310,7 +310,7 @@ def measure_candidate(
                             f"{2 * PAIRS[0] + 2} runs in turn would take about {cost * (PAIRS[0] + 1):.0f} s, "
                             f"more than the {judge_s:.0f} s one job may take now")
             again, seconds = beside(staged, runner, baseline(), reference, first_seed=first_seed,
-                                    bound_s=judge_s, pair_s=cost)
+                                    bound_s=judge_s, pair_s=cost, max_samples=_common_count(measured, reference))
             run_s += seconds
             problem = again and f"{problem}; judged again beside the baseline: {again}"
         if problem:
@@ -331,6 +331,19 @@ def _cached(medians: list[float], goal: str) -> str | None:
             f"faster than the first: results kept across runs")
 
 
+def _common_count(measured: Clock | None, reference: Reference) -> int | None:
+    """The samples both sides of runs in turn stop at: the fewer of the two sides' counts so far,
+    where they differ (None: each its own rule). A harness that samples for a fixed time makes its
+    samples add up to the same time on both sides whatever their speed, so that the pairs compared
+    claims of nothing and the faster side's extra samples on the wall (on an H200, an honest 3.3x
+    made 3.3 times the baseline's samples, 26 ms more a run, and was failed)."""
+    counts = (measured.samples if measured is not None else None,
+              reference.clock.samples if reference.clock is not None else None)
+    if None in counts or counts[0] == counts[1]:
+        return None
+    return max(1, int(min(counts)))
+
+
 def _pair_cost(reference: Reference, walls: list[float]) -> float:
     """A pair of runs in turn, estimated: the baseline's run (its clock) and the candidate's (its
     runs so far)."""
@@ -340,13 +353,14 @@ def _pair_cost(reference: Reference, walls: list[float]) -> float:
 
 def beside(staged: Staged, runner: Runner, baseline: Baseline, reference: Reference,
            rounds: tuple[int, ...] = PAIRS, first_seed: int = 0, bound_s: float | None = None,
-           pair_s: float = 0.0) -> tuple[str | None, float]:
+           pair_s: float = 0.0, max_samples: int | None = None) -> tuple[str | None, float]:
     """Runs of the baseline and the candidate in turn (baseline, candidate, baseline, ...) on the
     same seeds, both under the load of the moment, and the candidate's claim judged on them
     (``clock.paired_problem``): ``rounds[0]`` pairs, then each next round's more while it fails;
     and the seconds the runs took. A run that fails or gives no valid metric ends it with the
     claim unsupported. ``bound_s``: a next round that would take the runs past it (at the pairs'
-    time so far; ``pair_s`` before the first) is not begun, and the claim stays unsupported."""
+    time so far; ``pair_s`` before the first) is not begun, and the claim stays unsupported.
+    ``max_samples``: both sides' runs capped there (``Invocation.max_samples``), the same count each."""
     metric = staged.target.spec.metric
     unit = seconds_per_unit(metric) or 0.0
     claims: tuple[list[float], list[float]] = ([], [])
@@ -358,8 +372,8 @@ def beside(staged: Staged, runner: Runner, baseline: Baseline, reference: Refere
         # folder that holds both directories), nor for its own next run.
         staged.reset()
         for which in (base, staged):  # a warm-up each, left out: a first run's costs are not the program's claim
-            seconds += which.run(Invocation(seed=first_seed % len(reference.runs) if reference.runs else first_seed)
-                                 ).seconds
+            seconds += which.run(Invocation(seed=first_seed % len(reference.runs) if reference.runs else first_seed,
+                                            max_samples=max_samples)).seconds
             which.reset()
         done_pairs = 0
         for pairs in rounds:
@@ -372,7 +386,7 @@ def beside(staged: Staged, runner: Runner, baseline: Baseline, reference: Refere
             for index in itertools.islice(indices, pairs):
                 seed = index % len(reference.runs) if reference.runs else index
                 for side, which in enumerate((base, staged)):
-                    result = which.run(Invocation(seed=seed))
+                    result = which.run(Invocation(seed=seed, max_samples=max_samples))
                     which.reset()
                     seconds += result.seconds
                     found = parse_samples(result.stdout, metric) if result.ok and not result.timed_out else []

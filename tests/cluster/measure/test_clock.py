@@ -5,6 +5,7 @@ candidate, and one whose timed region is a small part of its run, still pass (an
 
 from __future__ import annotations
 
+import dataclasses
 import textwrap
 from pathlib import Path
 
@@ -268,3 +269,98 @@ def test_a_lying_metric_never_wins_a_sweep_and_an_honest_one_does(tmp_path):
     assert best.params["MODE"] == 1 and 3.0 < best.speedup < 5.0, best  # 250 ms a sample against 62.5
     exported = CliRunner().invoke(main, ["export", str(run), "--format", "json"])
     assert exported.exit_code == 0 and '"MODE": 1' in exported.output, exported.output
+
+
+def test_a_capped_candidate_is_compared_with_the_baselines_time_of_as_many_samples():
+    """A search candidate capped at 100 samples against a baseline that sampled to its rule (178 of
+    2.82 ms, 400 ms of context, inputs and check around them): the counts' difference is no saving.
+    An honest 3.3x still passes; a liar that prints a microsecond a sample at the baseline's real
+    speed, which the uncounted comparison passed (its cap alone saves 220 ms of wall), fails."""
+    from cluster.measure.clock import at_count
+
+    baseline = Clock(claimed_s=178 * 0.00282, wall_s=0.400 + 178 * 0.00282, samples=178)
+    honest = Clock(claimed_s=100 * 0.000857, wall_s=0.400 + 100 * 0.000857, samples=100)
+    liar = Clock(claimed_s=100 * 1e-6, wall_s=0.400 + 100 * 0.00282, samples=100)
+    assert clock_problem(honest, baseline) is None
+    assert clock_problem(liar, dataclasses.replace(baseline, samples=None)) is None  # the hole, counts unknown
+    assert clock_problem(liar, baseline) is not None
+    assert at_count(honest, baseline).claimed_s == pytest.approx(0.282)
+    # Never scaled up on a printed count: a liar printing 1000 samples does not borrow the baseline's
+    # time of 822 samples it never made.
+    assert at_count(dataclasses.replace(liar, samples=1000), baseline) is baseline
+
+
+# A harness that samples for a fixed time (the CUDA harness's min_time_s), capped by
+# WARPFLEET_MAX_SAMPLES: MODE 0 sleeps 40 ms a sample, MODE 1 (honest, 4x) 10 ms; each sample is
+# followed by 15 ms of untimed work (a cache flush, an event's wait, a printed line).
+FIXED_TIME = textwrap.dedent(r"""
+    #include <stdio.h>
+    #include <stdlib.h>
+    #include <time.h>
+    static void work(double ms) {
+        struct timespec d = {0, (long)(ms * 1e6)};
+        nanosleep(&d, 0);
+    }
+    static double now_ms(void) {
+        struct timespec t;
+        clock_gettime(CLOCK_MONOTONIC, &t);
+        return t.tv_sec * 1e3 + t.tv_nsec / 1e6;
+    }
+    int main(void) {
+        const char* cap = getenv("WARPFLEET_MAX_SAMPLES");
+        int most = cap && *cap ? atoi(cap) : 1000;
+        double total = 0;
+        for (int i = 0; i < most && total < 80.0; i++) {
+            double start = now_ms();
+            work(MODE == 1 ? 10.0 : 40.0);
+            double took = now_ms() - start;
+            total += took;
+            printf("@warpfleet time_ms=%.4f\n", took);
+            work(15.0);
+        }
+        FILE* f = fopen("out.bin", "wb");
+        float v[2] = {1.0f, 2.0f};
+        fwrite(v, sizeof v, 1, f);
+        fclose(f);
+        return 0;
+    }
+""")
+
+
+def test_runs_in_turn_stop_both_sides_at_a_common_count_of_samples(tmp_path):
+    """Runs in turn of a harness that samples for a fixed time: uncapped, both sides' samples add
+    up to 80 ms and the faster side pays its extra samples' untimed work on the wall (on an H200 an
+    honest 3.3x made 3.3 times the baseline's samples, 26 ms more a run, and was failed); capped at
+    the fewer side's count, the claim is the real one and shows. A candidate capped at 3 samples
+    (the search's cap) whose claim a stale clock does not bear out is judged again that way, and
+    passes."""
+    from cluster.measure.measure import beside
+
+    folder = tmp_path / "t"
+    folder.mkdir()
+    (folder / "fixed.c").write_text(FIXED_TIME)
+    (folder / "space.yaml").write_text("name: one\ntoolchain: cc\nflags: {opt_level: ['-O1']}\n")
+    (folder / "target.yaml").write_text(yaml.safe_dump({
+        "name": "fixed", "toolchain": "cc", "sources": ["fixed.c"], "space": "space.yaml",
+        "run": ["{binary}"], "verify": {"outputs": ["out.bin"]}, "params": {"MODE": [0, 1]},
+        "timeouts": {"build": 60, "run": 30}}))
+    target = load_target(folder / "target.yaml")
+    runner = ProcessRunner()
+    base_candidate, base_artifact = _build(target, 0)
+    candidate, artifact = _build(target, 1)
+    base = measure_candidate(target, base_candidate, base_artifact, cpu_device("w"), None, 1, runner)
+    assert base.status is Status.OK and base.clock.samples == 2, base.error_tail
+
+    def baseline() -> Baseline:
+        return Baseline(target, base_candidate, base_artifact.binary)
+
+    reference = Reference(base.outputs, base.clock)
+    with runner.stage(target, dict(candidate.params), "host", artifact.binary) as staged:
+        uncapped, _ = beside(staged, runner, baseline(), reference, rounds=(3,))
+        capped, _ = beside(staged, runner, baseline(), reference, rounds=(3,), max_samples=2)
+    assert uncapped is not None and "its metric is not what its runs took" in uncapped
+    assert capped is None
+    stale = Reference(base.outputs, dataclasses.replace(base.clock, wall_s=0.020))
+    judged = measure_candidate(target, candidate, artifact, cpu_device("w"), stale, 1, runner, max_samples=3,
+                               baseline=baseline)
+    assert judged.status is Status.OK and "beside" not in judged.error_tail, judged.error_tail

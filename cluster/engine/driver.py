@@ -27,7 +27,7 @@ from cluster.engine.agent_stage import AgentStage
 from cluster.engine.flow import REVIEW_SCHEMA, Flow, Stage, StudyFlow
 from cluster.engine.plan.budget import TimePlan
 from cluster.engine.progress import SweepProgress
-from cluster.engine.scheduling.jobs import Job, JobKind, JobResult
+from cluster.engine.scheduling.jobs import Job, JobKind, JobResult, Lane
 from cluster.engine.scheduling.scheduler import Scheduler, starved
 from cluster.engine.scheduling.workers import KeptFleet, start_fleet, stop_fleet
 from cluster.engine.study.context import SweepContext
@@ -294,8 +294,8 @@ def feed_search(flows: Sequence[Flow], scheduler: Scheduler) -> None:
     (enough compiled ahead that no worker waits for a compile), each free slot to the study served
     least so far: the least of the shared lanes' time used (``Scheduler.used``: search, admissions
     and checks), its candidates in flight counted at its search jobs' average, then the fewest
-    measured; but first a study whose count is under half the median study's while its time is at most
-    twice the others' mean (``starved``), and before it a study that has asked for none yet (its
+    measured; but first a study whose count is under half the median study's while its search's time
+    is at most twice the others' mean (``starved``), and before it a study that has asked for none yet (its
     first candidate, whatever its agents took of its share). So every
     study of a type has an equal share of its workers' time, and what a study's agents cost comes
     out of its own, short of starving its search: on an H200 (300 s, eight public programs) a program the
@@ -315,7 +315,7 @@ def feed_search(flows: Sequence[Flow], scheduler: Scheduler) -> None:
         def asked(f: StudyFlow) -> int:
             return f.state.n_search + f.search_in_flight
 
-        first = starved({f.name: asked(f) for f in group}, used)
+        first = starved({f.name: asked(f) for f in group}, scheduler.used(Lane.SEARCH))
         misses: dict[str, int] = defaultdict(int)
         while room > 0 and group:
             flow = min(group, key=lambda f: (asked(f) > 0, asked(f) >= first.get(f.name, 0.0),

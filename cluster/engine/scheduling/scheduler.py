@@ -18,8 +18,8 @@ study's count of jobs in that lane. The search lane's turns go by time instead: 
 the study's whose share of the shared lanes' time so far (search, admissions and checks, finished
 and running: ``used``) is least, so that what a study's agents cost comes out of its own share; a
 study with nothing for the agents to do searches as it would with them off. Except that a study
-whose search count is under ``STARVED`` of the median study's of its type goes first while its time
-is at most ``STARVED_TIME`` times the others' mean (``starved``):
+whose search count is under ``STARVED`` of the median study's of its type goes first while its search's
+time is at most ``STARVED_TIME`` times the others' mean (``starved``):
 on an H200 (300 s, eight public programs, agents on) time alone left pb_3mm, whose admissions and
 checks had spent its share, 2 search candidates where the others had 9-17.
 
@@ -54,7 +54,7 @@ FIRST_SEARCH_HOLD_S = 60.0  # at most this long the check lane waits for a study
 BUILD_CACHE = 512  # builds whose binaries stay in the object store for later jobs (finals, profiles)
 EMA = 0.2  # weight of the newest compile or run time in the look-ahead's estimates
 STARVED = 0.5  # a study's search count under this share of the median study's goes first ...
-STARVED_TIME = 2.0  # ... while its time in the shared lanes is at most this many times the others' mean
+STARVED_TIME = 2.0  # ... while its search's time is at most this many times the others' mean
 LOOKAHEAD_SPARE = 1.25  # compiles in flight beyond what the workers finish during one, for its spread
 
 
@@ -96,6 +96,7 @@ class Scheduler:
         self.weight = dict(weights or WEIGHT)
         self.turns: dict[tuple[str, Lane, str], int] = defaultdict(int)
         self.spent: dict[str, float] = defaultdict(float)  # per study, its finished jobs' time in the shared lanes
+        self.search_spent: dict[str, float] = defaultdict(float)  # ... and of that, its search jobs' alone
         self.search_s: dict[str, float] = {}  # per study, the running average of its search jobs' time
         # Studies whose first search job is submitted and not yet done: (device type, when submitted).
         # The check lane waits for them (FIRST_SEARCH_HOLD_S at most): a long check (Nsight Compute on
@@ -290,6 +291,8 @@ class Scheduler:
         if job.lane in self.weight:
             self.vtime[(job.device_type, job.lane)] += job.service_s / self.weight[job.lane]
             self.spent[job.study] += job.service_s
+            if job.lane is Lane.SEARCH:
+                self.search_spent[job.study] += job.service_s
         if job in self.on_worker[job.worker]:
             self.on_worker[job.worker].remove(job)
         self.last_done[job.worker] = now
@@ -439,7 +442,7 @@ class Scheduler:
         counts = {study: n for (kind, lane, study), n in self.turns.items()
                   if kind == device_type and lane is Lane.SEARCH}
         used = self.used()
-        first_served = starved(counts, used)
+        first_served = starved(counts, self.used(Lane.SEARCH))
         running = {job.study for job, _ in self.running_jobs() if job.kind is JobKind.SEARCH}
         waiting = set(self.first_search) - running  # a study's first search candidate, not its look-ahead
         return min((entry for entry in heap if entry[0][:2] == first),
@@ -454,12 +457,13 @@ class Scheduler:
             heap[:] = [entry for entry in heap if entry[1] is not job]
             heapq.heapify(heap)
 
-    def used(self) -> defaultdict[str, float]:
-        """Each study's worker seconds in the shared lanes (search, admissions, checks): its finished
-        jobs' and, for the time they have run so far, its running ones' (0 for a study with none)."""
-        used = defaultdict(float, self.spent)
+    def used(self, lane: Lane | None = None) -> defaultdict[str, float]:
+        """Each study's worker seconds in the shared lanes (search, admissions, checks), or in the
+        ``lane`` (the search's) alone: its finished jobs' and, for the time they have run so far,
+        its running ones' (0 for a study with none)."""
+        used = defaultdict(float, self.spent if lane is None else self.search_spent)
         for job, seconds in self.running_jobs():
-            if job.lane in self.weight:
+            if job.lane in self.weight and lane in (None, job.lane):
                 used[job.study] += seconds
         return used
 
@@ -577,11 +581,14 @@ def raised(exc: RayError) -> str:
 
 def starved(counts: dict[str, float], used: dict[str, float]) -> dict[str, float]:
     """The studies of a device type whose search is starved, each with the count it goes first
-    until (``counts``: each study's search count, ``used``: its time in the shared lanes): a count
-    under ``STARVED`` of the median study's, while its time is at most ``STARVED_TIME`` times the
+    until (``counts``: each study's search count, ``used``: its search jobs' time): a count under
+    ``STARVED`` of the median study's, while its search's time is at most ``STARVED_TIME`` times the
     others' mean. They go before the studies that have used less time: so neither its agents' costs
     nor its slow runs leave a study a search of one or two, and a study of very slow runs (a minute
-    a run) still takes no more than a few shares."""
+    a run) still takes no more than a few shares. The search's time alone: on an H200 (600 s,
+    sixteen programs, agents on) softmax_rows' three compute-sanitizer runs of one variant (48 s)
+    put its time in the shared lanes past twice the others' mean, and it searched 1 candidate to
+    the others' 8-41 (23 with the agents off)."""
     if len(counts) < 2:
         return {}
     floor = STARVED * statistics.median(counts.values())

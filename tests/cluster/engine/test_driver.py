@@ -320,7 +320,7 @@ def test_the_search_is_fed_past_proposals_of_points_measured_already():
         def in_flight(self, device_type: str, kind) -> int:
             return sum(f.search_in_flight for f in flows)
 
-        def used(self) -> dict[str, float]:
+        def used(self, lane=None) -> dict[str, float]:
             return {f.name: spent.get(f.name, 0.0) for f in flows}
 
         def search_cost(self, study: str, device_type: str) -> float:
@@ -369,7 +369,7 @@ def test_the_search_goes_to_the_study_that_has_used_least_of_the_workers_time():
         def in_flight(self, device_type: str, kind) -> int:
             return sum(f.search_in_flight for f in flows)
 
-        def used(self) -> dict[str, float]:
+        def used(self, lane=None) -> dict[str, float]:
             return {"checked": 26.0, "plain": 10.0}
 
         def search_cost(self, study: str, device_type: str) -> float:
@@ -385,7 +385,7 @@ def test_the_search_goes_to_the_study_that_has_used_least_of_the_workers_time():
     # A study under half the median study's count goes first, while its time is at most twice the
     # others' mean: time alone left an H200's pb_3mm, whose agents' admissions and checks had spent
     # its share, 2 candidates where the others had 9-17.
-    Scheduler.used = lambda self: {"checked": 26.0, "plain": 15.0}
+    Scheduler.used = lambda self, lane=None: {"checked": 26.0, "plain": 15.0}
     checked.state.n_search, plain.state.n_search = 1, 20
     feed_search(flows, Scheduler(16))  # 5 slots; counts 3 and 29, median 16: checked is under 8
     assert checked.search_in_flight == 7 and plain.search_in_flight == 9
@@ -393,7 +393,7 @@ def test_the_search_goes_to_the_study_that_has_used_least_of_the_workers_time():
     # first candidate, which goes first whatever its agents took (the search starts at once).
     checked.state.n_search, checked.search_in_flight, plain.search_in_flight = 0, 0, 0
     spent = {"checked": 60.0, "plain": 10.0}
-    Scheduler.used = lambda self: spent
+    Scheduler.used = lambda self, lane=None: spent
     feed_search(flows, Scheduler(3))  # the other's 10 s: checked's 60 is over 20, time decides
     assert checked.search_in_flight == 1 and plain.search_in_flight == 2
     checked.state.n_search, checked.search_in_flight, plain.search_in_flight = 1, 0, 0
@@ -405,3 +405,10 @@ def test_the_search_goes_to_the_study_that_has_used_least_of_the_workers_time():
     checked.search_in_flight, spent["checked"] = 0, 21.0
     feed_search(flows, Scheduler(3))
     assert checked.search_in_flight == 0 and plain.search_in_flight == 3
+    # Its search's time decides whether it is starved, not its checks': 60 s of sanitizer runs and
+    # 5 s of search (softmax_rows on an H200: 48 s of checks of one variant, 1 search candidate).
+    searched = {"checked": 5.0, "plain": 10.0}
+    Scheduler.used = lambda self, lane=None: spent if lane is None else searched
+    checked.search_in_flight, plain.search_in_flight, spent["checked"] = 0, 0, 60.0
+    feed_search(flows, Scheduler(3))
+    assert checked.search_in_flight == 3 and plain.search_in_flight == 0

@@ -312,11 +312,13 @@ def test_the_search_lane_serves_the_study_that_has_used_least_of_the_shared_lane
     scheduler.turns[(a, Lane.SEARCH, "third")] = 20  # median 3 of (2, 3, 20)... raise the others
     scheduler.turns[(a, Lane.SEARCH, "plain")] = 20
     assert scheduler._next(a) is checked[0]  # 2 < half of 20: starved, and least time anyway
-    scheduler.spent["checked"] = 100.0
-    assert scheduler._next(a) is checked[0]  # starved goes first having used as much as any (the others' mean 50)
-    scheduler.spent["checked"] = 101.0
-    assert scheduler._next(a).study == "third"  # more than twice the others' mean: time decides again
-    scheduler.spent["checked"] = 0.0
+    scheduler.spent["checked"] = 1000.0
+    assert scheduler._next(a) is checked[0]  # its checks' time, however large, does not end it (softmax_rows)
+    scheduler.search_spent.update(checked=100.0, plain=100.0)
+    assert scheduler._next(a) is checked[0]  # starved goes first having searched as long as any (the others' mean 50)
+    scheduler.search_spent["checked"] = 101.0
+    assert scheduler._next(a).study == "third"  # its search more than twice the others' mean: time decides again
+    scheduler.spent["checked"] = scheduler.search_spent["checked"] = 0.0
     scheduler.turns[(a, Lane.SEARCH, "checked")] = 10
     assert scheduler._next(a).study == "checked"  # no longer starved, and least time (tied with third)
     scheduler.spent["checked"] = 1.0

@@ -26,7 +26,12 @@ CONSTANT = "kWfUnrollN"
 FACTORS = (1, 2, 4, 8, 16)
 MAX_FULL_UNROLL = 64  # trip counts up to this are unrolled fully
 
-_PRELUDE = f"#ifndef {MACRO}\n#define {MACRO} 1\n#endif\nconstexpr int {CONSTANT} = {MACRO};\n"
+# Declared once per translation unit however many kernels' loops a stack of variants unrolls: each
+# change puts the prelude above its own kernel, so the first in the file comes before every use (on
+# an H200, fastWalshTransform's stack of five unrolls in two kernels declared it twice: compile_error).
+_DECLARED = f"{MACRO}_DECLARED"
+_PRELUDE = (f"#ifndef {MACRO}\n#define {MACRO} 1\n#endif\n"
+            f"#ifndef {_DECLARED}\n#define {_DECLARED}\nconstexpr int {CONSTANT} = {MACRO};\n#endif\n")
 
 
 class UnrollExpert(Expert):

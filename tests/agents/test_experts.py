@@ -153,7 +153,8 @@ def test_unroll_expert_proposes_a_factor_for_runtime_loops_and_full_unroll_for_c
     assert runtime.search_params == {"WF_UNROLL_N": (1, 2, 4, 8, 16)}
     [(path, text)] = runtime.files
     assert path == "k.cu"
-    assert "#ifndef WF_UNROLL_N\n#define WF_UNROLL_N 1\n#endif\nconstexpr int kWfUnrollN = WF_UNROLL_N;\n" in text
+    assert ("#ifndef WF_UNROLL_N\n#define WF_UNROLL_N 1\n#endif\n#ifndef WF_UNROLL_N_DECLARED\n"
+            "#define WF_UNROLL_N_DECLARED\nconstexpr int kWfUnrollN = WF_UNROLL_N;\n#endif\n") in text
     assert "  #pragma unroll kWfUnrollN\n  for (int c = 0; c < cols; ++c)" in text
     for line in (10, 13):
         assert by_line[line].search_params == {}
@@ -202,3 +203,43 @@ def test_unroll_variant_compiles_and_the_pragma_takes_the_macro(tmp_path: Path) 
         loop = next(loop for loop in analyze(text, defines={"WF_UNROLL_N": factor}).kernel("axpy_rows").loops
                     if loop.variable == "c")
         assert loop.unroll is not None and (loop.unroll.argument, loop.unroll.value) == ("kWfUnrollN", factor)
+
+
+TWO_KERNELS = r"""__global__ void scale(float* y, int n, int reps) {
+  float acc = y[threadIdx.x];
+  for (int r = 0; r < reps; ++r) acc *= 0.5f;
+  y[threadIdx.x] = acc;
+}
+
+__global__ void shift(float* y, int n, int reps) {
+  float acc = y[threadIdx.x];
+  for (int r = 0; r < reps; ++r) acc += 0.5f;
+  y[threadIdx.x] = acc;
+}
+"""
+
+
+@pytest.mark.nvcc
+@needs("nvcc")
+def test_a_stack_of_unrolls_in_two_kernels_declares_the_factor_once_and_builds(tmp_path: Path) -> None:
+    """Each searched unroll puts its factor's declaration above its own kernel; a stack of two, one
+    in each kernel of a file, had it twice and did not compile (fastWalshTransform on an H200)."""
+    from agents.workflow import Level
+    from agents.workflow.stack import Part, stack
+
+    target = _target(tmp_path / "t", TWO_KERNELS)
+    proposals = [p for p in UnrollExpert().propose(AnalysisContext(target, ARCH)) if p.search_params]
+    assert len(proposals) == 2
+    parts = [Part(f"unroll {i}", Level.COMPILER_HINT, p) for i, p in enumerate(proposals)]
+    result = stack({"k.cu": TWO_KERNELS}, parts)
+    assert result is not None and len(result.parts) == 2
+    text = dict(result.proposal.files)["k.cu"]
+    assert text.count("constexpr int kWfUnrollN") == 2 and text.count("#pragma unroll kWfUnrollN") == 2
+    source = tmp_path / "stacked.cu"
+    source.write_text(text)
+    built = subprocess.run(["nvcc", f"-arch={ARCH}", "-c", "-DWF_UNROLL_N=4", str(source), "-o", str(tmp_path / "s.o")],
+                           capture_output=True, text=True, timeout=300)
+    assert built.returncode == 0, built.stderr
+    for kernel in ("scale", "shift"):
+        [loop] = analyze(text, defines={"WF_UNROLL_N": 4}).kernel(kernel).loops
+        assert loop.unroll is not None and loop.unroll.value == 4

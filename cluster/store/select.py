@@ -14,7 +14,9 @@ hide a candidate whose every sample is below the baseline's least), and its medi
 than ``MIN_DIFFERENCE``, because the spread between separate runs of one program (measured on an
 H100: up to 0.9%) is larger than the spread of the samples inside one run, which the test pools.
 The baseline itself takes part, so a sweep that found nothing real selects the baseline. A winner
-whose re-measurements were ``noisy`` (IQR/median above ``measure.max_noise``) is marked so.
+whose re-measurements were ``noisy`` (IQR/median above ``measure.max_noise``) is marked so; where a
+configuration has a quiet re-measurement beside noisy ones (the finals run a noisy final once more),
+the quiet one stands for it.
 """
 
 from __future__ import annotations
@@ -124,11 +126,22 @@ def _eligible(rows: pd.DataFrame, baseline_key: str | None) -> pd.DataFrame:
     failed_final = set(rows.loc[(rows["phase"] == Phase.FINAL.value) & (rows["status"] != Status.OK.value),
                                 "candidate_key"])
     ok = rows[(rows["status"] == Status.OK.value) & ~rows["candidate_key"].isin(failed_final)]
-    reverified = ok[ok["phase"].isin(REVERIFIED)]
+    reverified = _quiet_over_noisy(ok[ok["phase"].isin(REVERIFIED)])
     base = ok[ok["candidate_key"] == baseline_key]
     if baseline_key is not None and not base["phase"].isin(REVERIFIED).any():
         reverified = pd.concat([reverified, base])
     return reverified
+
+
+def _quiet_over_noisy(rows: pd.DataFrame) -> pd.DataFrame:
+    """A configuration's re-measurements without its ``noisy`` ones where it has a quiet one: the
+    finals run a noisy final once more (``cluster.engine.finals``), and a run the host slowed is not
+    the configuration's time."""
+    if "noisy" not in rows or rows.empty:
+        return rows
+    noisy = rows["noisy"].eq(True)
+    quiet = set(rows.loc[~noisy, "candidate_key"])
+    return rows[~(noisy & rows["candidate_key"].isin(quiet))]
 
 
 def select_study(rows: pd.DataFrame, min_difference: float = MIN_DIFFERENCE) -> BestConfig | None:

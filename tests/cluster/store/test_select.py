@@ -136,6 +136,22 @@ def test_a_noisy_winner_is_marked():
     assert not select_best(rows)[0].noisy  # the baseline's noise is not the winner's
 
 
+def test_a_quiet_re_measurement_stands_for_its_configuration_over_a_noisy_one():
+    """cs_sortingNetworks on an H200: its finalist's final runs came 28% slow on the host (noisy), and
+    its 11% win lost to the baseline; the finals run a noisy final once more, and the quiet one
+    decides. A configuration with only noisy re-measurements keeps them, marked."""
+    base = [0.436] * 6
+    rows = pd.DataFrame([_row("base", "final", base, *BASE),
+                         _row("fast", "final", [0.49, 0.48, 0.50, 0.49, 0.48, 0.50], {"fast_math": "x"}, {"BLOCK": 64}),
+                         _row("fast", "final", [0.382] * 6, {"fast_math": "x"}, {"BLOCK": 64})])
+    rows["noisy"] = [False, True, False]
+    [best] = select_best(rows)
+    assert best.candidate_key == "fast" and best.median == pytest.approx(0.382) and not best.noisy
+    rows["noisy"] = [False, True, True]
+    [pooled] = select_best(rows)
+    assert pooled.noisy and pooled.median > 0.382  # both noisy: both count
+
+
 def test_a_noisy_baseline_does_not_hide_a_candidate_below_all_its_samples():
     """Issue 26, seen on the 2-core demo: the baseline's median 0.92 ms with an IQR of 4.1 ms and a
     minimum of 0.70 ms, against a candidate whose 15 samples are all at most 0.32 ms (IQR 0.0018).

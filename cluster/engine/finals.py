@@ -216,11 +216,13 @@ class Finals:
         # poisoned: a target whose registered outputs are not all written on every launch (partial
         # sums) would fail its own. The baseline's final makes the references: it is what is trusted.
         variant = candidate.source_hash in flow.state.variants
+        earlier = flow.stats.get(candidate.key)  # its search's or admission's: a first run in a stage of its own
         flow.submit(flow.jobs.job(JobKind.FINAL, build, runs=self.runs, first_seed=1,
                                    reference=None if extend else flow.state.reference,
                                    label="the baseline" if baseline else "",
                                    args={"poison": variant,
-                                         "cache_check": not baseline and flow.ctx.config.agents.guardrails}))
+                                         "cache_check": not baseline and flow.ctx.config.agents.guardrails,
+                                         "earlier": earlier.median if earlier is not None else None}))
 
     def measured(self, key: str, measurement: Measurement | None, extended: bool) -> None:
         """A final is in; the baseline's that made the finals' references: the others can go."""

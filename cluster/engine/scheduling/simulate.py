@@ -81,7 +81,8 @@ class SimulatedWorker:
     def measure(self, target: Target, candidate: Candidate, binary: bytes | None, reference: Reference | None,
                 runs: int, submitted_at: float, first_seed: int = 0, stop_above: float | None = None,
                 max_samples: int | None = None, telemetry: bool = True, baseline: object = None,
-                poison: bool = False, cache_check: bool = False, judge_s: float | None = None) -> Measurement:
+                poison: bool = False, cache_check: bool = False, judge_s: float | None = None,
+                earlier: float | None = None) -> Measurement:
         started = time.time()
         time.sleep(self.run_s * runs)
         if poison and candidate.source_hash in self.poisoned:  # a launch that leaves its output to an earlier one

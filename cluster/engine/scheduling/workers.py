@@ -79,17 +79,17 @@ class MeasureWorker:
                 reference: Reference | None, runs: int, submitted_at: float, first_seed: int = 0,
                 stop_above: float | None = None, max_samples: int | None = None,
                 telemetry: bool = True, baseline: BaselineBuild | None = None, poison: bool = False,
-                cache_check: bool = False, judge_s: float | None = None) -> Measurement:
+                cache_check: bool = False, judge_s: float | None = None, earlier: float | None = None) -> Measurement:
         """``baseline``: fetched only if the candidate's claimed time needs a fresh baseline clock, its
-        runs beside it within ``judge_s``; ``poison``, ``cache_check``: the finals' cheat checks
-        (``measure_candidate``)."""
+        runs beside it within ``judge_s``; ``poison``, ``cache_check``, ``earlier``: the finals' cheat
+        checks (``measure_candidate``)."""
         queue_s = max(0.0, time.time() - submitted_at)
         artifact = BuildArtifact(candidate.key, Status.OK, binary)
         monitor = Monitor(self.nvml) if self.nvml and telemetry else None  # measure.search_telemetry
         result = measure_candidate(target, candidate, artifact, self.device, reference, runs,
                                    self.runner(candidate.runner), monitor, first_seed, stop_above,
                                    max_samples, baseline.fetch if baseline else None, poison, cache_check,
-                                   judge_s)
+                                   judge_s, earlier)
         return dataclasses.replace(result, queue_s=queue_s)
 
     def sanitize(self, target: Target, candidate: Candidate, binary: bytes | None, tools: tuple[str, ...],

@@ -172,16 +172,18 @@ def test_every_finalists_final_is_watched_for_a_cache_and_a_variants_is_poisoned
                               variants={"variant": object()}, reference="reference"),
         jobs=SimpleNamespace(build=lambda source, key: key,
                              job=lambda kind, build, **fields: {"kind": kind, "build": build, **fields}),
-        submit=jobs.append, ctx=SimpleNamespace(plan=None, config=SimpleNamespace(
+        submit=jobs.append, stats={"flags": SimpleNamespace(median=2.5)},
+        ctx=SimpleNamespace(plan=None, config=SimpleNamespace(
             measure=SimpleNamespace(final_top_k=2, final_runs=RUNS), agents=SimpleNamespace(guardrails=True))))
     finals = Finals(flow, Gate(Trust.PASSED))  # type: ignore[arg-type]
     for c in (base, own, variant):
         finals._submit(c, extend=c is base)
     args = {job["build"]: job["args"] for job in jobs}
     assert {job["kind"] for job in jobs} == {JobKind.FINAL}
-    assert args["base"] == {"poison": False, "cache_check": False}
-    assert args["flags"] == {"poison": False, "cache_check": True}
-    assert args["v1"] == {"poison": True, "cache_check": True}
+    assert args["base"] == {"poison": False, "cache_check": False, "earlier": None}
+    # Its search's median, a first run of its own: a load that slowed its final's first run is no cache.
+    assert args["flags"] == {"poison": False, "cache_check": True, "earlier": 2.5}
+    assert args["v1"] == {"poison": True, "cache_check": True, "earlier": None}
 
 
 def test_a_noisy_final_of_a_finalist_is_run_once_more_where_it_fits():

@@ -133,6 +133,11 @@ def test_a_later_run_far_faster_than_the_first_on_the_same_inputs_is_a_cache():
     assert _cached([100.0, 90.0, 110.0], "minimize") is None  # a cold first run is not a cache
     assert _cached([1.0, 100.0, 90.0], "maximize").startswith("cached_results: ")  # a rate: higher is faster
     assert _cached([5.0], "minimize") is None
+    # Seen on a loaded 2-core machine: an honest finalist's first run 4.5x its second, its search's
+    # (a first run of its own, in a stage of its own) as fast as the later ones: load, not a cache.
+    assert _cached([5.2, 1.16], "minimize", earlier=1.2) is None
+    assert _cached([5.2, 1.16], "minimize", earlier=5.0).startswith("cached_results: ")
+    assert _cached([1.0, 100.0, 90.0], "maximize", earlier=95.0) is None
 
 
 def test_metrics_no_clock_can_measure_are_invalid():

@@ -14,9 +14,9 @@ from agents._base import AnalysisContext, Proposal
 from agents.cuda_source import analyze
 from agents.experts.padding import BANK_CONFLICTS_METRIC, PaddingExpert, find_padding
 from agents.patch import Patched, variant_bundle
-from cluster.compile.build import compile_candidate
 from cluster.config import Target, load_target
 from cluster.core.types import Candidate, Status
+from tests.configs._builds import SUITE_BUILDS, build_once
 from tests.conftest import needs
 
 TRANSPOSE = Path(__file__).resolve().parents[2] / "configs" / "targets" / "transpose"
@@ -86,13 +86,14 @@ def test_the_profile_vetoes_or_confirms() -> None:
 
 @pytest.mark.nvcc
 @needs("nvcc")
+@SUITE_BUILDS  # the padded variant's build is shared with the workflow's test of transpose
 def test_padded_transpose_compiles_with_one_more_column_of_shared_memory(tmp_path: Path) -> None:
     target = load_target(TRANSPOSE / "target.yaml")
     [proposal] = PaddingExpert().propose(context(target))
     padded = dataclasses.replace(target, bundle=variant_bundle(target, Patched(proposal.files, "", 1)))
     candidate = Candidate(target=target.name, toolchain="nvcc", device_type="t", arch=ARCH,
                           source_hash=padded.bundle.hash, flags=(), params=tuple(target.baseline_params.items()))
-    artifact = compile_candidate(padded, candidate, tmp_path)
+    artifact = build_once(padded, candidate, tmp_path)
     assert artifact.status == Status.OK, artifact.error_tail
     [kernel] = [k for k in artifact.kernels if "transpose" in k.kernel]
     assert kernel.shared_bytes == 32 * 33 * 4 == 4224  # the baseline's is 32 * 32 * 4 = 4096

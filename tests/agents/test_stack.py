@@ -16,7 +16,7 @@ from cluster.core.registry import EXPERTS
 from cluster.core.types import Candidate, Phase
 from cluster.engine.verification.verify import LocalVerifier
 from cluster.platform.devices import cpu_device
-from tests.configs._builds import SUITE_BUILDS, compile_once
+from tests.configs._builds import SUITE_BUILDS, build_once, compile_once
 from tests.conftest import REPO, needs
 
 BASE = "".join(f"line {i}\n" for i in range(1, 9))
@@ -74,7 +74,8 @@ def test_regpressures_constant_table_and_unroll_stack_verify_and_build():
     built = compile_once(target, baseline)
     assert built.result.ok, built.result.tail()
     context = AnalysisContext(target, "sm_90", kernels=built.target_kernels)
-    verifier = LocalVerifier(baseline, cpu_device("test"), run=False)
+    # The variants' builds are those of the workflow's test (tests/cluster/engine/test_workflow_suite.py).
+    verifier = LocalVerifier(baseline, cpu_device("test"), run=False, build=build_once)
     outcomes = run_workflow(context, [Steps.of(EXPERTS.load(n)()) for n in ("constant", "unroll")], verifier)
     parts = [Part(f"{o.finding.optimization} {o.finding.location}", o.finding.level, o.proposal)
              for o in outcomes if o.accepted and o.proposal is not None and o.proposal.files]

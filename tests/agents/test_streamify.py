@@ -21,6 +21,7 @@ from cluster.config import Target, load_target
 from cluster.engine.verification.verify import depgraph_verdict, static_verdicts
 from tests.agents.test_depgraph import END, SERIAL
 from tests.agents.test_depgraph import KERNELS as GRAPH_KERNELS
+from tests.configs._builds import SUITE_BUILDS, build_once
 from tests.conftest import needs
 
 ARCH = "sm_90"
@@ -397,14 +398,14 @@ def test_multikernel_gets_the_hand_written_schedule_and_the_verifier_passes_it()
 
 @pytest.mark.nvcc
 @needs("nvcc")
+@SUITE_BUILDS  # the variant's build is shared with the workflow's test of multikernel
 def test_the_streamified_multikernel_builds_for_sm_90() -> None:
     from agents.patch import variant_target
-    from cluster.compile.build import compile_candidate
     from cluster.core.types import Candidate, Phase, Status
 
     target = load_target(MULTIKERNEL / "target.yaml")
     [loop] = [f for f in StreamifyExpert().findings(AnalysisContext(target, ARCH)) if f.applicable]
     variant = variant_target(target, loop.proposal)
     candidate = Candidate(variant.name, "nvcc", "H100", ARCH, variant.bundle.hash, (), (), Phase.VERIFY)
-    artifact = compile_candidate(variant, candidate)
+    artifact = build_once(variant, candidate)
     assert artifact.status is Status.OK, artifact.error_tail

@@ -10,14 +10,17 @@ suites' tests look for (``validate --build`` asks the same of whole builds)."""
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import re
 import subprocess
 import tempfile
 import threading
+from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypeVar
 
 import pytest
 
@@ -28,6 +31,7 @@ from cluster.sandbox.sandbox import ProcessResult, run_command, write_bundle
 from cluster.toolchains import get_toolchain
 
 ARCH = "sm_90"
+T = TypeVar("T")
 
 # The preprocessor's line markers (# 12 "file" 2) name the folder the sources were staged in.
 LINE_MARKER = re.compile(rb'^#(?: \d+| line \d+)(?: "[^"]*")?(?: \d+)*$', re.MULTILINE)
@@ -149,32 +153,58 @@ class Compiled:
 
 
 _COMPILED: dict[tuple[str, tuple[str, ...]], Future[Compiled]] = {}
-_COMPILED_LOCK = threading.Lock()
+_ARTIFACTS: dict[tuple[str, tuple[str, ...]], Future[BuildArtifact]] = {}
+_ONCE_LOCK = threading.Lock()
 _COMPILED_ROOT: list[tempfile.TemporaryDirectory[str]] = []
+
+
+def _inputs(target: Target, candidate: Candidate) -> tuple[str, tuple[str, ...]]:
+    """What a build's result depends on: the sources' hash and the command (its folder left out)."""
+    return target.bundle.hash, tuple(build_command(target, candidate, Path("/build")))
+
+
+def _once(futures: dict[tuple[str, tuple[str, ...]], Future[T]], key: tuple[str, tuple[str, ...]],
+          make: Callable[[], T]) -> T:
+    """``make()`` once a process for ``key``; a second caller waits for the first's result."""
+    with _ONCE_LOCK:
+        future, mine = futures.get(key), False
+        if future is None:
+            future, mine = futures.setdefault(key, Future()), True
+    if mine:
+        try:
+            future.set_result(make())
+        except BaseException as exc:
+            future.set_exception(exc)
+            raise
+    return future.result()
 
 
 def compile_once(target: Target, candidate: Candidate) -> Compiled:
     """``candidate`` of ``target`` built once a process for each of the build's inputs (the sources'
     hash and the command, its folder left out); a second caller waits for the first's build."""
-    key = (target.bundle.hash, tuple(build_command(target, candidate, Path("/build"))))
-    with _COMPILED_LOCK:
-        future, mine = _COMPILED.get(key), False
-        if future is None:
-            future, mine = _COMPILED.setdefault(key, Future()), True
+
+    def make() -> Compiled:
+        with _ONCE_LOCK:
             if not _COMPILED_ROOT:
                 _COMPILED_ROOT.append(tempfile.TemporaryDirectory(prefix="wf-suite-builds-"))
-            workdir = Path(tempfile.mkdtemp(prefix=f"{target.name}-", dir=_COMPILED_ROOT[0].name))
-    if mine:
-        try:
-            write_bundle(target.bundle.files, workdir)
-            argv = build_command(target, candidate, workdir)
-            result = run_command(argv, workdir, timeout=target.spec.timeouts.build)
-            kernels = get_toolchain(target.spec.toolchain).parse_resources(result.stderr + "\n" + result.stdout)
-            future.set_result(Compiled(dict(candidate.params), argv, result, workdir / BINARY_NAME, kernels))
-        except BaseException as exc:
-            future.set_exception(exc)
-            raise
-    return future.result()
+        workdir = Path(tempfile.mkdtemp(prefix=f"{target.name}-", dir=_COMPILED_ROOT[0].name))
+        write_bundle(target.bundle.files, workdir)
+        argv = build_command(target, candidate, workdir)
+        result = run_command(argv, workdir, timeout=target.spec.timeouts.build)
+        kernels = get_toolchain(target.spec.toolchain).parse_resources(result.stderr + "\n" + result.stdout)
+        return Compiled(dict(candidate.params), argv, result, workdir / BINARY_NAME, kernels)
+
+    return _once(_COMPILED, _inputs(target, candidate), make)
+
+
+def build_once(target: Target, candidate: Candidate, scratch_root: Path | None = None) -> BuildArtifact:
+    """``compile_candidate`` once a process for each of the build's inputs, its artifact under
+    ``candidate``'s key: the experts' variants of the suite's targets (transpose's padding,
+    regpressure's constant table, unroll and their stack, multikernel's streams) are built by the
+    workflow's tests (tests/cluster/engine/test_workflow_suite.py, through ``LocalVerifier``'s
+    ``build``) and again by each expert's own test, the same command on the same sources."""
+    artifact = _once(_ARTIFACTS, _inputs(target, candidate), lambda: compile_candidate(target, candidate, scratch_root))
+    return dataclasses.replace(artifact, candidate_key=candidate.key)
 
 
 def compile_params(target: Target, params: dict[str, Scalar] | None = None) -> Compiled:

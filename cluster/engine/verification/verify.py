@@ -233,13 +233,16 @@ class QueueVerifier(Verifier):
 
 class LocalVerifier(Verifier):
     """Builds and (where ``device`` can run it) runs each variant in this process: for tools,
-    tests and machines without a cluster. ``reference`` None: outputs are not compared."""
+    tests and machines without a cluster. ``reference`` None: outputs are not compared. ``build``:
+    how a variant is built (``compile_candidate``'s arguments and result), for a caller that builds
+    the same variants more than once and keeps its builds."""
 
-    def __init__(self, baseline: Candidate, device, reference=None, runs: int = 1, run: bool = True) -> None:
+    def __init__(self, baseline: Candidate, device, reference=None, runs: int = 1, run: bool = True,
+                 build: Callable[[Target, Candidate], BuildArtifact] = compile_candidate) -> None:
         self.baseline, self.device, self.reference, self.runs, self.run = baseline, device, reference, runs, run
+        self.build = build
 
     def verify(self, context: AnalysisContext, plan: Plan, proposal: Proposal) -> Verification:
-        from cluster.compile.build import compile_candidate
         from cluster.measure.measure import measure_candidate
 
         verdicts = static_verdicts(context.target, proposal)
@@ -249,7 +252,7 @@ class LocalVerifier(Verifier):
         params = {**dict(self.baseline.params), **variant.baseline_params}
         candidate = dataclasses.replace(self.baseline, source_hash=variant.bundle.hash, params=tuple(params.items()),
                                         phase=Phase.VERIFY)
-        artifact = compile_candidate(variant, candidate)
+        artifact = self.build(variant, candidate)
         if artifact.status is not Status.OK or not self.run:
             verdicts += run_verdicts(artifact, None)[:1]
             if artifact.status is Status.OK:

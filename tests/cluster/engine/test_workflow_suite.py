@@ -15,7 +15,7 @@ from cluster.core.registry import EXPERTS
 from cluster.core.types import Candidate, Phase
 from cluster.engine.verification.verify import LocalVerifier
 from cluster.platform.devices import cpu_device
-from tests.configs._builds import SUITE_BUILDS, compile_once
+from tests.configs._builds import SUITE_BUILDS, build_once, compile_once
 from tests.conftest import REPO, needs
 
 # One pytest-xdist worker runs the module: suite_workflow's cache is a process's, so that a target's
@@ -31,8 +31,8 @@ def setup(name: str) -> tuple[AnalysisContext, LocalVerifier]:
                          tuple(target.baseline_params.items()), Phase.BASELINE)
     built = compile_once(target, baseline)  # the baseline's build, shared with tests/configs
     assert built.result.ok, built.result.tail()
-    return AnalysisContext(target, ARCH, kernels=built.target_kernels), LocalVerifier(baseline, cpu_device("test"),
-                                                                                       run=False)
+    verifier = LocalVerifier(baseline, cpu_device("test"), run=False, build=build_once)  # variants shared too
+    return AnalysisContext(target, ARCH, kernels=built.target_kernels), verifier
 
 
 @functools.cache

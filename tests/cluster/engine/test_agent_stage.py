@@ -159,10 +159,13 @@ def test_a_variant_that_does_its_work_only_under_the_checks_variable_measures_it
     [cheat] = variants.loc[variants["stage"] == "accepted", "source_hash"]
     rows = read_results(run_dir.path)
 
-    def tricked(samples) -> bool:  # a repetition that did the work, and most others returned at once
-        # The median, not the fastest: one repetition stretched 10x by a loaded machine (4.5 ms among
-        # 0.4 ms ones) is no trick; the trick's repetitions after the first take microseconds.
-        return statistics.median(samples) < max(samples) / 50
+    def tricked(samples) -> bool:  # in most runs, the first repetition did the work and the others returned at once
+        # Run by run (the program's three repetitions a run): one repetition stretched by a loaded
+        # machine is no trick (4.5 ms among 0.4 ms ones; at load 6-7, 91 ms among 0.7 ms ones, which
+        # put a final's median under its maximum's fiftieth); the trick's later repetitions take
+        # microseconds in every run.
+        runs = [samples[i:i + 3] for i in range(0, len(samples), 3)]
+        return sum(statistics.median(run[1:]) < run[0] / 50 for run in runs if len(run) == 3) > len(runs) / 2
 
     search = rows[(rows["phase"] == "search") & (rows["source_hash"] == cheat) & (rows["status"] == "ok")]
     assert search["samples"].map(tricked).any()  # the trick, unwatched

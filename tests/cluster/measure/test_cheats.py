@@ -205,3 +205,27 @@ def test_the_reaper_ends_a_daemon_that_left_its_session():
     assert done.returncode == 0, done.stderr
     found, ended, left = map(int, done.stdout.split())
     assert found >= 1 and ended >= found and left == 0, done.stdout
+
+
+def test_a_lie_on_a_real_saving_against_a_clock_of_heavier_load_is_judged_beside_the_baseline(tmp_path):
+    """Seen on the 2-core machine at load 6-7 (the suite under two spinning processes): sweep_cheats.c's
+    ATTACK 5, a real 2x (2 x 60 ms) printing a thousandth of it, won its finals, `ok`: the baseline's
+    clock was taken under heavier load, its wall saved more than the whole claim, and against what
+    seemed to remain of the baseline's time its claim passed REST. A saving seen beyond the claim says
+    the clock is stale: the finals judge it on runs in turn, where the lie fails and the real 3x passes."""
+    import dataclasses
+
+    target = _target(tmp_path, "sweep_cheats.c", params={"ATTACK": [0, 3, 5], "WARM_MS": [0]})
+    runner = ProcessRunner()
+    base_candidate, base_artifact = _built(target, ATTACK=0, WARM_MS=0)
+
+    def baseline() -> Baseline:
+        return Baseline(target, base_candidate, base_artifact.binary)
+
+    first = measure_candidate(target, base_candidate, base_artifact, cpu_device("w"), None, 3, runner)
+    assert first.status is Status.OK, first.error_tail
+    heavier = Reference(first.outputs, dataclasses.replace(first.clock, wall_s=first.clock.wall_s + 0.5))
+    lie = _measure(target, runner, heavier, runs=3, baseline=baseline, ATTACK=5, WARM_MS=0)
+    honest = _measure(target, runner, heavier, runs=3, baseline=baseline, ATTACK=3, WARM_MS=0)
+    assert lie.status is Status.CLOCK_MISMATCH and "judged again beside the baseline" in lie.error_tail, lie.error_tail
+    assert honest.status is Status.OK, honest.error_tail

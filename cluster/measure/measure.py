@@ -37,10 +37,10 @@ from cluster.measure.clock import (
     PAIRS,
     clock_problem,
     device_problem,
+    judged_in_turn,
     paired_problem,
     sample_floor_s,
     seconds_per_unit,
-    unjudged,
     wall_judges,
 )
 from cluster.measure.telemetry import Monitor
@@ -302,8 +302,8 @@ def measure_candidate(
         # gaps between them, which its timer sees and the busy time does not (on an H200, honest
         # flags saving 44-115 ms of a sorting network's 66 launches a run were failed on the record).
         problem = problem or _clock_problem(measured, reference)
-        if problem is None and _hidden_by_floor(measured, reference, runs):
-            problem = "its claimed saving was under the baseline's clock's noise"
+        if problem is None and _finalists_claim(measured, reference, runs):
+            problem = "a finalist's claim with no device record to judge it"
         if problem and baseline is not None and reference is not None:
             cost = _pair_cost(reference, walls)
             if judge_s is not None and cost * (PAIRS[0] + 1) > judge_s:
@@ -455,13 +455,13 @@ def _device_problem(measured: Clock | None, reference: Reference | None) -> str 
     return device_problem(measured, reference.clock)
 
 
-def _hidden_by_floor(measured: Clock | None, reference: Reference | None, runs: int) -> bool:
-    """A claim the finals (``CONFIRM_RUNS`` runs or more) would make that the wall rule left
-    unjudged for the baseline's noise alone, with no device record to judge it: judged on runs in
-    turn with the baseline (a first run's warm-up or a load that came and went hid lies there)."""
+def _finalists_claim(measured: Clock | None, reference: Reference | None, runs: int) -> bool:
+    """A claim the finals (``CONFIRM_RUNS`` runs or more) would make, with no device record to judge
+    it: judged on runs in turn with the baseline (``clock.judged_in_turn``), not against the study's
+    first clock (a first run's warm-up, a load that came or went since, hid lies there)."""
     if measured is None or reference is None or reference.clock is None or runs < CONFIRM_RUNS:
         return False
-    return measured.device_s is None and unjudged(measured, reference.clock)
+    return measured.device_s is None and judged_in_turn(measured, reference.clock)
 
 
 TIME_UNITS = {"s", "ms", "us", "µs", "ns", "cycles"}

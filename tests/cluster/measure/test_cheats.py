@@ -86,7 +86,8 @@ def test_a_liar_behind_a_first_run_warm_up_is_caught_in_the_finals_and_a_real_wi
     """Each fresh directory's first run pays 400 ms untimed; the liar does the baseline's 2 x 120 ms
     of work and prints a third of it. A quarter of the baseline's untimed time (100 ms) is a floor
     over half its claim (80 ms): the wall rule cannot judge it. The finals (3 runs or more) judge
-    such a claim on runs in turn with the baseline; the honest 3x candidate's saving shows at once."""
+    every claim on runs in turn with the baseline, where there is no device record: the liar fails
+    there and the honest 3x candidate passes."""
     target = _target(tmp_path, "sweep_cheats.c", params={"ATTACK": [0, 1, 2, 3]})
     runner = ProcessRunner()
     base_candidate, base_artifact = _built(target, ATTACK=0)
@@ -104,7 +105,7 @@ def test_a_liar_behind_a_first_run_warm_up_is_caught_in_the_finals_and_a_real_wi
     assert searched.status is Status.OK  # one run cannot say: the search's claims are judged in the finals
     assert final.status is Status.CLOCK_MISMATCH and "judged again beside the baseline" in final.error_tail
     assert honest.status is Status.OK, honest.error_tail
-    assert len(fetched) == 1  # the honest claim showed in the wall clock: no runs beside the baseline
+    assert len(fetched) == 2  # every finalist's claim is judged in turn with the baseline, the honest one's too
 
 
 @pytest.mark.parametrize("runner", ["process", "persistent"])

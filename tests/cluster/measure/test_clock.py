@@ -234,6 +234,10 @@ def test_with_nine_pairs_a_claim_fails_only_where_nearly_every_pair_falls_short(
     # Two bursts over the whole claim lift the bound to it; the median, at nothing, still fails it.
     over = [0.40 - s for s in (0.004, 0.240, -0.010, 0.260, 0.010, -0.020, 0.000, 0.015, -0.005)]
     assert paired_problem([0.075] * 9, over, claims, baseline_walls) is not None
+    # At load 7-8 a liar's median reached half of what the rule asks (60 of 107.5 ms) and two bursts
+    # its whole claim: two pairs saw it slower than the baseline, and a real saving is not that.
+    scattered = [0.40 - s for s in (-0.050, 0.060, 0.230, -0.030, 0.060, 0.250, 0.070, 0.060, 0.080)]
+    assert paired_problem([0.075] * 9, scattered, claims, baseline_walls) is not None
 
 
 def test_the_median_bounds_are_the_sign_tests() -> None:

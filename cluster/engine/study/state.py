@@ -48,8 +48,14 @@ T = TypeVar("T")
 # Consecutive asks that propose nothing new before a study counts as exhausted.
 MAX_REJECTIONS = 200
 # Of the search candidates asked since the first variant joined, the share the variants' stream
-# takes: while the own sources' best is ahead, and while a variant is.
-VARIANT_SHARE = (0.25, 0.5)
+# takes: while the own sources lead and every variant has had its first points, while a variant is
+# new (fewer than VARIANT_FIRST_POINTS search points: its plan's points and the best flags so far),
+# and while a variant leads. A stream that has not led after its first points gives its share back
+# to the own sources' search, which is the one the agents-off sweep makes: on an H200 at 600 s, off's
+# winners of three programs came at the own sources' 16th to 29th candidate, and a quarter's share
+# for variants that never led left those programs 15 to 18.
+VARIANT_SHARE = (0.1, 0.25, 0.5)
+VARIANT_FIRST_POINTS = 3
 
 
 GRID_LIMIT = 100_000
@@ -153,8 +159,8 @@ class StudyState:
     points are the ones a sweep without agents would try), and the agents' variants (a ``variant``
     dimension, with the flags and each variant's params). The variants never take the own
     stream's trials: ``ask`` draws from the variants' stream a share of the candidates asked since
-    the first variant joined (``VARIANT_SHARE``: more while a variant measures better than the best
-    of the own sources), its plan's points first.
+    the first variant joined (``VARIANT_SHARE``: more while a variant is new, the most while one
+    measures better than the best of the own sources), its plan's points first.
 
     The search runs while the agents work: a variant that joins, or a flag that gains options (the
     register expert's ``-maxrregcount`` values), grows a stream's space. An Optuna categorical
@@ -311,14 +317,20 @@ class StudyState:
     def next_stream(self, own: bool = True, variants: bool = True) -> bool | None:
         """The stream the next search candidate comes from (True: the variants'), of those with
         room (``own``, ``variants``: trials left); None where neither has. The variants' stream
-        takes ``VARIANT_SHARE`` of the candidates asked since the first variant joined: the larger
-        share while a variant leads. Its plan's points are its first candidates."""
+        takes ``VARIANT_SHARE`` of the candidates asked since the first variant joined: the least
+        once every variant has had its first points and none leads, more while one is new, the most
+        while one leads. Its plan's points are its first candidates."""
         variants = variants and self.stream_of(True) is not None
         if not (own or variants):
             return None
         if not (own and variants):
             return variants
-        share = VARIANT_SHARE[1] if self.variants_lead() else VARIANT_SHARE[0]
+        if self.variants_lead():
+            share = VARIANT_SHARE[2]
+        elif any(self.searched[source] < VARIANT_FIRST_POINTS for source in self.variants):
+            share = VARIANT_SHARE[1]
+        else:
+            share = VARIANT_SHARE[0]
         asked = self.streamed[False] + self.streamed[True]
         return self.streamed[True] < share * (asked + 1)
 

@@ -275,6 +275,44 @@ def test_the_variants_stream_takes_the_larger_share_while_a_variant_leads(tmp_pa
     assert state.next_stream(own=False, variants=False) is None
 
 
+def _joined(tmp_path, monkeypatch):
+    """A study whose own sources measured one candidate at 10 (returned), then a variant joined."""
+    monkeypatch.setattr("cluster.engine.study.state.ray.put", lambda value: value)
+    state = _growing(tmp_path)
+    _, own = state.ask()
+    state.record(own, Evaluated(Status.OK, 10.0))
+    variant = _variant_of(tmp_path, state)
+    state.add_variant(variant)
+    state.widen()
+    return state, own, variant
+
+
+def test_a_variants_stream_that_never_led_gives_its_share_back_after_its_first_points(tmp_path, monkeypatch):
+    """On an H200 at 600 s, off's winners of three programs came at the own sources' 16th to 29th
+    candidate; a quarter of the asks went to variants that never led, and those programs' own
+    sources had 15 to 18. After a variant's first points, a trailing stream takes a tenth; a new
+    variant has its first points at a quarter's share again."""
+    from cluster.engine.study.state import VARIANT_FIRST_POINTS
+
+    state, _, variant = _joined(tmp_path, monkeypatch)
+    drawn = []
+    for _ in range(40):
+        drawn.append(bool(state.next_stream()))
+        asked = state.ask()
+        if asked is not None:  # a point asked before is no candidate
+            mine = asked[1].source_hash == state.target.bundle.hash
+            state.record(asked[1], Evaluated(Status.OK, 10.0 + _value(asked[1]) if mine else 50.0))
+    assert state.space_size > 40 and not state.variants_lead()
+    assert state.searched[variant.bundle.hash] >= VARIANT_FIRST_POINTS
+    assert sum(drawn[:12]) == VARIANT_FIRST_POINTS  # its first points at a quarter's share
+    assert sum(drawn) <= 4  # then a tenth: at a quarter the variant would have had 10 of the 40
+    write_target(tmp_path / "late")
+    (tmp_path / "late" / "tiny.c").write_text((tmp_path / "late" / "tiny.c").read_text() + "\n/* late */\n")
+    state.add_variant(load_target(tmp_path / "late" / "target.yaml"))
+    state.widen()
+    assert state.next_stream() is True  # a new variant: a quarter's share, and the stream is behind it
+
+
 def test_a_variant_that_joins_after_its_stream_spent_its_trials_has_one_more(tmp_path, monkeypatch):
     """Seen on a fake GPU: a second variant, 1 s behind the first, joined a variants' stream whose
     trials the first had spent, and was never searched. It has one more trial, for its first point;
@@ -300,13 +338,7 @@ def test_a_variant_that_joins_after_its_stream_spent_its_trials_has_one_more(tmp
 def test_a_retired_variants_time_is_no_one_s_best(tmp_path, monkeypatch):
     """A variant that failed its checks (a cheat, say, at 100x) leaves the space: its time is
     neither the variants' lead nor the own sources' best that other variants must beat."""
-    monkeypatch.setattr("cluster.engine.study.state.ray.put", lambda value: value)
-    state = _growing(tmp_path)
-    _, own = state.ask()
-    state.record(own, Evaluated(Status.OK, 10.0))
-    variant = _variant_of(tmp_path, state)
-    state.add_variant(variant)
-    state.widen()
+    state, own, variant = _joined(tmp_path, monkeypatch)
     asked = None
     while asked is None or asked[1].source_hash != variant.bundle.hash:
         asked = state.ask(own=False)

@@ -53,3 +53,60 @@ def test_a_variant_could_win_only_beyond_the_noise_of_the_own_sources_best():
     assert not gate.could_win(a)  # faster than the baseline, not than the flags' best
     assert gate.could_win(b)
     assert not gate.could_win(b, Stats(7.95, 7.95, 0.5, 5))  # within the noise of the flags' 8 ms
+
+
+def _budgeted_study(plan: object | None):
+    """A study under a time budget (``plan``) whose checks lane records what it is asked; its
+    candidates are added by ``measure`` (key, median, source) as the flow's measurements come in."""
+    from cluster.core.types import Phase, Stats
+    from cluster.engine.verification.checks import Trust
+
+    requested: list[str] = []
+    candidates: dict = {}
+    results: dict = {}
+    stats: dict = {}
+    state = SimpleNamespace(
+        goal="minimize", baseline_median=10.0, variants={"variant-a": object()}, retired={}, candidates=candidates,
+        results=results, own_best="base", target=SimpleNamespace(bundle=SimpleNamespace(hash="own")),
+        room=lambda trials: (True, True), baseline_candidate=lambda: candidates["base"],
+        ranked=lambda: sorted(candidates.values(), key=lambda c: results[c.key].median))
+    checks = SimpleNamespace(pending=lambda: [], trust=lambda source: Trust.NOT_RUN,
+                             request=lambda source, why, ticket=None, value=0.0: requested.append(source))
+    ctx = SimpleNamespace(plan=plan, config=SimpleNamespace(measure=SimpleNamespace(final_top_k=3),
+                                                            search=SimpleNamespace(trials=40)))
+    gate = Gate(SimpleNamespace(state=state, stats=stats, checks=checks, ctx=ctx), {})  # type: ignore[arg-type]
+
+    def measure(key: str, median: float, source: str = "own") -> None:
+        phase = Phase.BASELINE if key == "base" else Phase.SEARCH
+        candidates[key] = SimpleNamespace(key=key, source_hash=source, phase=phase)
+        results[key] = SimpleNamespace(median=median)
+        stats[key] = Stats(median, median, 0.05, 5)
+        if source == "own" and median <= results[state.own_best].median:
+            state.own_best = key
+        gate.consider(candidates[key], stats[key])
+
+    measure("base", 10.0)
+    return gate, measure, requested
+
+
+def test_a_budgeted_search_buys_a_variants_checks_once_the_own_sources_bar_stands():
+    """On an H200 at 300 s softmax_rows' variant at 1.31x had two compute-sanitizer jobs (18.6 s of
+    the program's 40 s of GPU time) when its own sources had measured two candidates; their third
+    was 1.39x. Under a budget a variant's checks wait for the own sources' first three."""
+    gate, measure, requested = _budgeted_study(plan=object())
+    measure("own-1", 12.0)
+    measure("a-1", 7.0, "variant-a")  # beats the baseline, the only bar so far
+    assert requested == [] and gate.deferred
+    measure("own-2", 11.0)
+    assert requested == []
+    measure("own-3", 9.0)  # the third: the bar stands, and the variant still beats it
+    assert requested == ["variant-a"] and not gate.deferred
+
+    gate, measure, requested = _budgeted_study(plan=object())
+    for key, median in (("own-1", 12.0), ("a-1", 7.0), ("own-2", 11.0), ("own-3", 6.5)):
+        measure(key, median, "variant-a" if key.startswith("a") else "own")
+    assert requested == []  # overtaken: its checks would have bought nothing
+
+    gate, measure, requested = _budgeted_study(plan=None)  # no budget: at once, as before
+    measure("a-1", 7.0, "variant-a")
+    assert requested == ["variant-a"]

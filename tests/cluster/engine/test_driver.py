@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import time
 from pathlib import Path
 
@@ -14,7 +15,7 @@ from cluster.engine.driver import Sweep
 from cluster.store.results import read_results
 from cluster.store.rundir import RunDir
 from cluster.store.select import select_best
-from tests.conftest import REPO
+from tests.conftest import REPO, TINY_C, write_config, write_target
 
 pytestmark = pytest.mark.usefixtures("ray_local")
 FIXTURES = REPO / "tests" / "fixtures"
@@ -216,8 +217,6 @@ def test_driver_killed_mid_sweep_then_resumed(tmp_path, ray_address):
 def test_two_targets_keep_integer_params_in_exports(tmp_path):
     """A param column that another target lacks holds nulls; its values must still export as 16,
     not 16.0 (a -D define of 16.0 is a different program)."""
-    from tests.conftest import write_config, write_target
-
     write_target(tmp_path / "tiny")
     config = write_config(tmp_path, ["tiny/target.yaml", str(REPO / "configs/targets/stencil_c/target.yaml")],
                           search={"trials": 3, "sampler": "random"}, measure={"final_top_k": 1, "final_runs": 1})
@@ -232,18 +231,38 @@ def test_two_targets_keep_integer_params_in_exports(tmp_path):
     assert "# tiny on" in flags.output and "# stencil_c on" in flags.output
 
 
+SLEEP_AND_PAD = """
+#ifndef PAD
+#define PAD 0
+#endif
+    volatile int pad = PAD;
+    (void)pad;
+    usleep(1200000);
+"""
+
+
 def test_time_budget_and_an_rdb_storage(tmp_path):
     """The budget is the sweep's wall clock: the search closes in time for the finals, which run; the
-    Optuna study in a shared database carries the run's id."""
+    Optuna study in a shared database carries the run's id. The program sleeps through its run, so
+    that the budget's clock passes with the cores free (the C stencil's builds and runs kept both
+    busy for the whole budget: 28 CPU-seconds)."""
     import optuna
 
+    # The flags (24 points) and PAD (4, a constant in the binary) change nothing the run writes.
+    write_target(tmp_path / "t", params={"N": [1000], "PAD": [0, 1, 2, 3]})
+    (tmp_path / "t" / "tiny.c").write_text(TINY_C.replace("return 0;", SLEEP_AND_PAD + "    return 0;")
+                                           .replace("#include <stdio.h>", "#include <stdio.h>\n#include <unistd.h>"))
+    config = write_config(tmp_path, ["t/target.yaml"], search={"sampler": "random", "seed": 0},
+                          measure={"runs": 1, "final_top_k": 2, "final_runs": 2})
+    target = load_run(config).targets[0]
+    points = math.prod(len(values) for values in [*target.space.flags.values(), *target.spec.params.values()])
     url = f"sqlite:///{tmp_path}/optuna.db"
     # 25 s: at 15 s the suite under two spinning processes (load 6-7) had the baseline in at 14 s,
     # and no search at all.
-    run_dir, summary = sweep(FIXTURES / "demo_cpu.yaml", tmp_path, trials=None, time_budget_s=25.0, storage=url)
+    run_dir, summary = sweep(config, tmp_path, trials=None, time_budget_s=25.0, storage=url)
     rows = read_results(run_dir.path)
     search = rows[rows["phase"] == "search"]
-    assert 1 <= len(search) < 96 and search["candidate_key"].is_unique  # stopped by time, not by the space
+    assert 1 <= len(search) < points and search["candidate_key"].is_unique  # stopped by time, not by the space
     finals = rows[rows["phase"] == "final"]
     assert summary.unfinished == () and len(finals) >= 2 and (finals["status"] == "ok").all()
     assert search["finished_at"].max() <= finals["started_at"].min()  # the search closed, then the finals

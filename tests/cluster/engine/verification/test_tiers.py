@@ -26,6 +26,9 @@ from tests.conftest import REPO
 
 HEADER = "// A SAXPY-like CUDA kernel for the GPU demo"
 CHECK_S = 2.0  # every simulated expensive check
+# A run of the budgeted sweeps' fake GPU: at 0.05 s their search filled 45 s with 628 jobs, each some
+# 30 ms of the driver's and Ray's CPU (18 CPU-seconds a test); what they assert needs a few.
+BUDGETED_RUN_S = 0.25
 
 
 @pytest.fixture(scope="module")
@@ -183,7 +186,7 @@ def test_a_time_budget_ends_the_sweep_in_time_with_re_measured_winners(tmp_path,
     and the checks that the finalists wait for. The budget counts from the sweep's start (here the
     test's, so that Ray's start counts as a user's would)."""
     fast = variant_hash("quick")
-    model = Model(compile_s=0.01, run_s=0.05, check_s=CHECK_S, speed=((fast, 0.5),))
+    model = Model(compile_s=0.01, run_s=BUDGETED_RUN_S, check_s=CHECK_S, speed=((fast, 0.5),))
     budget = 45.0  # at 30 s, under two spinning processes, the variant measured at 18 s and its checks did not fit
     started = time.monotonic()
     started_wall = time.time()
@@ -191,7 +194,7 @@ def test_a_time_budget_ends_the_sweep_in_time_with_re_measured_winners(tmp_path,
                              started_at=started)
     rows = read_results(run_dir.path)
     search, finals = rows[rows["phase"] == "search"], rows[rows["phase"] == "final"]
-    assert len(search) >= 3 and summary.unfinished == ()  # about 30 idle; 5 under two spinning processes
+    assert len(search) >= 3 and summary.unfinished == ()  # about 140 on an idle 2-core machine
     assert set(finals["status"]) == {"ok"} and len(set(finals["candidate_key"])) >= 2  # the baseline and a winner
     [best] = select_best(rows)
     assert best.source_hash == fast and best.reason != ""
@@ -209,7 +212,7 @@ def test_checks_that_would_take_minutes_are_bounded_and_the_search_keeps_most_of
     from cluster.engine.plan.budget import CHECK_BOUND_SHARE
 
     fast = variant_hash("unchecked")
-    model = Model(compile_s=0.01, run_s=0.05, check_s=300.0, speed=((fast, 0.25),))
+    model = Model(compile_s=0.01, run_s=BUDGETED_RUN_S, check_s=300.0, speed=((fast, 0.25),))
     budget = 40.0
     started, started_wall = time.monotonic(), time.time()
     run_dir, summary = sweep(tmp_path, Commented(("unchecked",)), model, trials=None, budget=budget,

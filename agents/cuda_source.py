@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from dataclasses import replace
 
 from agents import _ts
+from agents._tree_index import find_all
 from agents._ts import (
     ConstEnv,
     Node,
@@ -50,7 +51,10 @@ from agents.source_model import (
 )
 
 _LOOPS = {"for_statement": "for", "for_range_loop": "for", "while_statement": "while", "do_statement": "do"}
+_LOOP_TYPES = frozenset(_LOOPS)
 _FUNCTIONS = frozenset({"function_definition"})
+_DECLARATIONS = frozenset({"declaration"})
+_IDENTIFIERS = frozenset({"identifier"})
 # api -> (kind, dst, src, direction, stream): argument positions, None where the call has none.
 _HOST_APIS: dict[str, tuple[HostOpKind, int | None, int | None, int | None, int | None]] = {
     "cudaMemcpy": (HostOpKind.MEMCPY, 0, 1, 3, None),
@@ -91,16 +95,15 @@ class _Analysis:
         self.root, self.skipped = _parse_recovering(self.pre.masked)
         self.char_of = None if source.isascii() else _char_offsets(raw)
         self.lines = self.pre.clean.split(b"\n")
-        self.functions = {declared_name(n.child_by_field_name("declarator")) for n in walk(self.root)
-                          if n.type == "function_definition"}
+        self.functions = {declared_name(n.child_by_field_name("declarator")) for n in find_all(self.root, _FUNCTIONS)}
         self.function_envs: dict[int, ConstEnv] = {}
         self.env = file_env(self.root, self.pre.macros)
 
     def model(self) -> SourceModel:
         launches, ops = self.host_ops()
-        kernels = [(self.kernel(n), n) for n in walk(self.root) if n.type == "function_definition" and _is_kernel(n)]
+        kernels = [(self.kernel(n), n) for n in find_all(self.root, _FUNCTIONS) if _is_kernel(n)]
         file_shared = [self.with_accesses(array, [(k.name, fn) for k, fn in kernels], self.env)
-                       for node in walk(self.root, skip=_FUNCTIONS) for array in self.shared(node, None)]
+                       for node in find_all(self.root, _DECLARATIONS, _FUNCTIONS) for array in self.shared(node, None)]
         instances = [i for k, fn in kernels for i in self.instances(k, fn, launches)]
         values = {name: self.env.value(name) for name in [*self.pre.macros, *self.env.declared]}
         return SourceModel(
@@ -161,7 +164,8 @@ class _Analysis:
         return Kernel(
             name=name, template_params=template_params, params=params, launch_bounds=self.launch_bounds(bounds, env),
             span=self.span(template or fn), body=self.span(body), loops=tuple(self.loops(body, env, template_names)),
-            shared=tuple(self.with_accesses(a, [(name, fn)], env) for n in walk(body) for a in self.shared(n, name)),
+            shared=tuple(self.with_accesses(a, [(name, fn)], env) for n in find_all(body, _DECLARATIONS)
+                         for a in self.shared(n, name)),
             writes=frozenset(effects.writes), may_write=frozenset(effects.may_write - effects.writes),
             reads=frozenset(effects.reads), template_values=tuple(binding.items()),
             single_element=frozenset(effects.single_element()),
@@ -235,9 +239,7 @@ class _Analysis:
 
     def loops(self, body: Node, env: ConstEnv, template_names: set[str]) -> list[Loop]:
         loops = []
-        for node in walk(body):
-            if node.type not in _LOOPS:
-                continue
+        for node in find_all(body, _LOOP_TYPES):
             depth = sum(1 for a in ancestors(node) if a.type in _LOOPS and a.start_byte >= body.start_byte)
             if node.type == "do_statement":
                 header = "do ... while " + self.text(node.child_by_field_name("condition"))
@@ -287,8 +289,8 @@ class _Analysis:
         """`array` with its sizes evaluated in `env` and its subscripts in `kernels`."""
         accesses = []
         for kernel, fn in kernels:
-            for node in walk(fn):
-                if node.type != "subscript_expression" or continues_subscript(node):
+            for node in find_all(fn, frozenset({"subscript_expression"})):
+                if continues_subscript(node):
                     continue
                 base, *chain = subscript_chain(node)
                 if base is not None and base.type == "identifier" and text(base) == array.name:
@@ -302,9 +304,7 @@ class _Analysis:
         launches: list[Launch] = []
         ops: list[tuple[int, HostOp]] = []  # with the call's offset, to sort by
         calls: list[tuple[int, HostOp]] = []
-        for node in walk(self.root):
-            if node.type != "call_expression":
-                continue
+        for node in find_all(self.root, frozenset({"call_expression"})):
             api, line, args = callee_name(node), node.start_point[0] + 1, tuple(self.text(a) for a in arguments(node))
             function, loops, env = self.enclosing(node)
             chevrons = next((c for c in node.children if c.type == "kernel_call_syntax"), None)
@@ -385,6 +385,8 @@ class _Effects:
 
     _STORES = re.compile(r"atomic\w*|__st(cg|cs|wb|wt)|memcpy|memset")  # they write their first argument
     _LOADS = re.compile(r"__ld(g|ca|cg|cs|lu|cv)")
+    _ALIASING = frozenset({"init_declarator", "assignment_expression"})
+    _EFFECTS = frozenset({"assignment_expression", "update_expression", "call_expression"})
 
     def __init__(self, params: tuple[Param, ...], body: Node) -> None:
         # pointer name -> (the parameters it points into, whether its pointee is const)
@@ -395,9 +397,9 @@ class _Effects:
         self.quiet: set[int] = set()  # offsets of identifiers naming a pointer without reading through it
         self.body = body
         for _ in range(2):  # twice: an alias may be assigned from one that appears later in the text
-            for node in walk(body):
+            for node in find_all(body, self._ALIASING):
                 self.alias(node)
-        for node in walk(body):
+        for node in find_all(body, self._EFFECTS):
             if node.type in ("assignment_expression", "update_expression"):
                 target = node.child_by_field_name("left" if node.type == "assignment_expression" else "argument")
                 through = stored_through(target)
@@ -407,8 +409,8 @@ class _Effects:
                     self.quiet |= {n.start_byte for n in through}
             elif node.type == "call_expression":
                 self.call(node)
-        for node in walk(body):
-            if node.type == "identifier" and text(node) in self.roots and node.start_byte not in self.quiet:
+        for node in find_all(body, _IDENTIFIERS):
+            if text(node) in self.roots and node.start_byte not in self.quiet:
                 parent = node.parent  # a declared name is not a use
                 if parent is None or not parent.type.endswith("declarator") or parent.child_by_field_name(
                         "declarator") != node:
@@ -418,8 +420,8 @@ class _Effects:
         """The pointer params whose every use is `*p` or `p[0]` and that no other pointer aliases."""
         aliased = {q for name, (params, _) in self.roots.items() if name not in params for q in params}
         single = {name for name, (params, _) in self.roots.items() if params == {name}} - aliased
-        for node in walk(self.body):
-            if node.type != "identifier" or text(node) not in single:
+        for node in find_all(self.body, _IDENTIFIERS):
+            if text(node) not in single:
                 continue
             parent = node.parent
             deref = parent is not None and parent.type == "pointer_expression" and text(
@@ -501,7 +503,7 @@ def file_env(root: Node | None, macros: Mapping[str, str]) -> ConstEnv:
     """The constants of a file's scope: its macros (read through `macros`), its `const`/`constexpr`
     declarations and the static constant members of its structs."""
     env = ConstEnv(macros)
-    for node in walk(root, skip=_FUNCTIONS) if root is not None else ():
+    for node in find_all(root, frozenset({"declaration", "field_declaration"}), _FUNCTIONS) if root is not None else ():
         if node.type == "declaration":
             _declare_constants(node, env, hide_others=False)
         elif node.type == "field_declaration":
@@ -514,9 +516,8 @@ def scope_env(outer: ConstEnv, body: Node, hidden: set[str]) -> ConstEnv:
     rebind, plus its own constant declarations."""
     env = outer.child()
     env.hidden |= hidden
-    for node in walk(body):
-        if node.type == "declaration":
-            _declare_constants(node, env, hide_others=True)
+    for node in find_all(body, _DECLARATIONS):
+        _declare_constants(node, env, hide_others=True)
     return env
 
 

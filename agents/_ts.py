@@ -26,6 +26,8 @@ _UNKNOWN_ATTRIBUTES = re.compile(rb"\b__align__\s*\((?:[^()]|\([^()]*\))*\)|(?<=
 # becomes an identifier of the same length, so the cast reads as a call.
 _KEYWORD_CAST = re.compile(rb"\b(?:unsigned|signed|long|short)(?=\()")
 _PREDEFINED = {"__CUDACC__": "1", "__NVCC__": "1", "__cplusplus": "201703L"}
+# What may start a comment, a literal or a line: `preprocess` steps over the text between at once.
+_NEXT_TOKEN_START = re.compile(rb"[\n/\"']")
 
 
 @cache
@@ -55,7 +57,7 @@ def preprocess(source: bytes, defines: Mapping[str, str] | None = None) -> Prepr
     forced = set(defines or {})
     pragmas: dict[int, str] = {}
     stack: list[tuple[bool, bool]] = []  # per open #if: (this branch active, some branch taken)
-    i, n, line_start, line = 0, len(source), True, 1
+    i, n, line_start, line, live = 0, len(source), True, 1, True
 
     def active() -> bool:
         return all(entry[0] for entry in stack)
@@ -76,6 +78,7 @@ def preprocess(source: bytes, defines: Mapping[str, str] | None = None) -> Prepr
         if line_start and c == 0x23:  # '#': a directive, to the end of its logical line
             end, text = _directive_end(source, i)
             _directive(text.decode("utf-8", "replace"), line, stack, macros, forced, pragmas, active)
+            live = active()
             blank(i, end)
             line += source.count(b"\n", i, end)
             i = end
@@ -86,7 +89,7 @@ def preprocess(source: bytes, defines: Mapping[str, str] | None = None) -> Prepr
             blank(i, end)
             line += source.count(b"\n", i, end)
             i = end
-        elif not active():  # skipped text: only comments and directives count, up to the line's end
+        elif not live:  # skipped text: only comments and directives count, up to the line's end
             line_end = source.find(b"\n", i) % (n + 1)  # n when there is no newline
             end = min([k for k in (source.find(b"//", i, line_end), source.find(b"/*", i, line_end)) if k >= 0],
                       default=line_end)
@@ -97,7 +100,8 @@ def preprocess(source: bytes, defines: Mapping[str, str] | None = None) -> Prepr
             line += source.count(b"\n", i, end)
             i = end
         else:
-            i += 1
+            following = _NEXT_TOKEN_START.search(source, i + 1)
+            i = following.start() if following is not None else n
     clean = bytes(out)
     masked = _KEYWORD_CAST.sub(lambda m: b"_" * len(m.group()), clean)
     masked = _UNKNOWN_ATTRIBUTES.sub(lambda m: b" " * len(m.group()), masked)

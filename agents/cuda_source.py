@@ -55,6 +55,9 @@ _LOOP_TYPES = frozenset(_LOOPS)
 _FUNCTIONS = frozenset({"function_definition"})
 _DECLARATIONS = frozenset({"declaration"})
 _IDENTIFIERS = frozenset({"identifier"})
+_SUBSCRIPTS = frozenset({"subscript_expression"})
+_CALLS = frozenset({"call_expression"})
+_FILE_DECLARATIONS = frozenset({"declaration", "field_declaration"})
 # api -> (kind, dst, src, direction, stream): argument positions, None where the call has none.
 _HOST_APIS: dict[str, tuple[HostOpKind, int | None, int | None, int | None, int | None]] = {
     "cudaMemcpy": (HostOpKind.MEMCPY, 0, 1, 3, None),
@@ -289,7 +292,7 @@ class _Analysis:
         """`array` with its sizes evaluated in `env` and its subscripts in `kernels`."""
         accesses = []
         for kernel, fn in kernels:
-            for node in find_all(fn, frozenset({"subscript_expression"})):
+            for node in find_all(fn, _SUBSCRIPTS):
                 if continues_subscript(node):
                     continue
                 base, *chain = subscript_chain(node)
@@ -304,7 +307,7 @@ class _Analysis:
         launches: list[Launch] = []
         ops: list[tuple[int, HostOp]] = []  # with the call's offset, to sort by
         calls: list[tuple[int, HostOp]] = []
-        for node in find_all(self.root, frozenset({"call_expression"})):
+        for node in find_all(self.root, _CALLS):
             api, line, args = callee_name(node), node.start_point[0] + 1, tuple(self.text(a) for a in arguments(node))
             function, loops, env = self.enclosing(node)
             chevrons = next((c for c in node.children if c.type == "kernel_call_syntax"), None)
@@ -503,7 +506,7 @@ def file_env(root: Node | None, macros: Mapping[str, str]) -> ConstEnv:
     """The constants of a file's scope: its macros (read through `macros`), its `const`/`constexpr`
     declarations and the static constant members of its structs."""
     env = ConstEnv(macros)
-    for node in find_all(root, frozenset({"declaration", "field_declaration"}), _FUNCTIONS) if root is not None else ():
+    for node in find_all(root, _FILE_DECLARATIONS, _FUNCTIONS) if root is not None else ():
         if node.type == "declaration":
             _declare_constants(node, env, hide_others=False)
         elif node.type == "field_declaration":

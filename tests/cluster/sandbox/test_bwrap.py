@@ -108,9 +108,15 @@ def test_the_run_config_passes_more_variables_by_name(bwrap, workdir):
     assert "MY_LICENSE_SERVER=lic:27000" in result.stdout and "MY_OTHER" not in result.stdout
 
 
+def _marker(tag: int) -> str:
+    """A `sleep` argument no other process has: at least 10 s whatever this process's pid (a pid
+    ending in 000 once made it 0.3 s, and the sleep ended before the 1 s timeout it was to outlast)."""
+    return f"{10 + os.getpid() % 1000}.{tag}{int(time.time()) % 100000}"
+
+
 @pytest.mark.parametrize("sandboxed", [True, False])
 def test_setsid_and_a_double_fork_end_with_the_command(bwrap, workdir, sandboxed):
-    marker = f"{os.getpid() % 1000}.{int(sandboxed) + 7}{int(time.time()) % 100000}"
+    marker = _marker(int(sandboxed) + 7)
     result = _sh(f"setsid sleep {marker} & (sleep {marker} &) ; sleep 0.2; exit 0", workdir,
                  bwrap if sandboxed else Unsandboxed())
     assert result.ok
@@ -180,7 +186,7 @@ def test_no_connection_leaves_the_sandbox(bwrap, workdir):
 
 
 def test_a_timeout_ends_every_process_of_the_command(bwrap, workdir):
-    marker = f"{os.getpid() % 1000}.3{int(time.time()) % 100000}"
+    marker = _marker(3)
     result = _sh(f"setsid sleep {marker} & sleep {marker}", workdir, bwrap, timeout=1)
     assert result.timed_out
     time.sleep(0.3)
@@ -210,7 +216,7 @@ def _uid_of(pid: str) -> int | None:
 
 
 def test_the_sandbox_ends_when_bubblewrap_is_killed_as_with_a_dead_worker(bwrap, workdir):
-    marker = f"{os.getpid() % 1000}.4{int(time.time()) % 100000}"
+    marker = _marker(4)
     launch = bwrap.prepare(["sh", "-c", f"setsid sleep {marker} & sleep {marker}"], workdir,
                            {"PATH": os.environ["PATH"]}, None)
     proc = subprocess.Popen(launch.argv, cwd=workdir, env=launch.env, preexec_fn=launch.preexec,

@@ -273,6 +273,10 @@ def test_a_final_rows_speedup_is_the_one_show_and_export_give(runs):
     # the selected finalist's rows (CI: several finalists, and the first of them was not the one selected)
     winner = finals[finals["candidate_key"] == study["selected"]["candidate_key"]]
     assert len(winner) >= 1
+    if not winner["noisy"].all():
+        # A noisy final worse than its search is run once more, and the quiet re-measurement is the
+        # finalist's time (a loaded machine did this to the winner: 16.0x noisy, 17.5x quiet).
+        winner = winner[~winner["noisy"]]
     pooled = Stats.of([s for arr in winner["samples"] for s in arr])
     assert study["selected"]["speedup"] == pytest.approx(base.median / pooled.median)
     if len(winner) == 1:

@@ -150,11 +150,11 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
     each. Under pytest-xdist (scripts/test.sh with WF_TEST_WORKERS: ``--dist loadgroup``) they are one group, run by
     one worker, each worker having a shared instance of its own; the groups go first, the longest
     work of the suite (the program suites' builds, the own instances' sweeps), so that the many
-    short tests fill the end on both workers. Those that use ray_unsandboxed go first among them, one
+    short tests fill the end on every worker. Those that use ray_unsandboxed go first among them, one
     after another, and share its instance.
 
     The tests that share a module- or session-scoped fixture (a sweep, a set of builds) are a group
-    too, after those: spread over both workers, each worker set the fixture up (the suite targets'
+    too, after those: spread over the workers, each worker set the fixture up (the suite targets'
     builds, the attacks' sweep and the portability runs were each made twice)."""
     for item in items:
         if _own_ray(item):

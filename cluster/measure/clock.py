@@ -100,38 +100,11 @@ def _rest_problem(claims: float, baseline_claims: float, seen: float, claimed: f
     (its samples' sum less the saving seen), or None: it must be at least ``REST`` of that, less the
     noise. The savings' rule alone let a lie ride on a real saving of half the claim or more: a real
     2x that printed a thousandth of its time would win at 1000x over an honest 3x."""
-    if not _claims_too_little(claims, baseline_claims - seen, claimed, floor):
+    if FRACTION * claimed <= floor or claims >= REST * (baseline_claims - seen) - floor:
         return None
     return (f"its samples add up to {_ms(claims)} a run, but of the baseline's {_ms(baseline_claims)} warpfleet's "
             f"own clock saw it save {_ms(seen)}: {_ms(baseline_claims - seen)} remain, and a time that real is "
             f"at least {REST:.0%} of what remains, less {_ms(floor)} of noise (it claims far more than it saves)")
-
-
-def _claims_too_little(claims: float, remain: float, claimed: float, floor: float) -> bool:
-    """Whether a claimed time is under ``REST`` of what remains of the baseline's, less the noise
-    (``floor``); never for a saving too small for the clock to judge."""
-    return FRACTION * claimed > floor and claims < REST * remain - floor
-
-
-def _rest_in_turn(candidate_claims: Sequence[float], candidate_walls: Sequence[float],
-                  baseline_claims: Sequence[float], baseline_walls: Sequence[float], claimed: float) -> str | None:
-    """``REST`` on runs in turn: what remains of the baseline's time is the candidate's least wall
-    less the least of the baseline's time outside its samples (its wall less what they add up to),
-    each side's least-loaded run. Load only adds time, to a run's untimed part as much as to the rest,
-    and by more than a pairs' median can cancel: on a 2-core machine at load 8-12 (two test workers and
-    two spinning processes) a run of agent_c took 16 to 544 ms, and honest candidates 70x to thousands
-    of times faster were failed on the pairs' median with 20-64 ms of the baseline's 87-145 ms
-    "remaining", where least-loaded runs left 0-11 ms. A lie keeps its hidden work in every run, its
-    least-loaded too."""
-    untimed = min(w - c for w, c in zip(baseline_walls, baseline_claims, strict=True))
-    fastest = min(candidate_walls)
-    claims = statistics.median(candidate_claims)
-    if not _claims_too_little(claims, fastest - untimed, claimed, FLOOR_S):
-        return None
-    return (f"run in turn with the baseline ({len(candidate_walls)} pairs), its samples add up to {_ms(claims)} a "
-            f"run, but its least-loaded run took {_ms(fastest)}, and the baseline's least time outside its samples "
-            f"was {_ms(untimed)}: {_ms(fastest - untimed)} remain, and a time that real is at least {REST:.0%} of "
-            f"what remains, less {_ms(FLOOR_S)} of noise (it claims far more than it saves)")
 
 
 def _borne_out(claimed: float, seen: float, floor: float) -> bool:
@@ -258,8 +231,7 @@ def paired_problem(candidate_claims: Sequence[float], candidate_walls: Sequence[
     with no floor that grows with the noise, so that a noisy node never lets a lie through unjudged.
     The caller takes more pairs when it fails (``measure.beside``); from five pairs on, a claim
     whose median falls short still passes where the upper bound on the median saving
-    (``median_bounds``: the 8th of 9) reaches the whole claim less ``FLOOR_S``. A claim the saving
-    passes is held to ``REST`` on each side's least-loaded run (``_rest_in_turn``)."""
+    (``median_bounds``: the 8th of 9) reaches the whole claim less ``FLOOR_S``."""
     claimed = statistics.median(baseline_claims) - statistics.median(candidate_claims)
     differences = sorted(b - c for b, c in zip(baseline_walls, candidate_walls, strict=True))
     seen = statistics.median(differences)
@@ -280,7 +252,8 @@ def paired_problem(candidate_claims: Sequence[float], candidate_walls: Sequence[
     lower, upper = median_bounds(differences)  # infinite below five pairs: the median alone judges
     rescued = math.inf > upper >= claimed - FLOOR_S and seen >= wanted / 2 and lower > 0
     if seen >= wanted or rescued:
-        return _rest_in_turn(candidate_claims, candidate_walls, baseline_claims, baseline_walls, claimed)
+        return _rest_problem(statistics.median(candidate_claims), statistics.median(baseline_claims),
+                             seen if seen >= wanted else upper, claimed, FLOOR_S)
     short = sum(d < wanted for d in differences)
     return (f"run in turn with the baseline ({len(differences)} pairs), its samples add up to "
             f"{_ms(claimed)} less a run than the baseline's, but warpfleet's own clock saw it take {_ms(seen)} "

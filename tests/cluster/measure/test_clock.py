@@ -221,6 +221,22 @@ def test_runs_in_turn_are_judged_on_the_median_of_their_pairs_and_noise_lets_no_
     assert lie is not None and "claims far more than it saves" in lie
 
 
+def test_a_lie_on_a_real_saving_fails_in_turn_where_its_quietest_run_was_quieter_than_the_baselines() -> None:
+    """A real 2x printed as 2000x (sweep_cheats.c's ATTACK 5: 2 x 60 ms slept, 0.06 ms printed)
+    beside a baseline of 2 x 120 ms, on a loaded node: every run's untimed part 150-180 ms, but one
+    of the liar's runs met a quiet moment (40 ms). Judged on each side's least-loaded run, 10 ms of
+    the baseline's time "remained" and the lie passed (it won test_cheats_sweep's finals at load
+    8-10); on the pairs' medians 120 ms remain, and it fails."""
+    claims = [0.240] * 9
+    untimed = [0.150, 0.160, 0.170, 0.150, 0.180, 0.160, 0.155, 0.165, 0.170]
+    baseline_walls = [u + 0.240 for u in untimed]
+    liar_walls = [u + 0.120 for u in [0.040, *untimed[1:]]]
+    lie = paired_problem([0.00012] * 9, liar_walls, claims, baseline_walls)
+    assert lie is not None and "claims far more than it saves" in lie
+    honest = paired_problem([0.00012] * 9, [u + 0.00012 for u in [0.040, *untimed[1:]]], claims, baseline_walls)
+    assert honest is None  # a real 2000x, with the same quiet run
+
+
 def test_with_nine_pairs_a_claim_fails_only_where_nearly_every_pair_falls_short() -> None:
     """225 ms claimed, so 107.5 ms must show. A loaded node: an honest candidate's pairs scatter
     (their median 90 ms, short in 5 of 9) and it passes; a lie is short in every pair but a burst
@@ -382,19 +398,3 @@ def test_runs_in_turn_stop_both_sides_at_a_common_count_of_samples(tmp_path):
     judged = measure_candidate(target, candidate, artifact, cpu_device("w"), stale, 1, runner, max_samples=3,
                                baseline=baseline)
     assert judged.status is Status.OK and "beside" not in judged.error_tail, judged.error_tail
-
-
-def test_what_remains_of_the_baselines_time_is_judged_on_each_sides_least_loaded_run() -> None:
-    """Nine pairs of an honest 1,500x agent_c variant (0.1 ms claimed a run) on a 2-core machine at
-    load 8-12: its runs took 24-544 ms, the baseline's 80-537 ms. The pairs' median saw 61 ms of the
-    baseline's 125 ms saved, "64 ms remain", and it was failed as claiming far more than it saves;
-    its least-loaded run (24 ms) less the baseline's least untimed time (23 ms) leaves 1 ms. A real
-    2x printed as 1000x under load alike keeps its hidden 150 ms in every run, and fails."""
-    baseline_claims = [0.2016, 0.1916, 0.125, 0.1417, 0.1197, 0.0576, 0.1246, 0.1108, 0.1301]
-    baseline_walls = [0.4911, 0.3479, 0.2177, 0.4565, 0.2763, 0.0802, 0.3985, 0.3022, 0.5372]
-    honest = [0.1832, 0.1825, 0.2078, 0.3955, 0.0237, 0.0334, 0.113, 0.3359, 0.5439]
-    assert paired_problem([0.0001] * 9, honest, baseline_claims, baseline_walls) is None
-    claims, walls = [0.300] * 9, [0.40, 0.85, 0.42, 0.90, 0.41, 0.40, 0.95, 0.43, 0.40]  # bursts on both sides
-    lie = [w - 0.150 + burst for w, burst in zip(walls, (0, 0.4, 0, 0, 0.3, 0, 0, 0.02, 0), strict=True)]
-    problem = paired_problem([0.0003] * 9, lie, claims, walls)
-    assert problem is not None and "claims far more than it saves" in problem and "least-loaded run" in problem
